@@ -1,0 +1,129 @@
+//! The NIC interface under the rdmawait layer, and its implementations.
+//!
+//! A [`Backend`] is the NICs of a cluster: it owns every node's registered memory and opens, for a
+//! thread bound to a node, a [`ThreadNic`]: one queue pair towards every node (loop-back included)
+//! and one completion queue. The layers above ([`Ctx`](crate::Ctx) and everything built on it) talk
+//! to this interface only, so a new NIC plugs in without changing them.
+//!
+//! Backends: [`soft`] (an in-process NIC that executes the operational model of spec §4, the
+//! default) and, with the `verbs` feature, the ibverbs backend.
+//!
+//! Addresses here are word indices into a node's registered memory, already checked by the caller
+//! ([`Ctx`](crate::Ctx) checks range, alignment and locality before posting).
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::{NodeId, Result};
+
+pub mod soft;
+
+/// One work request, as a NIC executes it (spec §2, phases of remote operations). Word indices;
+/// `local` is in the posting thread's node, `remote` in the target node's memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WorkRequest {
+    /// RDMA WRITE: NIC local read of `words` words at `local` (nLR), then remote write at `remote`
+    /// (nRW). The local read happens when the NIC gets to the request, not at post time.
+    Write {
+        /// First local source word.
+        local: usize,
+        /// First remote destination word.
+        remote: usize,
+        /// Number of words.
+        words: usize,
+    },
+    /// RDMA READ: NIC remote read at `remote` (nRR), then local write at `local` (nLW).
+    Read {
+        /// First local destination word.
+        local: usize,
+        /// First remote source word.
+        remote: usize,
+        /// Number of words.
+        words: usize,
+    },
+    /// ATOMIC CMP_AND_SWP on the word `remote`; the old value is written to `local`.
+    CompareSwap {
+        /// Remote target word.
+        remote: usize,
+        /// Expected value.
+        expected: u64,
+        /// Value written if the old value equals `expected`.
+        new: u64,
+        /// Local word receiving the old value.
+        local: usize,
+    },
+    /// ATOMIC FETCH_AND_ADD (wrapping) on the word `remote`; the old value is written to `local`.
+    FetchAdd {
+        /// Remote target word.
+        remote: usize,
+        /// Addend.
+        add: u64,
+        /// Local word receiving the old value.
+        local: usize,
+    },
+    /// Remote fence: every earlier request towards the node is ordered before every later one
+    /// (spec §4 rule 1). Produces no completion.
+    Fence,
+}
+
+impl WorkRequest {
+    /// Whether the request produces a completion (everything but [`WorkRequest::Fence`]).
+    pub fn completes(&self) -> bool {
+        !matches!(self, WorkRequest::Fence)
+    }
+}
+
+/// The NICs of a cluster.
+///
+/// Implementations must give, per queue pair, the ordering of spec §3/§4 (`rules.md`): a weaker
+/// NIC breaks the guarantees every layer above documents.
+pub trait Backend: Send + Sync + fmt::Debug {
+    /// Short name (`soft`, `verbs`).
+    fn name(&self) -> &'static str;
+    /// Number of nodes.
+    fn nodes(&self) -> usize;
+    /// Size of a node's registered memory in words.
+    fn words(&self, node: NodeId) -> usize;
+    /// Whether this process can open threads on, and read the memory of, `node` (false for the
+    /// nodes of other processes in a multi-process cluster).
+    fn is_local(&self, node: NodeId) -> bool {
+        let _ = node;
+        true
+    }
+    /// Opens a thread's NIC on `node`: one queue pair towards every node and one completion queue.
+    fn open(&self, node: NodeId) -> Result<Box<dyn ThreadNic>>;
+    /// Blocks until every posted operation of every thread has fully taken effect in memory
+    /// (completion notices excepted), or the timeout expires.
+    fn quiesce(&self, timeout: Duration) -> Result<()>;
+    /// Reads a word of a local node's memory directly, bypassing NICs and store buffers.
+    fn peek(&self, node: NodeId, word: usize) -> Result<u64>;
+    /// Writes a word of a local node's memory directly, bypassing NICs and store buffers.
+    fn poke(&self, node: NodeId, word: usize, value: u64) -> Result<()>;
+    /// Stops the NICs; later posts fail with [`Error::Shutdown`](crate::Error::Shutdown).
+    fn shutdown(&self);
+}
+
+/// One thread's view of the NICs: its queue pairs (one per target node) and its completion queue,
+/// plus the CPU's access to its own node's memory (which a backend may model, as the soft NIC's
+/// store buffer does).
+pub trait ThreadNic: Send + fmt::Debug {
+    /// Posts `wr` to the queue pair towards `target`. Requests on one queue pair are issued in
+    /// post order, after every earlier CPU store of this thread is visible (spec §4).
+    fn post(&mut self, target: NodeId, wr: WorkRequest) -> Result<()>;
+    /// Blocks until the earliest unpolled request towards `target` has completed and consumes its
+    /// completion (spec §2 `poll(n)`); the caller guarantees there is one. A completion is
+    /// reported only after the request's local writes are visible to this thread.
+    ///
+    /// On [`Error::Timeout`](crate::Error::Timeout) nothing was consumed; on any other error the
+    /// request is consumed (it failed).
+    fn poll(&mut self, target: NodeId, timeout: Duration) -> Result<()>;
+    /// CPU load of a local word (x86-TSO: newest own buffered store, else memory).
+    fn load(&mut self, word: usize) -> Result<u64>;
+    /// CPU store to a local word.
+    fn store(&mut self, word: usize, value: u64) -> Result<()>;
+    /// CPU compare-and-swap on a local word; returns the old value. Atomic on memory, it ignores
+    /// the remote-atomic lock (spec §4).
+    fn cas(&mut self, word: usize, expected: u64, new: u64) -> Result<u64>;
+    /// CPU memory fence: drains the store buffer.
+    fn mfence(&mut self) -> Result<()>;
+}

@@ -1,0 +1,342 @@
+//! The `Chaos` schedule: the whole cluster's model state behind one lock, stepped at random.
+//!
+//! | state (spec §4) | here |
+//! |---|---|
+//! | memory of every node | [`Fabric`] (real shared words) |
+//! | per thread: TSO store buffer | [`ThreadState::sb`]: stores *and* posted remote ops, in program order |
+//! | per (thread, node): pipe, remote write buffer, local write buffer | [`ThreadState::qps`], one [`Qp`] per target |
+//! | per node: remote-atomic lock | [`State::locks`] |
+//!
+//! Every call of every thread into its NIC first takes a random number of random enabled steps
+//! anywhere in the cluster (a store-buffer flush, or a rule of [`crate::model`]); blocking calls
+//! keep stepping until they can go on. Threads that have finished leave their pending work behind
+//! to be stepped by others (or by [`Chaos::quiesce`]), exactly as a real NIC keeps going after
+//! the CPU has moved on.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::Fabric;
+use crate::backend::{ThreadNic, WorkRequest};
+use crate::error::TimeoutKind;
+use crate::model::{Memory, Qp, Step};
+use crate::{Error, NodeId, Result};
+
+/// Probability that a call takes no random step at all (so work stays pending across calls).
+const P_IDLE: f64 = 0.5;
+/// After a first step, probability of taking one more.
+const P_MORE: f64 = 0.6;
+/// Probability that a call yields the OS thread afterwards, to shuffle thread interleavings.
+const P_YIELD: f64 = 0.1;
+
+#[derive(Debug)]
+enum SbItem {
+    Store { word: usize, value: u64 },
+    Post { target: usize, wr: WorkRequest },
+}
+
+#[derive(Debug)]
+struct ThreadState {
+    node: usize,
+    /// Whether the owning [`ChaosNic`] still exists.
+    alive: bool,
+    sb: VecDeque<SbItem>,
+    qps: Vec<Qp>,
+}
+
+impl ThreadState {
+    fn settled(&self) -> bool {
+        self.sb.is_empty() && self.qps.iter().all(Qp::is_settled)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Action {
+    Flush(usize),
+    Nic(usize, usize, Step),
+}
+
+#[derive(Debug)]
+struct State {
+    rng: ChaCha8Rng,
+    threads: Vec<Option<ThreadState>>,
+    locks: Vec<bool>,
+    actions: Vec<Action>,
+    steps: Vec<Step>,
+}
+
+/// The fabric seen through the model's [`Memory`] trait.
+struct Mem<'a>(&'a Fabric);
+
+impl Memory for Mem<'_> {
+    fn read(&self, node: usize, word: usize) -> u64 {
+        self.0.read(node, word)
+    }
+    fn write(&mut self, node: usize, word: usize, value: u64) {
+        self.0.write(node, word, value)
+    }
+}
+
+impl State {
+    fn collect_actions(&mut self) {
+        self.actions.clear();
+        for (t, th) in self.threads.iter().enumerate() {
+            let Some(th) = th else { continue };
+            if !th.sb.is_empty() {
+                self.actions.push(Action::Flush(t));
+            }
+            for (n, qp) in th.qps.iter().enumerate() {
+                self.steps.clear();
+                qp.steps(&self.locks, &mut self.steps);
+                self.actions
+                    .extend(self.steps.iter().map(|&s| Action::Nic(t, n, s)));
+            }
+        }
+    }
+
+    fn apply(&mut self, fabric: &Fabric, a: Action) {
+        match a {
+            Action::Flush(t) => self.flush_one(fabric, t),
+            Action::Nic(t, n, s) => {
+                let th = self.threads[t].as_mut().expect("action of a live slot");
+                th.qps[n].apply(s, &mut Mem(fabric), &mut self.locks);
+                if !th.alive {
+                    th.qps[n].drop_notices();
+                    if th.settled() {
+                        self.threads[t] = None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Moves the head of thread `t`'s store buffer to memory (a store) or to its queue pair's
+    /// pipe (a remote op).
+    fn flush_one(&mut self, fabric: &Fabric, t: usize) {
+        let th = self.threads[t].as_mut().expect("flush of a live slot");
+        match th.sb.pop_front() {
+            Some(SbItem::Store { word, value }) => fabric.write(th.node, word, value),
+            Some(SbItem::Post { target, wr }) => th.qps[target].issue(wr, 0),
+            None => {}
+        }
+        if !th.alive && th.settled() {
+            self.threads[t] = None;
+        }
+    }
+
+    fn flush_all(&mut self, fabric: &Fabric, t: usize) {
+        while self.threads[t].as_ref().is_some_and(|th| !th.sb.is_empty()) {
+            self.flush_one(fabric, t);
+        }
+    }
+
+    /// Takes one random enabled step; false if none is enabled.
+    fn step(&mut self, fabric: &Fabric) -> bool {
+        self.collect_actions();
+        if self.actions.is_empty() {
+            return false;
+        }
+        let a = self.actions[self.rng.random_range(0..self.actions.len())];
+        self.apply(fabric, a);
+        true
+    }
+
+    /// The random steps taken at each call.
+    fn churn(&mut self, fabric: &Fabric) {
+        if self.rng.random_bool(P_IDLE) {
+            return;
+        }
+        while self.step(fabric) && self.rng.random_bool(P_MORE) {}
+    }
+
+    fn thread(&mut self, t: usize) -> &mut ThreadState {
+        self.threads[t].as_mut().expect("a live NIC's slot")
+    }
+}
+
+/// The shared state of a `Chaos` cluster.
+#[derive(Debug)]
+pub(super) struct Chaos {
+    fabric: Arc<Fabric>,
+    state: Mutex<State>,
+}
+
+impl Chaos {
+    pub(super) fn new(fabric: Arc<Fabric>, seed: u64) -> Self {
+        let nodes = fabric.mem.len();
+        Chaos {
+            fabric,
+            state: Mutex::new(State {
+                rng: ChaCha8Rng::seed_from_u64(seed),
+                threads: Vec::new(),
+                locks: vec![false; nodes],
+                actions: Vec::new(),
+                steps: Vec::new(),
+            }),
+        }
+    }
+
+    pub(super) fn open(this: &Arc<Chaos>, node: usize) -> ChaosNic {
+        let nodes = this.fabric.mem.len();
+        let mut st = this.state.lock();
+        let th = ThreadState {
+            node,
+            alive: true,
+            sb: VecDeque::new(),
+            qps: (0..nodes).map(|n| Qp::new(node, n)).collect(),
+        };
+        let id = match st.threads.iter().position(Option::is_none) {
+            Some(i) => {
+                st.threads[i] = Some(th);
+                i
+            }
+            None => {
+                st.threads.push(Some(th));
+                st.threads.len() - 1
+            }
+        };
+        ChaosNic {
+            chaos: this.clone(),
+            id,
+            node,
+        }
+    }
+
+    pub(super) fn quiesce(&self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut st = self.state.lock();
+            for _ in 0..64 {
+                if !st.step(&self.fabric) {
+                    return Ok(());
+                }
+            }
+            drop(st);
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout {
+                    what: TimeoutKind::Quiesce,
+                    after: timeout,
+                });
+            }
+        }
+    }
+
+    /// Runs `f` on the state after the call's random steps; maybe yields afterwards.
+    fn call<T>(&self, f: impl FnOnce(&mut State, &Fabric) -> T) -> T {
+        let (out, yield_now) = {
+            let mut st = self.state.lock();
+            st.churn(&self.fabric);
+            let out = f(&mut st, &self.fabric);
+            let y = st.rng.random_bool(P_YIELD);
+            (out, y)
+        };
+        if yield_now {
+            std::thread::yield_now();
+        }
+        out
+    }
+}
+
+/// A thread's NIC under `Chaos`.
+#[derive(Debug)]
+pub(super) struct ChaosNic {
+    chaos: Arc<Chaos>,
+    id: usize,
+    node: usize,
+}
+
+impl ThreadNic for ChaosNic {
+    fn post(&mut self, target: NodeId, wr: WorkRequest) -> Result<()> {
+        self.chaos.fabric.check_open()?;
+        let id = self.id;
+        self.chaos.call(|st, _| {
+            st.thread(id).sb.push_back(SbItem::Post {
+                target: target.index(),
+                wr,
+            })
+        });
+        Ok(())
+    }
+
+    fn poll(&mut self, target: NodeId, timeout: Duration) -> Result<()> {
+        let (id, t) = (self.id, target.index());
+        let deadline = Instant::now() + timeout;
+        let chaos = &self.chaos;
+        let mut first = true;
+        loop {
+            {
+                let mut st = chaos.state.lock();
+                if first {
+                    st.churn(&chaos.fabric);
+                    first = false;
+                }
+                // A poll keeps the NIC going until its notice is at the head of the buffer.
+                for _ in 0..64 {
+                    if st.thread(id).qps[t].take_notice().is_some() {
+                        return Ok(());
+                    }
+                    if !st.step(&chaos.fabric) {
+                        break;
+                    }
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout {
+                    what: TimeoutKind::Poll(target),
+                    after: timeout,
+                });
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    fn load(&mut self, word: usize) -> Result<u64> {
+        let id = self.id;
+        Ok(self.chaos.call(|st, fabric| {
+            let th = st.thread(id);
+            let buffered = th.sb.iter().rev().find_map(|i| match i {
+                SbItem::Store { word: w, value } if *w == word => Some(*value),
+                _ => None,
+            });
+            buffered.unwrap_or_else(|| fabric.read(th.node, word))
+        }))
+    }
+
+    fn store(&mut self, word: usize, value: u64) -> Result<()> {
+        let id = self.id;
+        self.chaos
+            .call(|st, _| st.thread(id).sb.push_back(SbItem::Store { word, value }));
+        Ok(())
+    }
+
+    fn cas(&mut self, word: usize, expected: u64, new: u64) -> Result<u64> {
+        let (id, node) = (self.id, self.node);
+        Ok(self.chaos.call(|st, fabric| {
+            st.flush_all(fabric, id);
+            super::cpu_cas(fabric, node, word, expected, new)
+        }))
+    }
+
+    fn mfence(&mut self) -> Result<()> {
+        let id = self.id;
+        self.chaos.call(|st, fabric| st.flush_all(fabric, id));
+        Ok(())
+    }
+}
+
+impl Drop for ChaosNic {
+    fn drop(&mut self) {
+        let mut st = self.chaos.state.lock();
+        let th = st.thread(self.id);
+        th.alive = false;
+        th.qps.iter_mut().for_each(Qp::drop_notices);
+        if th.settled() {
+            st.threads[self.id] = None;
+        }
+    }
+}

@@ -1,0 +1,341 @@
+//! Thread contexts: the rdmawait operations (spec §2) and the CPU's access to local words.
+
+use std::any::{Any, TypeId};
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use crate::backend::{ThreadNic, WorkRequest};
+use crate::error::TimeoutKind;
+use crate::{Cluster, Error, Loc, NodeId, Result, WorkId};
+
+/// A thread's binding to one node: its queue pairs (one towards every node, loop-back included),
+/// its completion queue, and the work-id bookkeeping of `wait`.
+///
+/// Made by [`Cluster::context`]. A context belongs to one thread at a time (it is `Send`, not
+/// `Sync`); its methods take `&self` so that guards of the layers above can hold it.
+///
+/// # Guarantees (spec §3)
+/// - Operations towards one node are issued in program order, after every earlier CPU store of
+///   the thread is visible; a put reads its source when the NIC gets to it ([`Ctx::put`]).
+/// - `wait(d)` returns once the thread's earlier gets and RMWs tagged `d` have written their
+///   results locally and its earlier puts tagged `d` have read their source. It does **not**
+///   guarantee that a put's remote write has landed (Fig. 5); a global fence (`loco-sv`'s `gf`)
+///   does.
+/// - Operations towards different nodes are unordered; `rfence(n)` orders those towards `n`.
+#[derive(Debug)]
+pub struct Ctx {
+    cluster: Cluster,
+    node: NodeId,
+    inner: RefCell<Inner>,
+    extensions: RefCell<HashMap<TypeId, Rc<dyn Any>>>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    nic: Box<dyn ThreadNic>,
+    /// Per target node: the work ids of the unpolled operations, in post order (Fig. 16).
+    track: Vec<Track>,
+}
+
+#[derive(Debug, Default)]
+struct Track {
+    fifo: VecDeque<WorkId>,
+    /// Unpolled operations per work id (few distinct ids are live at once).
+    counts: Vec<(WorkId, usize)>,
+}
+
+impl Track {
+    fn push(&mut self, wid: WorkId) {
+        self.fifo.push_back(wid);
+        match self.counts.iter_mut().find(|(w, _)| *w == wid) {
+            Some((_, c)) => *c += 1,
+            None => self.counts.push((wid, 1)),
+        }
+    }
+
+    fn count(&self, wid: WorkId) -> usize {
+        self.counts
+            .iter()
+            .find(|(w, _)| *w == wid)
+            .map_or(0, |(_, c)| *c)
+    }
+
+    /// Removes the earliest operation: a poll completed it.
+    fn pop(&mut self) {
+        if let Some(wid) = self.fifo.pop_front() {
+            if let Some(i) = self.counts.iter().position(|(w, _)| *w == wid) {
+                self.counts[i].1 -= 1;
+                if self.counts[i].1 == 0 {
+                    self.counts.swap_remove(i);
+                }
+            }
+        }
+    }
+}
+
+impl Ctx {
+    pub(crate) fn new(cluster: Cluster, node: NodeId, nic: Box<dyn ThreadNic>) -> Ctx {
+        let track = (0..cluster.nodes()).map(|_| Track::default()).collect();
+        Ctx {
+            cluster,
+            node,
+            inner: RefCell::new(Inner { nic, track }),
+            extensions: RefCell::new(HashMap::new()),
+        }
+    }
+
+    /// The node this thread runs on.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// The cluster.
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    fn local_word(&self, x: &Loc) -> Result<usize> {
+        self.check_local(x)?;
+        self.cluster.check_word(x)
+    }
+
+    /// Checks that `x` is on this thread's node.
+    pub fn check_local(&self, x: &Loc) -> Result<()> {
+        if x.node() != self.node {
+            return Err(Error::NotLocal {
+                loc: x.node(),
+                thread: self.node,
+            });
+        }
+        Ok(())
+    }
+
+    // ----- CPU (x86-TSO) on local words -----
+
+    /// CPU load of a local word.
+    pub fn load(&self, x: &Loc) -> Result<u64> {
+        let w = self.local_word(x)?;
+        self.inner.borrow_mut().nic.load(w)
+    }
+
+    /// CPU store to a local word. Under TSO it may sit in the store buffer for a while: a later
+    /// load of another location may be served first.
+    pub fn store(&self, x: &Loc, value: u64) -> Result<()> {
+        let w = self.local_word(x)?;
+        self.inner.borrow_mut().nic.store(w, value)
+    }
+
+    /// CPU compare-and-swap on a local word; returns the old value. Atomic against CPU accesses,
+    /// but not against remote RMWs, which do not take part in it (spec §4).
+    pub fn cas(&self, x: &Loc, expected: u64, new: u64) -> Result<u64> {
+        let w = self.local_word(x)?;
+        self.inner.borrow_mut().nic.cas(w, expected, new)
+    }
+
+    /// CPU memory fence: every earlier store is visible before any later access.
+    pub fn mfence(&self) -> Result<()> {
+        self.inner.borrow_mut().nic.mfence()
+    }
+
+    // ----- rdmawait -----
+
+    /// `put(dst, src, d)`: copies local `src` to `dst` (on any node) by RDMA WRITE.
+    ///
+    /// The NIC reads `src` when it gets to the request, so a later CPU store to `src` may be what
+    /// is sent, unless the thread waits for `d` first (Fig. 2).
+    #[doc(alias = "RDMA_WRITE")]
+    pub fn put(&self, dst: &Loc, src: &Loc, wid: WorkId) -> Result<()> {
+        let (local, remote, words) = self.transfer(src, dst, dst, src)?;
+        self.post(
+            dst.node(),
+            WorkRequest::Write {
+                local,
+                remote,
+                words,
+            },
+            wid,
+        )
+    }
+
+    /// `get(dst, src, d)`: copies `src` (on any node) to local `dst` by RDMA READ. The value is in
+    /// `dst` once `wait(d)` returns.
+    #[doc(alias = "RDMA_READ")]
+    pub fn get(&self, dst: &Loc, src: &Loc, wid: WorkId) -> Result<()> {
+        let (local, remote, words) = self.transfer(dst, src, dst, src)?;
+        self.post(
+            src.node(),
+            WorkRequest::Read {
+                local,
+                remote,
+                words,
+            },
+            wid,
+        )
+    }
+
+    /// Checks the two sides of a transfer (`local` must be on this node); returns the first local
+    /// word, the first remote word and the word count.
+    fn transfer(
+        &self,
+        local: &Loc,
+        remote: &Loc,
+        dst: &Loc,
+        src: &Loc,
+    ) -> Result<(usize, usize, usize)> {
+        self.check_local(local)?;
+        let (l, words) = self.cluster.check(local)?;
+        let (r, _) = self.cluster.check(remote)?;
+        if dst.len() != src.len() {
+            return Err(Error::LengthMismatch {
+                dst: dst.len(),
+                src: src.len(),
+            });
+        }
+        if words == 0 {
+            return Err(Error::Empty);
+        }
+        Ok((l, r, words))
+    }
+
+    /// `rfence(n)`: every earlier operation of this thread towards `n` is ordered before every
+    /// later one towards `n`. Does not block the CPU.
+    pub fn rfence(&self, node: NodeId) -> Result<()> {
+        self.cluster.check_node(node)?;
+        let mut inner = self.inner.borrow_mut();
+        tracing::trace!(target: "loco::rdmawait", from = %self.node, to = %node, "rfence");
+        inner.nic.post(node, WorkRequest::Fence)
+    }
+
+    /// `wait(d)` with the cluster's default timeout: blocks until every earlier operation of this
+    /// thread tagged `d` has completed (see the type's guarantees).
+    pub fn wait(&self, wid: WorkId) -> Result<()> {
+        self.wait_timeout(wid, self.cluster.timeout())
+    }
+
+    /// `wait(d)`, giving up with [`Error::Timeout`] after `timeout` (nothing is lost: a timed-out
+    /// wait can be repeated).
+    ///
+    /// Implemented over polls (spec §5, Fig. 16): it polls the queue pairs towards every node
+    /// with unpolled operations tagged `d`, and every polled operation leaves the bookkeeping of
+    /// its own work id, so a later wait on another id never waits for it again.
+    pub fn wait_timeout(&self, wid: WorkId, timeout: Duration) -> Result<()> {
+        let start = Instant::now();
+        let mut inner = self.inner.borrow_mut();
+        let Inner { nic, track } = &mut *inner;
+        for (n, t) in track.iter_mut().enumerate() {
+            while t.count(wid) > 0 {
+                let left = timeout.saturating_sub(start.elapsed());
+                match nic.poll(NodeId(n as u16), left) {
+                    Ok(()) => t.pop(),
+                    Err(Error::Timeout { .. }) => {
+                        tracing::debug!(target: "loco::rdmawait", node = %self.node, %wid, ?timeout, "wait timed out");
+                        return Err(Error::Timeout {
+                            what: TimeoutKind::Wait(wid),
+                            after: timeout,
+                        });
+                    }
+                    Err(e) => {
+                        t.pop();
+                        tracing::debug!(target: "loco::rdmawait", node = %self.node, %wid, error = %e, "wait failed");
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        tracing::trace!(target: "loco::rdmawait", node = %self.node, %wid, elapsed = ?start.elapsed(), "wait done");
+        Ok(())
+    }
+
+    /// Number of operations towards `node` posted and not yet polled.
+    pub fn unpolled(&self, node: NodeId) -> Result<usize> {
+        self.cluster.check_node(node)?;
+        Ok(self.inner.borrow().track[node.index()].fifo.len())
+    }
+
+    /// The raw layer (the paper's rdmatso): puts and gets without work ids, and `poll(n)`.
+    pub fn raw(&self) -> Raw<'_> {
+        Raw { ctx: self }
+    }
+
+    /// Posts a work request towards `target`, tagged `wid` (for layers that add operations, such
+    /// as `loco-rdmawaitrmw`). Addresses are checked by the backend's memory sizes only: callers
+    /// check locality and alignment with [`Cluster::check`] first.
+    pub fn post(&self, target: NodeId, wr: WorkRequest, wid: WorkId) -> Result<()> {
+        self.cluster.check_node(target)?;
+        let mut inner = self.inner.borrow_mut();
+        tracing::trace!(target: "loco::rdmawait", from = %self.node, to = %target, ?wr, %wid, "post");
+        if let Err(e) = inner.nic.post(target, wr) {
+            tracing::debug!(target: "loco::rdmawait", from = %self.node, to = %target, error = %e, "post failed");
+            return Err(e);
+        }
+        if wr.completes() {
+            inner.track[target.index()].push(wid);
+        }
+        Ok(())
+    }
+
+    /// The per-thread state of type `T` of a library layer, created by `init` on first use (e.g.
+    /// scratch words in registered memory of this thread's node).
+    pub fn extension<T: Any>(&self, init: impl FnOnce(&Ctx) -> Result<T>) -> Result<Rc<T>> {
+        let key = TypeId::of::<T>();
+        if let Some(v) = self.extensions.borrow().get(&key) {
+            return Ok(v
+                .clone()
+                .downcast::<T>()
+                .expect("extension keyed by its TypeId"));
+        }
+        let v = Rc::new(init(self)?);
+        self.extensions.borrow_mut().insert(key, v.clone());
+        Ok(v)
+    }
+}
+
+/// The raw rdmatso layer of a context (spec §2): completion by polling the earliest operation of
+/// a queue pair rather than by work id.
+#[derive(Debug, Clone, Copy)]
+pub struct Raw<'a> {
+    ctx: &'a Ctx,
+}
+
+impl Raw<'_> {
+    /// `put(dst, src)`: RDMA WRITE of local `src` to `dst`.
+    pub fn put(&self, dst: &Loc, src: &Loc) -> Result<()> {
+        self.ctx.put(dst, src, WorkId::RAW)
+    }
+
+    /// `get(dst, src)`: RDMA READ of `src` into local `dst`.
+    pub fn get(&self, dst: &Loc, src: &Loc) -> Result<()> {
+        self.ctx.get(dst, src, WorkId::RAW)
+    }
+
+    /// `poll(n)` with the cluster's default timeout.
+    pub fn poll(&self, node: NodeId) -> Result<()> {
+        self.poll_timeout(node, self.ctx.cluster.timeout())
+    }
+
+    /// `poll(n)`: blocks until the **earliest** unpolled operation towards `n` completes (whatever
+    /// its work id) and consumes it. Fails with [`Error::NothingPending`] when there is none, as
+    /// the model's poll would block forever.
+    pub fn poll_timeout(&self, node: NodeId, timeout: Duration) -> Result<()> {
+        self.ctx.cluster.check_node(node)?;
+        let mut inner = self.ctx.inner.borrow_mut();
+        let Inner { nic, track } = &mut *inner;
+        let t = &mut track[node.index()];
+        if t.fifo.is_empty() {
+            return Err(Error::NothingPending { node });
+        }
+        match nic.poll(node, timeout) {
+            Ok(()) => {
+                t.pop();
+                Ok(())
+            }
+            Err(e @ Error::Timeout { .. }) => Err(e),
+            Err(e) => {
+                t.pop();
+                Err(e)
+            }
+        }
+    }
+}

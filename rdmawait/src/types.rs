@@ -1,0 +1,180 @@
+//! Node ids, work ids and location handles.
+
+use std::fmt;
+
+use crate::{Error, Result};
+
+/// Bytes in a word, the unit of memory and of atomicity.
+pub const WORD: u64 = 8;
+
+/// A node of the cluster (`n0`, `n1`, ...): one machine with one RDMA NIC.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct NodeId(pub u16);
+
+impl NodeId {
+    /// The node's index.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "n{}", self.0)
+    }
+}
+
+impl From<u16> for NodeId {
+    fn from(n: u16) -> Self {
+        NodeId(n)
+    }
+}
+
+/// A work id `d` (spec §1): a tag on remote operations; `wait(d)` waits for the thread's earlier
+/// operations tagged `d`. Work ids are per thread.
+///
+/// User ids are made with [`WorkId::new`]; ids with the top bit set are reserved for the libraries
+/// (see [`WorkId::internal`]) so that, say, a global fence never waits on a user's tag.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct WorkId(u64);
+
+impl WorkId {
+    const INTERNAL: u64 = 1 << 63;
+
+    /// A user work id.
+    pub const fn new(id: u32) -> Self {
+        WorkId(id as u64)
+    }
+
+    /// A work id reserved for a library layer (`tag` names the layer's use of it).
+    pub const fn internal(tag: u32) -> Self {
+        WorkId(Self::INTERNAL | tag as u64)
+    }
+
+    /// Whether this id is reserved for a library layer.
+    pub const fn is_internal(self) -> bool {
+        self.0 & Self::INTERNAL != 0
+    }
+
+    /// The id of operations posted through the raw (rdmatso) layer, which have no work id.
+    pub(crate) const RAW: WorkId = WorkId::internal(u32::MAX);
+}
+
+impl fmt::Display for WorkId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_internal() {
+            write!(f, "d#{}", self.0 & !Self::INTERNAL)
+        } else {
+            write!(f, "d{}", self.0)
+        }
+    }
+}
+
+impl From<u32> for WorkId {
+    fn from(id: u32) -> Self {
+        WorkId::new(id)
+    }
+}
+
+/// A location: `len` bytes at byte `offset` of a node's registered memory (spec §1).
+///
+/// Handles are cheap to copy. They are made by [`Cluster::alloc`](crate::Cluster::alloc) and
+/// narrowed with [`Loc::word`] and [`Loc::slice`]; every access is checked against the node's
+/// memory, so a handle can never reach outside it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct Loc {
+    pub(crate) cluster: u32,
+    node: NodeId,
+    offset: u64,
+    len: u64,
+}
+
+impl Loc {
+    pub(crate) fn new(cluster: u32, node: NodeId, offset: u64, len: u64) -> Self {
+        Loc {
+            cluster,
+            node,
+            offset,
+            len,
+        }
+    }
+
+    /// The node holding the location.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// Byte offset in the node's registered memory.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the location is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Number of whole words.
+    pub fn words(&self) -> u64 {
+        self.len / WORD
+    }
+
+    /// Word `i` of this location.
+    pub fn word(&self, i: u64) -> Result<Loc> {
+        self.slice(i * WORD, WORD)
+    }
+
+    /// `len` bytes from byte `offset` within this location.
+    pub fn slice(&self, offset: u64, len: u64) -> Result<Loc> {
+        if offset % WORD != 0 || len % WORD != 0 {
+            return Err(Error::Misaligned {
+                offset: self.offset + offset,
+                len,
+            });
+        }
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => {
+                Ok(Loc::new(self.cluster, self.node, self.offset + offset, len))
+            }
+            _ => Err(Error::OutOfRange {
+                node: self.node,
+                offset: self.offset.saturating_add(offset),
+                len,
+                size: self.offset + self.len,
+            }),
+        }
+    }
+
+    /// The location's first word index and word count, after checking alignment and that it
+    /// lies within `size_bytes`.
+    pub(crate) fn word_range(&self, size_bytes: u64) -> Result<(usize, usize)> {
+        if self.offset % WORD != 0 || self.len % WORD != 0 {
+            return Err(Error::Misaligned {
+                offset: self.offset,
+                len: self.len,
+            });
+        }
+        match self.offset.checked_add(self.len) {
+            Some(end) if end <= size_bytes => {
+                Ok(((self.offset / WORD) as usize, (self.len / WORD) as usize))
+            }
+            _ => Err(Error::OutOfRange {
+                node: self.node,
+                offset: self.offset,
+                len: self.len,
+                size: size_bytes,
+            }),
+        }
+    }
+}
+
+impl fmt::Display for Loc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}+{:#x}[{}]", self.node, self.offset, self.len)
+    }
+}

@@ -1,0 +1,88 @@
+//! Remote compare-and-swap and fetch-and-add: the paper's **rdmawait+RMW** library (spec §2).
+//!
+//! [`Rmw`] adds [`rcas`](Rmw::rcas) and [`rfaa`](Rmw::rfaa) to every [`Ctx`]. Like puts and gets
+//! they are tagged with a work id; the old value lands in a local word once `wait(d)` returns.
+//!
+//! ```
+//! use loco_rdmawait::{Cluster, NodeId, WorkId};
+//! use loco_rdmawaitrmw::Rmw;
+//!
+//! let cluster = Cluster::builder().nodes(2).build()?;
+//! let counter = cluster.alloc_word(NodeId(1))?;
+//! let old = cluster.alloc_word(NodeId(0))?;
+//! let ctx = cluster.context(NodeId(0))?;
+//! let d = WorkId::new(1);
+//! ctx.rfaa(&counter, 5, &old, d)?;
+//! ctx.rcas(&counter, 5, 9, &old, d)?;
+//! ctx.wait(d)?;
+//! assert_eq!(ctx.load(&old)?, 5);       // the CAS saw 5 ...
+//! cluster.quiesce()?;
+//! assert_eq!(cluster.peek(&counter)?, 9); // ... and swapped in 9
+//! # Ok::<(), loco_rdmawait::Error>(())
+//! ```
+//!
+//! # Guarantees (spec §3.4, Figs. 6 and 7b)
+//! - A remote RMW is atomic **only against other remote RMWs** towards the same node: the NIC of
+//!   the target node holds a remote-atomic lock from the RMW's read to its write (Fig. 6c).
+//! - It is **not** atomic against CPU stores or puts: one that lands between the read and the
+//!   write is lost (Figs. 6a, 6b). Do not mix CPU stores or puts with RMWs on a word unless that
+//!   loss is acceptable.
+//! - The RMW's read cannot be overtaken by a later remote write on the same queue pair (Fig. 7b),
+//!   unlike a get's (Fig. 7a).
+//!
+//! # Errors
+//! The target and the return word must each be exactly one 8-byte aligned word
+//! ([`Error::NotAWord`], [`Error::Misaligned`]); the return word must be on the calling thread's
+//! node ([`Error::NotLocal`]). These are checked before anything is posted.
+
+#![forbid(unsafe_code)]
+
+use loco_rdmawait::{Ctx, Loc, WorkId, WorkRequest};
+pub use loco_rdmawait::{Error, Result};
+
+/// Remote RMWs on a thread context.
+pub trait Rmw {
+    /// `rcas(y, e, v, ret=x, d)`: if the remote word `target` equals `expected`, replace it with
+    /// `new`; the old value is written to the local word `ret`. A failed CAS writes nothing
+    /// remotely.
+    #[doc(alias = "ATOMIC_CMP_AND_SWP")]
+    fn rcas(&self, target: &Loc, expected: u64, new: u64, ret: &Loc, wid: WorkId) -> Result<()>;
+
+    /// `rfaa(y, k, ret=x, d)`: add `add` (wrapping) to the remote word `target`; the old value is
+    /// written to the local word `ret`.
+    #[doc(alias = "ATOMIC_FETCH_AND_ADD")]
+    fn rfaa(&self, target: &Loc, add: u64, ret: &Loc, wid: WorkId) -> Result<()>;
+}
+
+/// Checks the operands of an RMW; returns (remote word, local word).
+fn operands(ctx: &Ctx, target: &Loc, ret: &Loc) -> Result<(usize, usize)> {
+    let remote = ctx.cluster().check_word(target)?;
+    ctx.check_local(ret)?;
+    let local = ctx.cluster().check_word(ret)?;
+    Ok((remote, local))
+}
+
+impl Rmw for Ctx {
+    fn rcas(&self, target: &Loc, expected: u64, new: u64, ret: &Loc, wid: WorkId) -> Result<()> {
+        let (remote, local) = operands(self, target, ret)?;
+        self.post(
+            target.node(),
+            WorkRequest::CompareSwap {
+                remote,
+                expected,
+                new,
+                local,
+            },
+            wid,
+        )
+    }
+
+    fn rfaa(&self, target: &Loc, add: u64, ret: &Loc, wid: WorkId) -> Result<()> {
+        let (remote, local) = operands(self, target, ret)?;
+        self.post(
+            target.node(),
+            WorkRequest::FetchAdd { remote, add, local },
+            wid,
+        )
+    }
+}

@@ -1,0 +1,35 @@
+//! loco-rs: composable, formally specified objects for RDMA networks (RoCE, InfiniBand,
+//! Soft-RoCE), after Stupple, Dongol and Raad, *Specifying and Verifying RDMA Synchronisation*.
+//!
+//! The layers, bottom up, each with its guarantee in a line:
+//!
+//! - [`rdmawait`]: `put`/`get` over RC queue pairs, `wait(d)` by work id, `rfence(n)`; a put reads
+//!   its source late, a wait does not cover remote writes, different nodes are unordered. Also
+//!   the NIC backends: the soft NIC (default) and ibverbs (feature `verbs`).
+//! - [`rdmawaitrmw`]: `rcas`/`rfaa`, atomic only against other remote RMWs.
+//!
+//! ```
+//! use loco::prelude::*;
+//!
+//! let cluster = Cluster::builder().nodes(3).build()?;
+//! let counter = cluster.alloc_word(NodeId(2))?;
+//! let old = cluster.alloc_word(NodeId(0))?;
+//! let ctx = cluster.context(NodeId(0))?;
+//! ctx.rfaa(&counter, 1, &old, WorkId::new(0))?;
+//! ctx.wait(WorkId::new(0))?;
+//! assert_eq!(ctx.load(&old)?, 0);
+//! # Ok::<(), loco::rdmawait::Error>(())
+//! ```
+
+#![forbid(unsafe_code)]
+
+#[doc(inline)]
+pub use loco_rdmawait as rdmawait;
+#[doc(inline)]
+pub use loco_rdmawaitrmw as rdmawaitrmw;
+
+/// The names most programs need.
+pub mod prelude {
+    pub use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, Schedule, WorkId};
+    pub use loco_rdmawaitrmw::Rmw;
+}
