@@ -1,0 +1,2 @@
+//! The weak, strong and node locks (in progress).
+#![forbid(unsafe_code)]

@@ -1,0 +1,254 @@
+//! Shared variables and the global fence: the paper's **sv** library (spec §2 and §5, after
+//! LOCO).
+//!
+//! A [`SharedVar`] is one 8-byte word with a copy on every node. [`SharedVar::load`] and
+//! [`SharedVar::store`] touch the copy on the calling thread's node (CPU accesses, x86-TSO);
+//! [`SharedVar::bcast`] puts that local copy to the copies on other nodes; `wait(d)` is the
+//! rdmawait [`Ctx::wait`]. [`GlobalFence::gf`] blocks until every earlier operation of the thread
+//! towards the given nodes has **fully** completed, remote writes included.
+//!
+//! ```
+//! use loco_rdmawait::{Cluster, NodeId, Schedule, WorkId};
+//! use loco_sv::{GlobalFence, SharedVar};
+//!
+//! let cluster = Cluster::builder().nodes(3).soft(Schedule::Threaded).build()?;
+//! let flag = SharedVar::new(&cluster)?;
+//! let ctx = cluster.context(NodeId(0))?;
+//! flag.store(&ctx, 7)?;                                 // n0's copy
+//! flag.bcast(&ctx, [NodeId(1), NodeId(2)], WorkId::new(1))?;
+//! ctx.gf([NodeId(1), NodeId(2)])?;                      // both puts have landed
+//! assert_eq!(cluster.peek(&flag.copy(NodeId(2))?)?, 7);
+//!
+//! let reader = cluster.context(NodeId(2))?;
+//! assert_eq!(flag.load(&reader)?, 7);                   // n2's copy
+//! # Ok::<(), loco_sv::Error>(())
+//! ```
+//!
+//! # Guarantees (spec §3, §5; Figs. 5 and 8)
+//! - `load`/`store` are CPU accesses to the local copy: x86-TSO, nothing is sent.
+//! - `bcast(s, N, d)` is `put(s@n, s@me, d)` for each n in N, in the order given (`rules.md` §2).
+//!   Like any put it reads the local copy when the NIC gets to it (Fig. 2), and `wait(d)` does not
+//!   mean the copies have been written (Fig. 5).
+//! - `gf(N)` returns only once every earlier operation of this thread towards the nodes in N has
+//!   fully completed: puts and broadcasts have landed, gets and RMWs have written locally. It is
+//!   what turns the allowed store buffering of Fig. 5 (puts + waits) into a forbidden one. It
+//!   orders, it does not exclude: two threads' critical sections still interleave without a lock
+//!   (Fig. 8c).
+//!
+//! # Implementation
+//! `gf(N)` is the LOCO global fence (spec §5, `rules.md` §2): for each n in N, `rfence(n)` then a
+//! get of a per-node dummy word into a per-thread scratch word, tagged with the reserved work id
+//! [`GF_WORK_ID`]; then `wait` for it. The get's remote read cannot pass the fence, and a NIC read
+//! flushes every earlier write of the queue pair (spec §4 rule 6), so once it completes everything
+//! before it towards n has landed. The dummy words are allocated once per cluster, the scratch word
+//! once per thread.
+//!
+//! # Errors
+//! Only those of the rdmawait layer ([`Error::Rdma`]): unknown nodes, locations of another
+//! cluster, timeouts, failed completions.
+
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+
+use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, WorkId};
+
+/// Errors of the sv layer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An error of the rdmawait layer below.
+    #[error(transparent)]
+    Rdma(#[from] loco_rdmawait::Error),
+}
+
+/// `Result` with [`Error`] as the default error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The library-reserved work id of the global fence's gets. A user's `wait(d)` never waits for a
+/// fence, and a fence never waits for a user's operations beyond what the fence itself orders.
+pub const GF_WORK_ID: WorkId = WorkId::internal(0x5356_0001);
+
+/// A shared variable: one 8-byte word with a copy on every node of a cluster (spec §2).
+///
+/// Cheap to clone (a handle), `Send` and `Sync`: make it once and share it with every thread.
+/// Allocation is in node order on the cluster's bump allocators, so processes that make the same
+/// objects in the same order agree on the copies' locations.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharedVar {
+    copies: Arc<[Loc]>,
+}
+
+impl SharedVar {
+    /// A shared variable with every copy 0.
+    pub fn new(cluster: &Cluster) -> Result<SharedVar> {
+        let copies = cluster
+            .node_ids()
+            .map(|n| cluster.alloc_word(n))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(SharedVar {
+            copies: copies.into(),
+        })
+    }
+
+    /// A shared variable with every copy `value`, written directly to node memory: make it before
+    /// the threads that use it start.
+    pub fn with_value(cluster: &Cluster, value: u64) -> Result<SharedVar> {
+        let s = SharedVar::new(cluster)?;
+        for c in s.copies.iter() {
+            cluster.poke(c, value)?;
+        }
+        Ok(s)
+    }
+
+    /// The copy on `node`.
+    pub fn copy(&self, node: NodeId) -> Result<Loc> {
+        self.copies.get(node.index()).copied().ok_or(Error::Rdma(
+            loco_rdmawait::Error::UnknownNode {
+                node,
+                nodes: self.copies.len(),
+            },
+        ))
+    }
+
+    /// The copy on the calling thread's node.
+    pub fn local(&self, ctx: &Ctx) -> Result<Loc> {
+        self.copy(ctx.node())
+    }
+
+    /// `load(s)`: CPU load of the local copy.
+    pub fn load(&self, ctx: &Ctx) -> Result<u64> {
+        Ok(ctx.load(&self.local(ctx)?)?)
+    }
+
+    /// `store(s, v)`: CPU store to the local copy (x86-TSO: it may sit in the store buffer).
+    pub fn store(&self, ctx: &Ctx, value: u64) -> Result<()> {
+        Ok(ctx.store(&self.local(ctx)?, value)?)
+    }
+
+    /// `bcast(s, N, d)`: puts the local copy to the copies on every node of `nodes`, in the order
+    /// given, tagged `d`. The calling thread's own node is skipped: its copy is the source.
+    ///
+    /// Every node is checked before anything is posted. The puts read the local copy when the NIC
+    /// gets to them (Fig. 2); `wait(d)` waits until they have, [`GlobalFence::gf`] until they have
+    /// landed.
+    pub fn bcast(
+        &self,
+        ctx: &Ctx,
+        nodes: impl IntoIterator<Item = NodeId>,
+        wid: WorkId,
+    ) -> Result<()> {
+        let me = ctx.node();
+        let src = self.local(ctx)?;
+        let targets = nodes
+            .into_iter()
+            .filter(|&n| n != me)
+            .map(|n| self.copy(n))
+            .collect::<Result<Vec<_>>>()?;
+        for dst in &targets {
+            ctx.put(dst, &src, wid)?;
+        }
+        Ok(())
+    }
+}
+
+/// The global fence on a thread context (spec §2 `gf(N)`).
+pub trait GlobalFence {
+    /// `gf(N)`: blocks until every earlier operation of this thread towards the nodes of `nodes`
+    /// has fully completed, remote writes included (see the [crate docs](crate)).
+    ///
+    /// Every node is checked before anything is posted; an empty set returns at once.
+    fn gf(&self, nodes: impl IntoIterator<Item = NodeId>) -> Result<()>;
+
+    /// `gf(all)`: the global fence towards every node of the cluster.
+    fn gf_all(&self) -> Result<()>;
+}
+
+/// Per-cluster state: the dummy word on every node that the fence's gets read.
+#[derive(Debug)]
+struct GfTargets {
+    words: Vec<Loc>,
+}
+
+/// Per-thread state: where the fence's gets land, and the cluster's dummy words.
+#[derive(Debug)]
+struct GfThread {
+    scratch: Loc,
+    targets: Arc<GfTargets>,
+}
+
+fn gf_thread(ctx: &Ctx) -> Result<std::rc::Rc<GfThread>> {
+    Ok(ctx.extension::<GfThread>(|ctx| {
+        let targets = ctx.cluster().extension::<GfTargets>(|c| {
+            let words = c
+                .node_ids()
+                .map(|n| c.alloc_word(n))
+                .collect::<loco_rdmawait::Result<Vec<_>>>()?;
+            Ok(GfTargets { words })
+        })?;
+        let scratch = ctx.cluster().alloc_word(ctx.node())?;
+        Ok(GfThread { scratch, targets })
+    })?)
+}
+
+impl GlobalFence for Ctx {
+    fn gf(&self, nodes: impl IntoIterator<Item = NodeId>) -> Result<()> {
+        let st = gf_thread(self)?;
+        let nodes = nodes.into_iter().collect::<Vec<_>>();
+        for &n in &nodes {
+            self.cluster().check_node(n)?;
+        }
+        if nodes.is_empty() {
+            return Ok(());
+        }
+        for &n in &nodes {
+            self.rfence(n)?;
+            self.get(&st.scratch, &st.targets.words[n.index()], GF_WORK_ID)?;
+        }
+        self.wait(GF_WORK_ID)?;
+        tracing::trace!(target: "loco::sv", node = %self.node(), ?nodes, "gf done");
+        Ok(())
+    }
+
+    fn gf_all(&self) -> Result<()> {
+        let all = self.cluster().node_ids().collect::<Vec<_>>();
+        self.gf(all)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use loco_rdmawait::Schedule;
+
+    #[test]
+    fn bcast_skips_own_node_and_checks_nodes_first() -> Result<()> {
+        let cluster = Cluster::builder().nodes(2).build()?;
+        let s = SharedVar::new(&cluster)?;
+        let ctx = cluster.context(NodeId(0))?;
+        s.store(&ctx, 3)?;
+        let err = s.bcast(&ctx, [NodeId(1), NodeId(5)], WorkId::new(0));
+        assert!(matches!(
+            err,
+            Err(Error::Rdma(loco_rdmawait::Error::UnknownNode { .. }))
+        ));
+        assert_eq!(ctx.unpolled(NodeId(1))?, 0, "nothing posted on error");
+        s.bcast(&ctx, [NodeId(0), NodeId(1)], WorkId::new(0))?;
+        assert_eq!(ctx.unpolled(NodeId(0))?, 0, "no loop-back put");
+        assert_eq!(ctx.unpolled(NodeId(1))?, 1);
+        Ok(())
+    }
+
+    #[test]
+    fn gf_of_nothing_posts_nothing() -> Result<()> {
+        let cluster = Cluster::builder()
+            .nodes(2)
+            .soft(Schedule::Chaos { seed: 1 })
+            .build()?;
+        let ctx = cluster.context(NodeId(0))?;
+        ctx.gf([])?;
+        assert_eq!(ctx.unpolled(NodeId(0))?, 0);
+        assert_eq!(ctx.unpolled(NodeId(1))?, 0);
+        Ok(())
+    }
+}
