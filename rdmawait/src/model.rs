@@ -111,6 +111,20 @@ pub enum Entry {
 }
 
 impl Entry {
+    /// The completion tag this entry will report, if it reports one. An RMW's `X` has none: its
+    /// notice comes with its `L`. An rfence produces no completion.
+    pub fn tag(&self) -> Option<u32> {
+        match self {
+            Entry::Put { tag, .. }
+            | Entry::Send { tag, .. }
+            | Entry::Ack { tag }
+            | Entry::Get { tag, .. }
+            | Entry::Load { tag, .. }
+            | Entry::Rmw { tag, .. } => Some(*tag),
+            Entry::Atomic { .. } | Entry::Fence => None,
+        }
+    }
+
     /// "Passable" entries may be overtaken by a later remote write or read (`rules.md`).
     fn passable(&self) -> bool {
         matches!(
@@ -381,6 +395,38 @@ impl Qp {
         }
     }
 
+    /// `wait(tag)` on this queue pair, in the atomic form of `rules.md` ("wait(d)"): `None` while
+    /// an operation tagged `tag` is still in the pipe, or while a local write sits before the last
+    /// `tag` notice of the local write buffer; otherwise `Some(k)`, where the wait consumes the
+    /// first `k` items of the local write buffer (all notices; `k = 0` when no `tag` notice is
+    /// there). Consume them with [`Qp::take_notices`].
+    ///
+    /// The caller checks the part of the premise that is not the queue pair's: that no operation
+    /// tagged `tag` is still in the thread's store buffer.
+    pub fn wait_ready(&self, tag: u32) -> Option<usize> {
+        if self.pipe.iter().any(|e| e.tag() == Some(tag)) {
+            return None;
+        }
+        match self.bl.iter().rposition(|i| *i == LocalItem::Notice(tag)) {
+            None => Some(0),
+            Some(j) => self
+                .bl
+                .iter()
+                .take(j)
+                .all(|i| matches!(i, LocalItem::Notice(_)))
+                .then_some(j + 1),
+        }
+    }
+
+    /// Consumes the first `k` items of the local write buffer, which must all be notices (the
+    /// effect of a wait that [`Qp::wait_ready`] allowed, or of `k` polls).
+    pub fn take_notices(&mut self, k: usize) {
+        for _ in 0..k {
+            self.take_notice()
+                .expect("take_notices: a local write before the notices");
+        }
+    }
+
     /// Whether nothing remains but completion notices: every posted operation has fully taken
     /// effect in memory.
     pub fn is_settled(&self) -> bool {
@@ -568,6 +614,55 @@ mod tests {
         run_in_order(&mut qp, &mut mem, &mut locks);
         assert_eq!((mem.0[1][0], mem.0[0][0]), (9, 9));
         assert_eq!(qp.take_notice(), Some(4));
+    }
+
+    #[test]
+    fn wait_ready_follows_the_atomic_wait_rule() {
+        let mut mem = Mem::default();
+        let mut locks = [false; 2];
+        let mut qp = Qp::new(0, 1);
+        assert_eq!(
+            qp.wait_ready(1),
+            Some(0),
+            "nothing tagged: a wait goes through"
+        );
+        let read = |local| WorkRequest::Read {
+            local,
+            remote: 0,
+            words: 1,
+        };
+        qp.issue(read(0), 1);
+        qp.issue(read(1), 2);
+        assert_eq!(qp.wait_ready(2), None, "tag 2 still in the pipe");
+        qp.apply(Step::Pipe(0), &mut mem, &mut locks); // nRR of the first get
+        qp.apply(Step::Pipe(1), &mut mem, &mut locks); // nRR of the second get
+        qp.apply(Step::Pipe(0), &mut mem, &mut locks); // first get: W, N(1) to Bl
+        qp.apply(Step::Pipe(0), &mut mem, &mut locks); // second get: W, N(2) to Bl
+        assert_eq!(qp.wait_ready(1), None, "a local write before the 1-notice");
+        assert_eq!(qp.wait_ready(3), Some(0));
+        qp.apply(Step::CommitLocal(0), &mut mem, &mut locks);
+        assert_eq!(qp.wait_ready(1), Some(1));
+        assert_eq!(qp.wait_ready(2), None, "the second get's write is pending");
+        qp.apply(Step::CommitLocal(1), &mut mem, &mut locks);
+        assert_eq!(
+            qp.wait_ready(2),
+            Some(2),
+            "consumes the notices up to the last 2"
+        );
+        qp.take_notices(2);
+        assert!(qp.bl.is_empty());
+        let mut qp = Qp::new(0, 1);
+        qp.issue(
+            WorkRequest::FetchAdd {
+                remote: 0,
+                add: 1,
+                local: 0,
+            },
+            5,
+        );
+        qp.apply(Step::Pipe(0), &mut mem, &mut locks);
+        assert_eq!(qp.pipe[0].tag(), None, "X carries no tag ...");
+        assert_eq!(qp.wait_ready(5), None, "... but the L behind it does");
     }
 
     #[test]
