@@ -1,0 +1,3 @@
+//! The `loco` command.
+#![forbid(unsafe_code)]
+fn main() {}

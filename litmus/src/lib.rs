@@ -1,0 +1,2 @@
+//! Litmus tests for loco-rs.
+#![forbid(unsafe_code)]
