@@ -13,8 +13,9 @@ use crate::{Cluster, Error, Loc, NodeId, Result, WorkId};
 /// A thread's binding to one node: its queue pairs (one towards every node, loop-back included),
 /// its completion queue, and the work-id bookkeeping of `wait`.
 ///
-/// Made by [`Cluster::context`]. A context belongs to one thread at a time (it is `Send`, not
-/// `Sync`); its methods take `&self` so that guards of the layers above can hold it.
+/// Made by [`Cluster::context`] on the thread that uses it (a context is neither `Send` nor
+/// `Sync`: its queue pairs and completion queue are the thread's own). Its methods take `&self`
+/// so that guards of the layers above can hold it.
 ///
 /// # Guarantees (spec §3)
 /// - Operations towards one node are issued in program order, after every earlier CPU store of

@@ -1,0 +1,201 @@
+//! The paper's litmus tests of Figs. 2, 3, 5 and 7(a) (`shared/spec/litmus/`) on the soft NIC in
+//! `Chaos`: forbidden outcomes never appear in `RUNS` seeded runs, allowed weak ones do.
+
+mod common;
+
+use common::{chaos, histogram};
+use loco_rdmawait::{NodeId, WorkId};
+
+const N0: NodeId = NodeId(0);
+const N1: NodeId = NodeId(1);
+const D1: WorkId = WorkId::new(1);
+const D2: WorkId = WorkId::new(2);
+
+/// Fig. 2 shapes, one thread on n0: puts of x@n0 to y@n1, some completion, then `store(x, 1)`.
+/// Returns the final y.
+fn fig2(
+    seed: u64,
+    body: impl Fn(&loco_rdmawait::Ctx, &loco_rdmawait::Loc, &loco_rdmawait::Loc),
+) -> u64 {
+    let c = chaos(2, seed);
+    let x = c.alloc_word(N0).unwrap();
+    let y = c.alloc_word(N1).unwrap();
+    {
+        let ctx = c.context(N0).unwrap();
+        body(&ctx, &x, &y);
+        ctx.store(&x, 1).unwrap();
+    }
+    c.quiesce().unwrap();
+    c.peek(&y).unwrap()
+}
+
+#[test]
+fn fig2a_put_poll_forbidden() {
+    let h = histogram(|s| {
+        fig2(s, |ctx, x, y| {
+            ctx.raw().put(y, x).unwrap();
+            ctx.raw().poll(N1).unwrap();
+        })
+    });
+    assert!(!h.contains_key(&1), "{h:?}");
+}
+
+#[test]
+fn fig2b_two_puts_one_poll_allowed() {
+    let h = histogram(|s| {
+        fig2(s, |ctx, x, y| {
+            ctx.raw().put(y, x).unwrap();
+            ctx.raw().put(y, x).unwrap();
+            ctx.raw().poll(N1).unwrap();
+        })
+    });
+    assert!(
+        h.contains_key(&1),
+        "the second put must be seen reading x late: {h:?}"
+    );
+    assert!(h.contains_key(&0), "{h:?}");
+}
+
+#[test]
+fn fig2c_two_puts_two_polls_forbidden() {
+    let h = histogram(|s| {
+        fig2(s, |ctx, x, y| {
+            ctx.raw().put(y, x).unwrap();
+            ctx.raw().put(y, x).unwrap();
+            ctx.raw().poll(N1).unwrap();
+            ctx.raw().poll(N1).unwrap();
+        })
+    });
+    assert_eq!(h.keys().collect::<Vec<_>>(), vec![&0], "{h:?}");
+}
+
+#[test]
+fn fig2d_put_wait_forbidden() {
+    let h = histogram(|s| {
+        fig2(s, |ctx, x, y| {
+            ctx.put(y, x, D1).unwrap();
+            ctx.wait(D1).unwrap();
+        })
+    });
+    assert_eq!(h.keys().collect::<Vec<_>>(), vec![&0], "{h:?}");
+}
+
+#[test]
+fn fig2e_earlier_put_other_wid_forbidden() {
+    let h = histogram(|s| {
+        fig2(s, |ctx, x, y| {
+            ctx.put(y, x, D2).unwrap();
+            ctx.put(y, x, D1).unwrap();
+            ctx.wait(D1).unwrap();
+        })
+    });
+    assert_eq!(h.keys().collect::<Vec<_>>(), vec![&0], "{h:?}");
+    // And the earlier put's id was consumed by the wait's polls: waiting on it returns at once.
+}
+
+#[test]
+fn fig3_cpu_cas_is_atomic() {
+    let h = histogram(|s| {
+        let c = chaos(1, s);
+        let x = c.alloc_word(N0).unwrap();
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                let ctx = c.context(N0).unwrap();
+                ctx.cas(&x, 0, 1).unwrap()
+            });
+            sc.spawn(|| {
+                let ctx = c.context(N0).unwrap();
+                ctx.store(&x, 2).unwrap();
+            });
+        });
+        c.quiesce().unwrap();
+        c.peek(&x).unwrap()
+    });
+    // x = 1 would need the store to land between the CAS's read and its write, and be lost.
+    assert!(!h.contains_key(&1), "{h:?}");
+}
+
+/// Fig. 5: store buffering through puts. `sync` is what each thread does after its put.
+fn fig5(seed: u64, gf: bool) -> (u64, u64) {
+    let c = chaos(2, seed);
+    let x = c.alloc_word(N0).unwrap();
+    let one0 = c.alloc_word(N0).unwrap();
+    let y = c.alloc_word(N1).unwrap();
+    let one1 = c.alloc_word(N1).unwrap();
+    let gfw = [c.alloc_word(N0).unwrap(), c.alloc_word(N1).unwrap()];
+    c.poke(&one0, 1).unwrap();
+    c.poke(&one1, 1).unwrap();
+    let side = |me: NodeId,
+                other: NodeId,
+                target: &loco_rdmawait::Loc,
+                one: &loco_rdmawait::Loc,
+                mine: &loco_rdmawait::Loc| {
+        let ctx = c.context(me).unwrap();
+        ctx.put(target, one, D1).unwrap();
+        if gf {
+            // The global fence of spec §5: rfence, a get of a word on the node, wait.
+            let scratch = c.alloc_word(me).unwrap();
+            ctx.rfence(other).unwrap();
+            ctx.get(&scratch, &gfw[other.index()], D2).unwrap();
+            ctx.wait(D2).unwrap();
+        } else {
+            ctx.wait(D1).unwrap();
+        }
+        ctx.load(mine).unwrap()
+    };
+    let (r0, r1) = std::thread::scope(|sc| {
+        let a = sc.spawn(|| side(N0, N1, &y, &one0, &x));
+        let b = sc.spawn(|| side(N1, N0, &x, &one1, &y));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    c.quiesce().unwrap();
+    (r0, r1)
+}
+
+#[test]
+fn fig5_sb_put_wait_allowed() {
+    let h = histogram(|s| fig5(s, false));
+    assert!(
+        h.contains_key(&(0, 0)),
+        "store buffering through puts must be observable: {h:?}"
+    );
+}
+
+#[test]
+fn fig5_sb_put_gf_forbidden() {
+    let h = histogram(|s| fig5(s, true));
+    assert!(!h.contains_key(&(0, 0)), "{h:?}");
+}
+
+#[test]
+fn fig7a_lb_get_allowed() {
+    let h = histogram(|s| {
+        let c = chaos(2, s);
+        let a = c.alloc_word(N0).unwrap();
+        let one = c.alloc_word(N0).unwrap();
+        let x = c.alloc_word(N1).unwrap();
+        let y = c.alloc_word(N1).unwrap();
+        c.poke(&one, 1).unwrap();
+        let r0 = std::thread::scope(|sc| {
+            sc.spawn(|| {
+                let ctx = c.context(N0).unwrap();
+                ctx.get(&a, &x, D1).unwrap();
+                ctx.put(&y, &one, D2).unwrap();
+            });
+            sc.spawn(|| {
+                let ctx = c.context(N1).unwrap();
+                let r0 = ctx.load(&y).unwrap();
+                ctx.store(&x, 1).unwrap();
+                r0
+            })
+            .join()
+            .unwrap()
+        });
+        c.quiesce().unwrap();
+        (c.peek(&a).unwrap(), r0)
+    });
+    assert!(
+        h.contains_key(&(1, 1)),
+        "a later put must overtake a get's read: {h:?}"
+    );
+}

@@ -1,0 +1,128 @@
+//! The paper's litmus tests of Figs. 6 and 7(b) (`shared/spec/litmus/`) on the soft NIC in
+//! `Chaos`: remote RMWs are atomic against each other only.
+
+use std::collections::BTreeMap;
+
+use loco_rdmawait::{Cluster, NodeId, Schedule, WorkId};
+use loco_rdmawaitrmw::Rmw;
+
+const RUNS: u64 = 10_000;
+const N0: NodeId = NodeId(0);
+const N1: NodeId = NodeId(1);
+const N2: NodeId = NodeId(2);
+const D1: WorkId = WorkId::new(1);
+const D2: WorkId = WorkId::new(2);
+
+fn chaos(nodes: usize, seed: u64) -> Cluster {
+    Cluster::builder()
+        .nodes(nodes)
+        .memory_per_node(1024)
+        .soft(Schedule::Chaos { seed })
+        .build()
+        .unwrap()
+}
+
+fn histogram<O: Ord>(mut run: impl FnMut(u64) -> O) -> BTreeMap<O, u64> {
+    let mut h = BTreeMap::new();
+    for seed in 0..RUNS {
+        *h.entry(run(seed)).or_insert(0) += 1;
+    }
+    h
+}
+
+/// Fig. 6: t0@n0 does `rcas(x@n1, 0, 1)`; a thread on `writer` node writes 2 into x, by a CPU
+/// store (6a), a put (6b) or a remote FAA of 2 (6c). Returns the final x.
+fn fig6(seed: u64, how: &str) -> u64 {
+    let c = chaos(3, seed);
+    let x = c.alloc_word(N1).unwrap();
+    let a = c.alloc_word(N0).unwrap();
+    let two = c.alloc_word(N2).unwrap();
+    let b = c.alloc_word(N2).unwrap();
+    c.poke(&two, 2).unwrap();
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            let ctx = c.context(N0).unwrap();
+            ctx.rcas(&x, 0, 1, &a, D1).unwrap();
+        });
+        sc.spawn(|| match how {
+            "store" => c.context(N1).unwrap().store(&x, 2).unwrap(),
+            "put" => c.context(N2).unwrap().put(&x, &two, D1).unwrap(),
+            _ => c.context(N2).unwrap().rfaa(&x, 2, &b, D1).unwrap(),
+        });
+    });
+    c.quiesce().unwrap();
+    c.peek(&x).unwrap()
+}
+
+#[test]
+fn fig6a_rcas_vs_cpu_store_allowed() {
+    let h = histogram(|s| fig6(s, "store"));
+    assert!(
+        h.contains_key(&1),
+        "a CPU store must be seen lost inside a remote CAS: {h:?}"
+    );
+}
+
+#[test]
+fn fig6b_rcas_vs_put_allowed() {
+    let h = histogram(|s| fig6(s, "put"));
+    assert!(
+        h.contains_key(&1),
+        "a put must be seen lost inside a remote CAS: {h:?}"
+    );
+}
+
+#[test]
+fn fig6c_rcas_vs_rfaa_forbidden() {
+    let h = histogram(|s| fig6(s, "faa"));
+    assert!(!h.contains_key(&1), "{h:?}");
+    assert!(
+        h.contains_key(&2) && h.contains_key(&3),
+        "both orders of the RMWs: {h:?}"
+    );
+}
+
+/// Fig. 7: t0@n0 does an RMW or get of x@n1 (into a), then puts 1 into y@n1; t1@n1 loads y then
+/// stores 1 to x. Returns (a, t1's r0).
+fn fig7(seed: u64, rmw: bool) -> (u64, u64) {
+    let c = chaos(2, seed);
+    let a = c.alloc_word(N0).unwrap();
+    let one = c.alloc_word(N0).unwrap();
+    let x = c.alloc_word(N1).unwrap();
+    let y = c.alloc_word(N1).unwrap();
+    c.poke(&one, 1).unwrap();
+    let r0 = std::thread::scope(|sc| {
+        sc.spawn(|| {
+            let ctx = c.context(N0).unwrap();
+            if rmw {
+                ctx.rfaa(&x, 1, &a, D1).unwrap();
+            } else {
+                ctx.get(&a, &x, D1).unwrap();
+            }
+            ctx.put(&y, &one, D2).unwrap();
+        });
+        sc.spawn(|| {
+            let ctx = c.context(N1).unwrap();
+            let r0 = ctx.load(&y).unwrap();
+            ctx.store(&x, 1).unwrap();
+            r0
+        })
+        .join()
+        .unwrap()
+    });
+    c.quiesce().unwrap();
+    (c.peek(&a).unwrap(), r0)
+}
+
+#[test]
+fn fig7b_lb_rfaa_forbidden() {
+    let h = histogram(|s| fig7(s, true));
+    assert!(!h.contains_key(&(1, 1)), "{h:?}");
+}
+
+#[test]
+fn fig7a_lb_get_allowed_here_too() {
+    // The contrast with 7(b), in the same harness.
+    let h = histogram(|s| fig7(s, false));
+    assert!(h.contains_key(&(1, 1)), "{h:?}");
+}
