@@ -146,6 +146,37 @@ impl State {
         true
     }
 
+    /// Takes one random enabled step of thread `t` (its store buffer or its queue pairs), or, if
+    /// it has none, one random enabled step anywhere; false if none is enabled at all.
+    ///
+    /// Blocking calls step this way: a real NIC works on the polled queue pair without also
+    /// finishing everyone else's work, and stepping the whole cluster at every poll made the other
+    /// threads' pending operations land so fast that allowed outcomes needing them to stay
+    /// pending (e.g. the other-node variant of Fig. 8f) were practically never seen.
+    fn step_own(&mut self, fabric: &Fabric, t: usize) -> bool {
+        self.collect_actions();
+        let own = self
+            .actions
+            .iter()
+            .filter(|a| matches!(a, Action::Flush(u) | Action::Nic(u, _, _) if *u == t))
+            .count();
+        let a = if own > 0 {
+            let k = self.rng.random_range(0..own);
+            *self
+                .actions
+                .iter()
+                .filter(|a| matches!(a, Action::Flush(u) | Action::Nic(u, _, _) if *u == t))
+                .nth(k)
+                .expect("k < own")
+        } else if self.actions.is_empty() {
+            return false;
+        } else {
+            self.actions[self.rng.random_range(0..self.actions.len())]
+        };
+        self.apply(fabric, a);
+        true
+    }
+
     /// The random steps taken at each call.
     fn churn(&mut self, fabric: &Fabric) {
         if self.rng.random_bool(P_IDLE) {
@@ -280,7 +311,7 @@ impl ThreadNic for ChaosNic {
                     if st.thread(id).qps[t].take_notice().is_some() {
                         return Ok(());
                     }
-                    if !st.step(&chaos.fabric) {
+                    if !st.step_own(&chaos.fabric, id) {
                         break;
                     }
                 }
