@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Runs every test of loco-rs: the default suite on the soft NIC, lints, and (unless --soft-only)
+# the verbs suite on a real Soft-RoCE (rdma_rxe) device, natively or in a qemu VM.
+#
+# Usage: ./run-tests.sh [--soft-only]
+#
+# On a fresh Debian/Ubuntu machine it installs what it needs first: a Rust toolchain (rustup)
+# if cargo is missing, and the Debian packages of soft-roce-ci/install-deps.sh for the verbs part
+# (cmake, libclang, qemu, a Debian kernel for rxe, perftest). Needs root or sudo for apt.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+
+soft_only=0
+for a in "$@"; do
+    case $a in
+        --soft-only) soft_only=1 ;;
+        -h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+        *) echo "unknown argument: $a" >&2; exit 2 ;;
+    esac
+done
+
+step() { printf '\n==> %s\n' "$*"; }
+
+if ! command -v cargo >/dev/null 2>&1; then
+    [ -x "$HOME/.cargo/bin/cargo" ] || {
+        step "installing a Rust toolchain (rustup)"
+        curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal -c clippy,rustfmt
+    }
+    export PATH="$HOME/.cargo/bin:$PATH"
+fi
+
+step "format and lints"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+step "default test suite (soft NIC)"
+cargo test --workspace --quiet
+
+if [ "$soft_only" = 0 ] && [ -x soft-roce-ci/run.sh ]; then
+    step "verbs test suite on Soft-RoCE (rdma_rxe)"
+    soft-roce-ci/run.sh
+fi
+step "all tests passed"
