@@ -1,0 +1,351 @@
+//! The whole-system state the explorer walks: memory, remote-atomic locks, and per thread its
+//! program counter, registers, TSO store buffer and queue pairs.
+//!
+//! The NIC half of every transition is [`loco_rdmawait::model`]'s (each rule is written once in
+//! the project); this module adds the CPU half of `rules.md` §1: store buffers through which
+//! stores *and* posted remote operations travel in program order, loads, `cas`/`mfence` needing
+//! an empty buffer, `poll`, the atomic form of `wait(d)`, and the two await forms of the spin
+//! loops of §2.
+//!
+//! | state (spec §4) | here |
+//! |---|---|
+//! | memory of every node | [`State::mem`] |
+//! | per node: remote-atomic lock | [`State::locks`] |
+//! | per thread: pc, registers | [`ThreadState::pc`], [`ThreadState::regs`] |
+//! | per thread: TSO store buffer | [`ThreadState::sb`]: stores and posted remote ops, in program order |
+//! | per (thread, node): pipe, `Br`, `Bl` | [`ThreadState::qps`], one [`Qp`] per node |
+
+use std::collections::VecDeque;
+
+use loco_rdmawait::model::{Entry, LocalItem, Memory, Qp, Step};
+use loco_rdmawait::WorkRequest;
+
+use crate::lower::{Instr, Program};
+
+/// An item of a TSO store buffer.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum SbItem {
+    /// A CPU store, flushed to memory.
+    Store { word: usize, value: u64 },
+    /// A posted remote operation, flushed to the tail of its queue pair's pipe.
+    Post {
+        target: usize,
+        wr: WorkRequest,
+        tag: u32,
+    },
+}
+
+/// The nlock spin's guarded get: its remote read may fire only when `remote` holds `value`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Guard {
+    target: usize,
+    local: usize,
+    remote: usize,
+    value: u64,
+}
+
+/// One thread.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct ThreadState {
+    pub pc: usize,
+    pub regs: Vec<u64>,
+    pub sb: VecDeque<SbItem>,
+    pub qps: Vec<Qp>,
+    guard: Option<Guard>,
+}
+
+/// The whole system.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct State {
+    pub mem: Vec<Vec<u64>>,
+    pub locks: Vec<bool>,
+    pub threads: Vec<ThreadState>,
+}
+
+/// One transition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Thread `thread` executes its next machine operation.
+    Exec {
+        /// Thread index.
+        thread: usize,
+    },
+    /// The head of thread `thread`'s store buffer leaves it (to memory or to a pipe).
+    Flush {
+        /// Thread index.
+        thread: usize,
+    },
+    /// A NIC rule on thread `thread`'s queue pair towards node `target`.
+    Nic {
+        /// Thread index.
+        thread: usize,
+        /// Target node.
+        target: usize,
+        /// The rule ([`loco_rdmawait::model::Step`]).
+        step: Step,
+    },
+}
+
+impl Action {
+    /// The thread the action belongs to.
+    pub fn thread(&self) -> usize {
+        match *self {
+            Action::Exec { thread } | Action::Flush { thread } | Action::Nic { thread, .. } => {
+                thread
+            }
+        }
+    }
+}
+
+struct Mem<'a>(&'a mut [Vec<u64>]);
+
+impl Memory for Mem<'_> {
+    fn read(&self, node: usize, word: usize) -> u64 {
+        self.0[node][word]
+    }
+    fn write(&mut self, node: usize, word: usize, value: u64) {
+        self.0[node][word] = value;
+    }
+}
+
+impl ThreadState {
+    /// x86-TSO load: the newest own buffered store to `word`, else memory.
+    fn load(&self, mem: &[u64], word: usize) -> u64 {
+        self.sb
+            .iter()
+            .rev()
+            .find_map(|i| match i {
+                SbItem::Store { word: w, value } if *w == word => Some(*value),
+                _ => None,
+            })
+            .unwrap_or(mem[word])
+    }
+
+    fn settled(&self, len: usize) -> bool {
+        self.pc == len && self.sb.is_empty() && self.qps.iter().all(Qp::is_settled)
+    }
+}
+
+impl State {
+    pub fn initial(prog: &Program) -> State {
+        let mut mem: Vec<Vec<u64>> = prog.words.iter().map(|&n| vec![0; n]).collect();
+        for &(n, w, v) in &prog.init {
+            mem[n][w] = v;
+        }
+        let nodes = prog.words.len();
+        State {
+            mem,
+            locks: vec![false; nodes],
+            threads: prog
+                .threads
+                .iter()
+                .map(|c| ThreadState {
+                    pc: 0,
+                    regs: vec![0; c.regs],
+                    sb: VecDeque::new(),
+                    qps: (0..nodes).map(|n| Qp::new(c.node, n)).collect(),
+                    guard: None,
+                })
+                .collect(),
+        }
+    }
+
+    /// Every thread finished, store buffers, pipes and `Br` empty, `Bl` holding only notices.
+    pub fn is_final(&self, prog: &Program) -> bool {
+        self.threads
+            .iter()
+            .zip(&prog.threads)
+            .all(|(t, c)| t.settled(c.instrs.len()))
+    }
+
+    /// Whether thread `t`'s next instruction may execute.
+    fn exec_enabled(&self, prog: &Program, t: usize) -> bool {
+        let th = &self.threads[t];
+        let code = &prog.threads[t];
+        let Some(instr) = code.instrs.get(th.pc) else {
+            return false;
+        };
+        match instr {
+            Instr::Load { .. } | Instr::Store { .. } | Instr::Post { .. } => true,
+            Instr::Cas { .. } | Instr::Mfence => th.sb.is_empty(),
+            Instr::Poll { target } => {
+                matches!(th.qps[*target].bl.front(), Some(LocalItem::Notice(_)))
+            }
+            Instr::Wait { tag } => {
+                !th.sb
+                    .iter()
+                    .any(|i| matches!(i, SbItem::Post { tag: g, .. } if g == tag))
+                    && th.qps.iter().all(|q| q.wait_ready(*tag).is_some())
+            }
+            Instr::Await { words, val } => {
+                let v = val.eval(&th.regs);
+                let mem = &self.mem[code.node];
+                words.iter().any(|&w| th.load(mem, w) == v)
+            }
+        }
+    }
+
+    /// Appends the enabled actions to `out`. If some action is *eager* (it commutes with every
+    /// other transition and no transition it depends on can come first: the partial-order
+    /// reduction of the explorer), `out` gets that action alone.
+    pub fn actions(
+        &self,
+        prog: &Program,
+        reduce: bool,
+        out: &mut Vec<Action>,
+        steps: &mut Vec<Step>,
+    ) {
+        out.clear();
+        for (t, th) in self.threads.iter().enumerate() {
+            if self.exec_enabled(prog, t) {
+                let eager = match &prog.threads[t].instrs[th.pc] {
+                    Instr::Store { .. }
+                    | Instr::Post { .. }
+                    | Instr::Mfence
+                    | Instr::Poll { .. }
+                    | Instr::Wait { .. } => true,
+                    Instr::Load { .. } | Instr::Cas { .. } | Instr::Await { .. } => false,
+                };
+                if eager && reduce {
+                    out.clear();
+                    out.push(Action::Exec { thread: t });
+                    return;
+                }
+                out.push(Action::Exec { thread: t });
+            }
+            match th.sb.front() {
+                Some(SbItem::Post { .. }) if reduce => {
+                    out.clear();
+                    out.push(Action::Flush { thread: t });
+                    return;
+                }
+                Some(_) => out.push(Action::Flush { thread: t }),
+                None => {}
+            }
+            for (n, qp) in th.qps.iter().enumerate() {
+                steps.clear();
+                qp.steps(&self.locks, steps);
+                for &step in steps.iter() {
+                    if let Step::Pipe(i) = step {
+                        match &qp.pipe[i] {
+                            Entry::Fence | Entry::Ack { .. } if reduce => {
+                                out.clear();
+                                out.push(Action::Nic {
+                                    thread: t,
+                                    target: n,
+                                    step,
+                                });
+                                return;
+                            }
+                            Entry::Get { local, remote, .. } => {
+                                if let Some(g) = th.guard {
+                                    let guarded =
+                                        g.target == n && g.local == *local && g.remote == *remote;
+                                    if guarded && self.mem[n][g.remote] != g.value {
+                                        continue;
+                                    }
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                    out.push(Action::Nic {
+                        thread: t,
+                        target: n,
+                        step,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Takes an action that [`State::actions`] listed.
+    pub fn apply(&mut self, prog: &Program, a: Action) {
+        match a {
+            Action::Exec { thread } => self.exec(prog, thread),
+            Action::Flush { thread } => {
+                let node = prog.threads[thread].node;
+                let th = &mut self.threads[thread];
+                match th.sb.pop_front().expect("flush of an empty store buffer") {
+                    SbItem::Store { word, value } => self.mem[node][word] = value,
+                    SbItem::Post { target, wr, tag } => th.qps[target].issue(wr, tag),
+                }
+            }
+            Action::Nic {
+                thread,
+                target,
+                step,
+            } => {
+                let th = &mut self.threads[thread];
+                let qp = &mut th.qps[target];
+                if let (Step::Pipe(i), Some(g)) = (step, th.guard) {
+                    if matches!(qp.pipe[i], Entry::Get { local, remote, .. }
+                        if g.target == target && g.local == local && g.remote == remote)
+                    {
+                        th.guard = None;
+                    }
+                }
+                qp.apply(step, &mut Mem(&mut self.mem), &mut self.locks);
+            }
+        }
+    }
+
+    fn exec(&mut self, prog: &Program, t: usize) {
+        let code = &prog.threads[t];
+        let node = code.node;
+        let th = &mut self.threads[t];
+        match &code.instrs[th.pc] {
+            Instr::Load { reg, word } => th.regs[*reg] = th.load(&self.mem[node], *word),
+            Instr::Store { word, val } => {
+                let value = val.eval(&th.regs);
+                th.sb.push_back(SbItem::Store { word: *word, value });
+            }
+            Instr::Cas {
+                reg,
+                word,
+                expected,
+                new,
+            } => {
+                let old = self.mem[node][*word];
+                if old == expected.eval(&th.regs) {
+                    self.mem[node][*word] = new.eval(&th.regs);
+                }
+                th.regs[*reg] = old;
+            }
+            Instr::Mfence | Instr::Await { .. } => {}
+            Instr::Post {
+                target,
+                op,
+                tag,
+                guard,
+            } => {
+                let wr = op.request(&th.regs);
+                if let (Some(g), WorkRequest::Read { local, remote, .. }) = (guard, wr) {
+                    th.guard = Some(Guard {
+                        target: *target,
+                        local,
+                        remote,
+                        value: g.eval(&th.regs),
+                    });
+                }
+                th.sb.push_back(SbItem::Post {
+                    target: *target,
+                    wr,
+                    tag: *tag,
+                });
+            }
+            Instr::Poll { target } => {
+                th.qps[*target]
+                    .take_notice()
+                    .expect("poll enabled with a notice at the head");
+            }
+            Instr::Wait { tag } => {
+                for qp in &mut th.qps {
+                    let k = qp.wait_ready(*tag).expect("wait enabled");
+                    qp.take_notices(k);
+                }
+            }
+        }
+        th.pc += 1;
+    }
+}
