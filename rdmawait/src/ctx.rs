@@ -340,3 +340,46 @@ impl Raw<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn track_counts_per_work_id_and_pops_in_order() {
+        let (a, b) = (WorkId::new(1), WorkId::new(2));
+        let mut t = Track::default();
+        t.push(a);
+        t.push(b);
+        t.push(a);
+        assert_eq!((t.count(a), t.count(b)), (2, 1));
+        t.pop(); // the earliest, an `a`
+        assert_eq!((t.count(a), t.count(b)), (1, 1));
+        t.pop();
+        t.pop();
+        assert_eq!((t.count(a), t.count(b)), (0, 0));
+        assert!(t.counts.is_empty() && t.fifo.is_empty());
+        t.pop(); // popping an empty track is harmless
+    }
+
+    #[test]
+    fn extensions_are_created_once_per_thread() {
+        let c = Cluster::builder()
+            .nodes(1)
+            .memory_per_node(64)
+            .build()
+            .unwrap();
+        let ctx = c.context(NodeId(0)).unwrap();
+        let mut made = 0;
+        for _ in 0..3 {
+            let w = ctx
+                .extension(|ctx| {
+                    made += 1;
+                    ctx.cluster().alloc_word(ctx.node())
+                })
+                .unwrap();
+            assert_eq!(w.offset(), 0);
+        }
+        assert_eq!(made, 1);
+    }
+}

@@ -178,3 +178,41 @@ impl fmt::Display for Loc {
         write!(f, "{}+{:#x}[{}]", self.node, self.offset, self.len)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn work_ids_user_and_internal_do_not_collide() {
+        assert!(!WorkId::new(u32::MAX).is_internal());
+        assert!(WorkId::internal(0).is_internal());
+        assert_ne!(WorkId::new(3), WorkId::internal(3));
+        assert_eq!(WorkId::new(3).to_string(), "d3");
+        assert_eq!(WorkId::internal(3).to_string(), "d#3");
+    }
+
+    #[test]
+    fn slices_stay_inside_their_location() {
+        let l = Loc::new(1, NodeId(2), 64, 32);
+        assert_eq!(l.word(3).unwrap(), Loc::new(1, NodeId(2), 88, 8));
+        assert!(matches!(l.word(4), Err(Error::OutOfRange { .. })));
+        assert!(matches!(l.slice(8, 4), Err(Error::Misaligned { .. })));
+        assert_eq!(l.slice(8, 16).unwrap().words(), 2);
+        assert_eq!(l.to_string(), "n2+0x40[32]");
+    }
+
+    #[test]
+    fn word_range_checks_memory_size() {
+        let l = Loc::new(1, NodeId(0), 64, 16);
+        assert_eq!(l.word_range(80).unwrap(), (8, 2));
+        assert!(matches!(
+            l.word_range(72),
+            Err(Error::OutOfRange { size: 72, .. })
+        ));
+        assert!(matches!(
+            Loc::new(1, NodeId(0), 4, 8).word_range(80),
+            Err(Error::Misaligned { .. })
+        ));
+    }
+}
