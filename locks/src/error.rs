@@ -1,0 +1,66 @@
+//! The error type of `loco-locks`.
+
+use std::time::Duration;
+
+/// Everything that can go wrong with a lock: misuse by the calling thread, a timed acquire that
+/// ran out of time, or a failure of the layers below.
+///
+/// Misuse is always checked (it costs a lookup in the thread's own state): it is an error, never
+/// undefined behaviour and never a broken protocol.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An error of the rdmawait layer (network, memory, timeouts of waits).
+    #[error(transparent)]
+    Rdma(#[from] loco_rdmawait::Error),
+    /// An error of the sv layer other than an rdmawait one.
+    #[error(transparent)]
+    Sv(loco_sv::Error),
+    /// The calling thread already holds the lock: acquiring it again would deadlock (ticket locks
+    /// are not reentrant).
+    #[error("this thread already holds the lock (ticket {ticket})")]
+    AlreadyHeld {
+        /// The ticket the thread holds.
+        ticket: u64,
+    },
+    /// The calling thread does not hold the lock it tried to release (or the guard being released
+    /// is not the thread's current hold).
+    #[error("this thread does not hold the lock")]
+    NotHeld,
+    /// A timed acquire did not get the lock in time. No ticket was taken: nothing is left behind.
+    #[error("lock not acquired within {after:?}")]
+    Timeout {
+        /// The timeout that expired.
+        after: Duration,
+    },
+    /// More threads used a weak or strong lock than it was created for (its `rel[*]` array is
+    /// full).
+    #[error("the lock admits at most {max} threads, and all their slots are taken")]
+    TooManyThreads {
+        /// The bound chosen at creation.
+        max: usize,
+    },
+    /// A lock was created with room for no thread.
+    #[error("a lock needs room for at least one thread")]
+    NoThreads,
+    /// A context of one cluster was used with a lock of another.
+    #[error("a context of cluster #{ctx} used with a lock of cluster #{lock}")]
+    ForeignContext {
+        /// The context's cluster.
+        ctx: u32,
+        /// The lock's cluster.
+        lock: u32,
+    },
+}
+
+impl From<loco_sv::Error> for Error {
+    fn from(e: loco_sv::Error) -> Self {
+        match e {
+            loco_sv::Error::Rdma(e) => Error::Rdma(e),
+            other => Error::Sv(other),
+        }
+    }
+}
+
+/// `Result` with [`Error`] as the default error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,286 @@
+//! The lock API: smoke, FIFO order of tickets, timed acquisition, and checked misuse.
+
+use std::sync::{Arc, Barrier, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use loco_locks::{Error, Lock, LockGuard, NLock, RawLock, Result, SLock, WLock};
+use loco_rdmawait::{Cluster, Ctx, NodeId, Schedule};
+
+fn cluster(schedule: Schedule) -> Cluster {
+    Cluster::builder()
+        .nodes(3)
+        .memory_per_node(1 << 14)
+        .soft(schedule)
+        .build()
+        .expect("cluster")
+}
+
+/// One of each lock kind on `c`, for `threads` threads.
+fn each(c: &Cluster, threads: usize) -> Result<(WLock, SLock, NLock)> {
+    Ok((
+        WLock::new(c, NodeId(1), threads)?,
+        SLock::new(c, NodeId(2), threads)?,
+        NLock::new(c, NodeId(0))?,
+    ))
+}
+
+/// Runs `f` once for every lock kind.
+fn for_each_lock(
+    c: &Cluster,
+    threads: usize,
+    mut f: impl FnMut(&dyn AnyLock) -> Result<()>,
+) -> Result<()> {
+    let (w, s, n) = each(c, threads)?;
+    f(&w)?;
+    f(&s)?;
+    f(&n)
+}
+
+/// The lock API over the three kinds, object-safe for the tests.
+trait AnyLock: Send + Sync {
+    fn acquire_ticket(&self, ctx: &Ctx) -> Result<u64>;
+    fn try_ticket(&self, ctx: &Ctx) -> Result<Option<u64>>;
+    fn try_for_ticket(&self, ctx: &Ctx, t: Duration) -> Result<u64>;
+    fn release(&self, ctx: &Ctx) -> Result<()>;
+    fn is_held(&self, ctx: &Ctx) -> Result<bool>;
+    fn guard_then_raw_release(&self, ctx: &Ctx) -> Result<()>;
+    fn boxed(&self) -> Box<dyn AnyLock>;
+}
+
+impl<R: RawLock + 'static> AnyLock for Lock<R> {
+    fn acquire_ticket(&self, ctx: &Ctx) -> Result<u64> {
+        let g = self.acquire(ctx)?;
+        let t = LockGuard::ticket(&g);
+        std::mem::forget(g); // keep holding: released through `release`
+        Ok(t)
+    }
+    fn try_ticket(&self, ctx: &Ctx) -> Result<Option<u64>> {
+        self.raw().try_acquire(ctx)
+    }
+    fn try_for_ticket(&self, ctx: &Ctx, t: Duration) -> Result<u64> {
+        let g = self.try_acquire_for(ctx, t)?;
+        let t = LockGuard::ticket(&g);
+        std::mem::forget(g);
+        Ok(t)
+    }
+    fn release(&self, ctx: &Ctx) -> Result<()> {
+        self.raw().release(ctx)
+    }
+    fn is_held(&self, ctx: &Ctx) -> Result<bool> {
+        Lock::is_held(self, ctx)
+    }
+    fn guard_then_raw_release(&self, ctx: &Ctx) -> Result<()> {
+        let g = self.acquire(ctx)?;
+        self.raw().release(ctx)?;
+        LockGuard::release(g)
+    }
+    fn boxed(&self) -> Box<dyn AnyLock> {
+        Box::new(self.clone())
+    }
+}
+
+#[test]
+fn smoke() -> Result<()> {
+    let c = cluster(Schedule::Threaded);
+    let ctx = c.context(NodeId(1))?;
+    for_each_lock(&c, 2, |l| {
+        assert!(!l.is_held(&ctx)?);
+        assert_eq!(l.acquire_ticket(&ctx)?, 0);
+        assert!(l.is_held(&ctx)?);
+        l.release(&ctx)?;
+        assert!(!l.is_held(&ctx)?);
+        assert_eq!(l.acquire_ticket(&ctx)?, 1);
+        l.release(&ctx)
+    })?;
+    // The guard releases on drop.
+    let l = SLock::new(&c, NodeId(0), 1)?;
+    {
+        let g = l.acquire(&ctx)?;
+        assert_eq!(LockGuard::ticket(&g), 0);
+        assert!(l.is_held(&ctx)?);
+    }
+    assert!(!l.is_held(&ctx)?);
+    let g = l.try_acquire(&ctx)?.expect("free");
+    assert_eq!(LockGuard::ticket(&g), 1);
+    LockGuard::release(g)?;
+    Ok(())
+}
+
+#[test]
+fn misuse_is_an_error() -> Result<()> {
+    let c = cluster(Schedule::Chaos { seed: 3 });
+    let ctx = c.context(NodeId(2))?;
+    for_each_lock(&c, 1, |l| {
+        assert!(matches!(l.release(&ctx), Err(Error::NotHeld)));
+        let t = l.acquire_ticket(&ctx)?;
+        assert!(
+            matches!(l.acquire_ticket(&ctx), Err(Error::AlreadyHeld { ticket }) if ticket == t)
+        );
+        assert!(matches!(l.try_ticket(&ctx), Err(Error::AlreadyHeld { .. })));
+        assert!(matches!(
+            l.try_for_ticket(&ctx, Duration::from_millis(1)),
+            Err(Error::AlreadyHeld { .. })
+        ));
+        l.release(&ctx)?;
+        assert!(matches!(l.release(&ctx), Err(Error::NotHeld)));
+        // A guard whose hold was released behind its back does not release again.
+        assert!(matches!(
+            l.guard_then_raw_release(&ctx),
+            Err(Error::NotHeld)
+        ));
+        // After all that, the lock still works.
+        let t2 = l.acquire_ticket(&ctx)?;
+        assert!(t2 > t);
+        l.release(&ctx)
+    })
+}
+
+#[test]
+fn bounds_and_foreign_contexts_are_errors() -> Result<()> {
+    let c = cluster(Schedule::Immediate);
+    assert!(matches!(
+        WLock::new(&c, NodeId(0), 0),
+        Err(Error::NoThreads)
+    ));
+    assert!(matches!(
+        SLock::new(&c, NodeId(7), 1),
+        Err(Error::Rdma(loco_rdmawait::Error::UnknownNode { .. }))
+    ));
+    assert!(matches!(
+        NLock::new(&c, NodeId(3)),
+        Err(Error::Rdma(loco_rdmawait::Error::UnknownNode { .. }))
+    ));
+    let w = WLock::new(&c, NodeId(0), 1)?;
+    let a = c.context(NodeId(0))?;
+    let b = c.context(NodeId(1))?;
+    drop(w.acquire(&a)?);
+    assert!(matches!(
+        w.acquire(&b),
+        Err(Error::TooManyThreads { max: 1 })
+    ));
+    assert!(matches!(
+        w.try_acquire(&b),
+        Err(Error::TooManyThreads { max: 1 })
+    ));
+    let other = cluster(Schedule::Immediate);
+    let foreign = other.context(NodeId(0))?;
+    for_each_lock(&c, 1, |l| {
+        assert!(matches!(
+            l.acquire_ticket(&foreign),
+            Err(Error::ForeignContext { .. })
+        ));
+        Ok(())
+    })
+}
+
+/// A timed acquire of a held lock times out without leaving a ticket behind: the holder and
+/// others go on using the lock, and a later timed acquire of the free lock succeeds.
+fn timeouts(schedule: Schedule) -> Result<()> {
+    let c = cluster(schedule);
+    for_each_lock(&c, 3, |l| {
+        let holder = c.context(NodeId(0))?;
+        let t = l.acquire_ticket(&holder)?;
+        let (l2, c2) = (l.boxed(), c.clone());
+        let waiter = thread::spawn(move || -> Result<()> {
+            let ctx = c2.context(NodeId(2))?;
+            assert_eq!(l2.try_ticket(&ctx)?, None);
+            let err = l2.try_for_ticket(&ctx, Duration::from_millis(30));
+            assert!(
+                matches!(err, Err(Error::Timeout { after }) if after == Duration::from_millis(30))
+            );
+            assert!(!l2.is_held(&ctx)?);
+            Ok(())
+        });
+        waiter.join().expect("waiter")?;
+        l.release(&holder)?;
+        // No ticket was abandoned: a blocking acquire by a third thread gets the next ticket.
+        let (l3, c3) = (l.boxed(), c.clone());
+        let next = thread::spawn(move || -> Result<u64> {
+            let ctx = c3.context(NodeId(1))?;
+            let t = l3.acquire_ticket(&ctx)?;
+            l3.release(&ctx)?;
+            let t2 = l3.try_for_ticket(&ctx, Duration::from_secs(5))?;
+            assert_eq!(t2, t + 1);
+            l3.release(&ctx)?;
+            Ok(t)
+        });
+        assert_eq!(next.join().expect("next")?, t + 1);
+        Ok(())
+    })
+}
+
+#[test]
+fn timeouts_threaded() -> Result<()> {
+    timeouts(Schedule::Threaded)
+}
+
+#[test]
+fn timeouts_chaos() -> Result<()> {
+    timeouts(Schedule::Chaos { seed: 11 })
+}
+
+/// Tickets are served in order: the holders, logged inside their critical sections, hold
+/// tickets 0, 1, 2, ... with none skipped or overtaken. Some threads use the timed acquire, which
+/// takes a ticket only when the lock is free, so it too must fit the sequence.
+fn fifo(schedule: Schedule, threads: usize, iters: usize) -> Result<()> {
+    let c = cluster(schedule);
+    for_each_lock(&c, threads, |l| {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let start = Arc::new(Barrier::new(threads));
+        let workers: Vec<_> = (0..threads)
+            .map(|i| {
+                let (l, c, log, start) = (l.boxed(), c.clone(), log.clone(), start.clone());
+                thread::spawn(move || -> Result<()> {
+                    let ctx = c.context(NodeId((i % 3) as u16))?;
+                    start.wait();
+                    for k in 0..iters {
+                        let t = if i == 0 && k % 2 == 1 {
+                            loop {
+                                match l.try_for_ticket(&ctx, Duration::from_millis(2)) {
+                                    Ok(t) => break t,
+                                    Err(Error::Timeout { .. }) => continue,
+                                    Err(e) => return Err(e),
+                                }
+                            }
+                        } else {
+                            l.acquire_ticket(&ctx)?
+                        };
+                        log.lock().unwrap().push(t);
+                        l.release(&ctx)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().expect("worker")?;
+        }
+        let log = log.lock().unwrap();
+        let want: Vec<u64> = (0..(threads * iters) as u64).collect();
+        assert_eq!(*log, want, "tickets not served in order");
+        Ok(())
+    })
+}
+
+#[test]
+fn fifo_threaded() -> Result<()> {
+    fifo(Schedule::Threaded, 4, 50)
+}
+
+#[test]
+fn fifo_chaos() -> Result<()> {
+    for seed in 0..3 {
+        fifo(Schedule::Chaos { seed }, 4, 50)?;
+    }
+    Ok(())
+}
+
+/// Guards hold the thread's context, so they stay on the thread; handles are shared.
+#[test]
+fn handles_are_send_and_sync() {
+    fn shared<T: Send + Sync + Clone>() {}
+    shared::<WLock>();
+    shared::<SLock>();
+    shared::<NLock>();
+}
