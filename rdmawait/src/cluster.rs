@@ -62,6 +62,9 @@ pub struct ClusterBuilder {
     memory: u64,
     schedule: Schedule,
     timeout: Duration,
+    /// The verbs backend's configuration, when it replaces the soft NIC.
+    #[cfg(feature = "verbs")]
+    verbs: Option<crate::backend::verbs::VerbsConfig>,
 }
 
 impl Default for ClusterBuilder {
@@ -71,6 +74,8 @@ impl Default for ClusterBuilder {
             memory: DEFAULT_MEMORY,
             schedule: Schedule::default(),
             timeout: DEFAULT_TIMEOUT,
+            #[cfg(feature = "verbs")]
+            verbs: None,
         }
     }
 }
@@ -100,8 +105,21 @@ impl ClusterBuilder {
         self
     }
 
-    /// Builds the cluster on the soft backend.
+    /// Use the ibverbs backend on a real RDMA device instead of the soft NIC (feature `verbs`;
+    /// see [`crate::backend::verbs`]). The schedule set with [`ClusterBuilder::soft`] is ignored.
+    #[cfg(feature = "verbs")]
+    pub fn verbs(mut self, config: crate::backend::verbs::VerbsConfig) -> Self {
+        self.verbs = Some(config);
+        self
+    }
+
+    /// Builds the cluster on the soft backend (or the verbs backend, if chosen).
     pub fn build(self) -> Result<Cluster> {
+        #[cfg(feature = "verbs")]
+        if let Some(config) = self.verbs {
+            let words = (self.memory / WORD) as usize;
+            return crate::backend::verbs::build_cluster(self.nodes, words, self.timeout, config);
+        }
         if self.nodes == 0 || self.nodes > u16::MAX as usize {
             return Err(Error::Backend {
                 backend: "soft",

@@ -45,6 +45,8 @@ pub mod backend;
 mod cluster;
 mod ctx;
 mod error;
+#[cfg(feature = "verbs")]
+mod mem;
 pub mod model;
 mod types;
 
@@ -54,3 +56,6 @@ pub use cluster::{Cluster, ClusterBuilder, DEFAULT_MEMORY, DEFAULT_TIMEOUT};
 pub use ctx::{Ctx, Raw};
 pub use error::{Error, Result, TimeoutKind};
 pub use types::{Loc, NodeId, WorkId, WORD};
+
+#[cfg(feature = "verbs")]
+pub use backend::verbs::{VerbsBackend, VerbsConfig};

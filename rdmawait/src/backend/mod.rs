@@ -17,6 +17,8 @@ use std::time::Duration;
 use crate::{NodeId, Result};
 
 pub mod soft;
+#[cfg(feature = "verbs")]
+pub mod verbs;
 
 /// One work request, as a NIC executes it (spec §2, phases of remote operations). Word indices;
 /// `local` is in the posting thread's node, `remote` in the target node's memory.

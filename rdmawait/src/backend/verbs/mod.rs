@@ -1,0 +1,591 @@
+//! The ibverbs backend: real RDMA devices (InfiniBand, RoCE, Soft-RoCE), through `sideway`.
+//!
+//! Build a cluster on it with [`ClusterBuilder::verbs`](crate::ClusterBuilder::verbs):
+//!
+//! ```no_run
+//! use loco_rdmawait::backend::verbs::VerbsConfig;
+//! use loco_rdmawait::{Cluster, NodeId, WorkId};
+//!
+//! // Device, port and GID from LOCO_RDMA_DEVICE, LOCO_RDMA_PORT, LOCO_GID_INDEX (all optional).
+//! let cluster = Cluster::builder().nodes(2).verbs(VerbsConfig::from_env()?).build()?;
+//! let x = cluster.alloc_word(NodeId(0))?;
+//! let y = cluster.alloc_word(NodeId(1))?;
+//! let ctx = cluster.context(NodeId(0))?;
+//! ctx.store(&x, 42)?;
+//! ctx.put(&y, &x, WorkId::new(1))?; // an RDMA WRITE on the device
+//! ctx.wait(WorkId::new(1))?;
+//! # Ok::<(), loco_rdmawait::Error>(())
+//! ```
+//!
+//! # Two ways to connect nodes
+//! - **In one process** (the default): every node of the cluster lives in this process, over one
+//!   device, each with its own protection domain, memory region and queue pairs. A thread's queue
+//!   pair towards node `n` is connected to a responder queue pair in `n`'s protection domain, so
+//!   the traffic really crosses the device (a loop-back on one port). This is how the test suite
+//!   runs against a single rxe device.
+//! - **Across processes and hosts** ([`VerbsConfig::distributed`], or `LOCO_NODE_ID` and
+//!   `LOCO_PEERS`): each process is one node. A small TCP rendezvous exchanges memory addresses,
+//!   rkeys, GIDs, queue pair numbers and PSNs; a thread's queue pair towards another process is
+//!   connected to a responder queue pair that process creates on request. The same TCP
+//!   connections carry [`Process::barrier`] and tell a process when a peer dies.
+//!
+//! # Mapping
+//! | rdmawait | verbs |
+//! |---|---|
+//! | node memory | one page-aligned block per node, one memory region with local write, remote read, remote write and remote atomic access |
+//! | thread context | one completion queue, one RC queue pair per node (loop-back included) |
+//! | `put` / `get` | RDMA WRITE / RDMA READ |
+//! | `rcas` / `rfaa` | ATOMIC CMP_AND_SWP / ATOMIC FETCH_AND_ADD (8-byte aligned, checked before posting) |
+//! | `rfence(n)` | the Fence flag on the thread's next request towards `n` |
+//! | `poll(n)`, `wait(d)` | completion-queue polling, completions sorted per queue pair |
+//!
+//! Every request is signalled, and a thread never has more requests outstanding on a queue pair
+//! than its send queue holds, nor in total than its completion queue holds (both capacities read
+//! back from the device): a post that would overflow waits for completions instead.
+//!
+//! # Errors
+//! - No libibverbs, no device, no active port, a bad GID: [`Error::Backend`] saying what to
+//!   install or how to create a Soft-RoCE device.
+//! - A request that fails on the NIC (remote access error from a bad rkey or an address outside
+//!   the target's memory, ...): [`Error::Completion`] from the poll or wait that reaches it; the
+//!   queue pair is then in the error state and every later operation towards that node fails with
+//!   [`Error::QpInError`] (open a new context to reconnect).
+//! - A peer that stops answering: [`Error::PeerDead`], either when the transport gives up
+//!   (`IBV_WC_RETRY_EXC_ERR`, after about `(retry_count + 1) × 4.096 µs × 2^ack_timeout`) or, across
+//!   processes, as soon as the peer's TCP connection drops. Waits never hang: they end with
+//!   [`Error::Timeout`] at the latest.
+//!
+//! # Implementation
+//! Raw verbs calls (posting, polling, attribute queries) live in this module, each `unsafe` block
+//! with its justification; registered memory is `crate::mem`, seen by Rust only as atomics.
+//! Extended completion queues are avoided: on rdma-core < 55 polling one on rxe returns stale
+//! completions (verbs-notes.md, pitfall 1).
+
+#![allow(unsafe_code)]
+
+mod device;
+mod nic;
+mod qp;
+mod rendezvous;
+
+use std::fmt;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use sideway::ibverbs::completion::BasicCompletionQueue;
+use sideway::ibverbs::memory_region::MemoryRegion;
+use sideway::ibverbs::protection_domain::ProtectionDomain;
+
+use super::{Backend, ThreadNic};
+use crate::mem::Words;
+use crate::{Cluster, Error, NodeId, Result, WORD};
+
+pub use rendezvous::Process;
+
+/// Default send-queue depth asked for per queue pair (the device may grant more).
+pub const DEFAULT_SEND_QUEUE_DEPTH: u32 = 256;
+
+/// Configuration of the verbs backend: which device, port and GID, queue sizes, transport
+/// timeouts, and (for a cluster spanning processes) this process's node id and its peers.
+///
+/// [`VerbsConfig::from_env`] reads the environment variables each setter names.
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct VerbsConfig {
+    device: Option<String>,
+    port: Option<u8>,
+    gid_index: Option<u32>,
+    send_queue_depth: u32,
+    ack_timeout: u8,
+    retry_count: u8,
+    distributed: Option<Distributed>,
+}
+
+#[derive(Clone, Debug)]
+struct Distributed {
+    node: NodeId,
+    peers: Vec<String>,
+}
+
+impl Default for VerbsConfig {
+    fn default() -> Self {
+        VerbsConfig {
+            device: None,
+            port: None,
+            gid_index: None,
+            send_queue_depth: DEFAULT_SEND_QUEUE_DEPTH,
+            ack_timeout: 14,
+            retry_count: 7,
+            distributed: None,
+        }
+    }
+}
+
+impl VerbsConfig {
+    /// The defaults: the first device with an active port, its best GID (RoCE v2 over IPv4 where
+    /// there is one), all nodes in this process.
+    pub fn new() -> Self {
+        VerbsConfig::default()
+    }
+
+    /// The defaults, overridden by the environment: `LOCO_RDMA_DEVICE` (device name, e.g.
+    /// `rxe0`), `LOCO_RDMA_PORT` (port number, from 1), `LOCO_GID_INDEX`, and, for a cluster
+    /// spanning processes, `LOCO_NODE_ID` with `LOCO_PEERS` (see [`VerbsConfig::distributed`]).
+    /// Fails on values that do not parse.
+    pub fn from_env() -> Result<Self> {
+        let mut c = VerbsConfig::new();
+        if let Some(v) = env("LOCO_RDMA_DEVICE") {
+            c = c.device(v);
+        }
+        if let Some(v) = env("LOCO_RDMA_PORT") {
+            c = c.port(parse_env("LOCO_RDMA_PORT", &v)?);
+        }
+        if let Some(v) = env("LOCO_GID_INDEX") {
+            c = c.gid_index(parse_env("LOCO_GID_INDEX", &v)?);
+        }
+        match (env("LOCO_NODE_ID"), env("LOCO_PEERS")) {
+            (None, None) => {}
+            (Some(id), Some(peers)) => {
+                let id: u16 = parse_env("LOCO_NODE_ID", &id)?;
+                c = c.distributed(NodeId(id), parse_peers(&peers));
+            }
+            _ => {
+                return Err(verbs_error(
+                    "LOCO_NODE_ID and LOCO_PEERS go together: set both (multi-process cluster) or neither",
+                ))
+            }
+        }
+        Ok(c)
+    }
+
+    /// Use the device with this name (`LOCO_RDMA_DEVICE`; default: the first with an active
+    /// port).
+    pub fn device(mut self, name: impl Into<String>) -> Self {
+        self.device = Some(name.into());
+        self
+    }
+
+    /// Use this port of the device, from 1 (`LOCO_RDMA_PORT`; default: the first active one).
+    pub fn port(mut self, port: u8) -> Self {
+        self.port = Some(port);
+        self
+    }
+
+    /// Use this GID index as the source address (`LOCO_GID_INDEX`; default on RoCE: a RoCE v2
+    /// GID with an IPv4 address if there is one; on InfiniBand: none, LIDs are used). On rxe
+    /// created over an interface with an IPv4 address, index 1 is the RoCE v2 IPv4 GID.
+    pub fn gid_index(mut self, index: u32) -> Self {
+        self.gid_index = Some(index);
+        self
+    }
+
+    /// Send-queue entries to ask for per queue pair (default
+    /// [`DEFAULT_SEND_QUEUE_DEPTH`]); capped at the device's maximum, and the device may round
+    /// it up. A thread posting more unpolled requests to one node than this waits for
+    /// completions.
+    pub fn send_queue_depth(mut self, depth: u32) -> Self {
+        self.send_queue_depth = depth.max(1);
+        self
+    }
+
+    /// Local ACK timeout exponent (default 14: 4.096 µs × 2^14 ≈ 67 ms per try), and retries
+    /// (default 7, at most 7) before a request towards an unresponsive peer fails with
+    /// [`Error::PeerDead`].
+    pub fn transport_timeout(mut self, ack_timeout: u8, retry_count: u8) -> Self {
+        self.ack_timeout = ack_timeout.min(31);
+        self.retry_count = retry_count.min(7);
+        self
+    }
+
+    /// Makes the cluster span processes: this process is node `node`, and `peers[i]` is the
+    /// `host:port` where node `i`'s process listens for the rendezvous (`LOCO_NODE_ID`, and
+    /// `LOCO_PEERS` as a comma-separated list). The cluster has `peers.len()` nodes; this
+    /// process listens on the port of `peers[node]` (all interfaces) and builds once every peer
+    /// has answered (within the cluster's timeout).
+    pub fn distributed(mut self, node: NodeId, peers: Vec<String>) -> Self {
+        self.distributed = Some(Distributed { node, peers });
+        self
+    }
+
+    fn transport(&self) -> qp::Transport {
+        qp::Transport {
+            timeout: self.ack_timeout,
+            retry_count: self.retry_count,
+        }
+    }
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn parse_env<T: std::str::FromStr>(name: &str, v: &str) -> Result<T>
+where
+    T::Err: fmt::Display,
+{
+    v.trim()
+        .parse()
+        .map_err(|e| verbs_error(format!("{name}={v:?} does not parse: {e}")))
+}
+
+fn parse_peers(v: &str) -> Vec<String> {
+    v.split(',')
+        .map(|p| p.trim().to_string())
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
+/// The verbs backend: one device, the registered memory of this process's nodes, and the
+/// rendezvous with other processes if the cluster spans several.
+///
+/// Usually built through [`ClusterBuilder::verbs`](crate::ClusterBuilder::verbs); build it
+/// directly to drive [`ThreadNic`]s without the rdmawait bookkeeping (tests do).
+pub struct VerbsBackend {
+    shared: Arc<Shared>,
+    session: Option<rendezvous::Session>,
+}
+
+impl fmt::Debug for VerbsBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("VerbsBackend")
+            .field("device", &self.shared.device.name)
+            .field("port", &self.shared.device.port)
+            .field("nodes", &self.shared.infos.len())
+            .field("this_node", &self.shared.me)
+            .finish()
+    }
+}
+
+/// Everything thread NICs and the rendezvous threads share.
+pub(crate) struct Shared {
+    device: device::Device,
+    /// This process's node in a multi-process cluster (`None`: all nodes are local).
+    me: Option<NodeId>,
+    /// Nodes whose memory lives in this process.
+    locals: Vec<Option<Arc<LocalNode>>>,
+    /// Every node's memory as remote requests address it (set during the rendezvous for the
+    /// nodes of other processes).
+    infos: Vec<OnceLock<NodeInfo>>,
+    transport: qp::Transport,
+    send_depth: u32,
+    timeout: Duration,
+    shutdown: AtomicBool,
+    peers: rendezvous::Peers,
+    /// Live thread NICs, for `quiesce`.
+    nics: Mutex<Vec<std::sync::Weak<Mutex<nic::State>>>>,
+}
+
+/// A node whose memory lives in this process: its protection domain, registered memory and the
+/// completion queue of the responder queue pairs serving other threads.
+pub(crate) struct LocalNode {
+    id: NodeId,
+    /// Declared before `pd`: deregister (and free) before the protection domain goes.
+    mem: Memory,
+    pd: Arc<ProtectionDomain>,
+    /// Responder queue pairs never post, so nothing ever arrives here; verbs needs one anyway.
+    responder_cq: Arc<BasicCompletionQueue>,
+}
+
+/// A node's registered memory. The memory region is declared before the words: fields drop in
+/// declaration order, so the region is deregistered before the block is freed. The region's
+/// `Arc` never leaves this struct.
+pub(crate) struct Memory {
+    mr: Arc<MemoryRegion>,
+    words: Words,
+}
+
+/// What a remote request needs to address a node's memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct NodeInfo {
+    pub(crate) addr: u64,
+    pub(crate) rkey: u32,
+    pub(crate) words: u64,
+}
+
+impl Memory {
+    fn register(pd: &Arc<ProtectionDomain>, words: usize) -> Result<Memory> {
+        let block = Words::zeroed(words)?;
+        // SAFETY: `block` is a live allocation of `len_bytes()` bytes that stays allocated, and
+        // at the same address, until after the region is deregistered: both are owned by the
+        // returned `Memory`, whose `mr` field drops first. Rust reads and writes the block only
+        // through atomics, so the NIC writing it at any time is sound.
+        let mr = unsafe { pd.reg_mr(block.addr(), block.len_bytes(), qp::remote_access()) }
+            .map_err(|e| {
+                let hint = if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOMEM) {
+                    " (locked-memory limit? see `ulimit -l`)"
+                } else {
+                    ""
+                };
+                verbs_source(
+                    format!("ibv_reg_mr of {} bytes failed{hint}", block.len_bytes()),
+                    e,
+                )
+            })?;
+        Ok(Memory { mr, words: block })
+    }
+
+    fn info(&self) -> NodeInfo {
+        NodeInfo {
+            addr: self.words.addr() as u64,
+            rkey: self.mr.rkey(),
+            words: self.words.len() as u64,
+        }
+    }
+
+    fn lkey(&self) -> u32 {
+        self.mr.lkey()
+    }
+}
+
+impl LocalNode {
+    fn new(device: &device::Device, id: NodeId, words: usize) -> Result<LocalNode> {
+        let pd = device
+            .ctx
+            .alloc_pd()
+            .map_err(|e| verbs_source("ibv_alloc_pd failed", e))?;
+        let mem = Memory::register(&pd, words)?;
+        let responder_cq = device
+            .ctx
+            .create_cq_builder()
+            .setup_cqe(16)
+            .build()
+            .map_err(|e| verbs_source("ibv_create_cq failed", e))?;
+        Ok(LocalNode {
+            id,
+            mem,
+            pd,
+            responder_cq,
+        })
+    }
+}
+
+impl Shared {
+    fn local(&self, node: NodeId) -> Option<&Arc<LocalNode>> {
+        self.locals.get(node.index()).and_then(Option::as_ref)
+    }
+
+    fn info(&self, node: NodeId) -> Result<NodeInfo> {
+        self.infos
+            .get(node.index())
+            .and_then(OnceLock::get)
+            .copied()
+            .ok_or_else(|| verbs_error(format!("{node} is unknown (rendezvous incomplete)")))
+    }
+}
+
+impl VerbsBackend {
+    /// Opens the device and registers `words` words of memory for each of `nodes` nodes (only
+    /// this process's node in a multi-process cluster, after the rendezvous). `timeout` bounds
+    /// the rendezvous and waits for send-queue space.
+    pub fn new(
+        nodes: usize,
+        words: usize,
+        timeout: Duration,
+        config: VerbsConfig,
+    ) -> Result<VerbsBackend> {
+        if nodes == 0 || nodes > u16::MAX as usize {
+            return Err(verbs_error(format!(
+                "a cluster needs 1..=65535 nodes, not {nodes}"
+            )));
+        }
+        if let Some(d) = &config.distributed {
+            if d.peers.len() != nodes {
+                return Err(verbs_error(format!(
+                    "the peer list (LOCO_PEERS) names {} processes but the cluster has {nodes} \
+                     nodes; give the builder .nodes({})",
+                    d.peers.len(),
+                    d.peers.len()
+                )));
+            }
+            if d.node.index() >= nodes {
+                return Err(verbs_error(format!(
+                    "this process is {} (LOCO_NODE_ID) but the peer list has {nodes} entries",
+                    d.node
+                )));
+            }
+        }
+        let device = device::open(&config)?;
+        let send_depth = config.send_queue_depth.min(device.max_qp_wr);
+        tracing::debug!(target: "loco::rdmawait", device = %device.name, port = device.port,
+            gid_index = ?device.gid_index, nodes, words, "verbs backend opening");
+        let me = config.distributed.as_ref().map(|d| d.node);
+        let mut locals = Vec::with_capacity(nodes);
+        let infos: Vec<OnceLock<NodeInfo>> = (0..nodes).map(|_| OnceLock::new()).collect();
+        for (i, info) in infos.iter().enumerate() {
+            let id = NodeId(i as u16);
+            if me.is_some_and(|m| m != id) {
+                locals.push(None);
+                continue;
+            }
+            let node = LocalNode::new(&device, id, words)?;
+            let _ = info.set(node.mem.info());
+            locals.push(Some(Arc::new(node)));
+        }
+        let shared = Arc::new(Shared {
+            device,
+            me,
+            locals,
+            infos,
+            transport: config.transport(),
+            send_depth,
+            timeout,
+            shutdown: AtomicBool::new(false),
+            peers: rendezvous::Peers::new(nodes),
+            nics: Mutex::new(Vec::new()),
+        });
+        let session = match &config.distributed {
+            Some(d) => Some(rendezvous::Session::start(&shared, &d.peers)?),
+            None => None,
+        };
+        Ok(VerbsBackend { shared, session })
+    }
+
+    /// Name of the device in use (e.g. `rxe0`).
+    pub fn device_name(&self) -> &str {
+        &self.shared.device.name
+    }
+
+    /// This process's node in a multi-process cluster; `None` when every node is in this process.
+    pub fn this_node(&self) -> Option<NodeId> {
+        self.shared.me
+    }
+
+    /// The process-level services of this backend (barrier, node id).
+    pub fn process(&self) -> Arc<Process> {
+        Arc::new(Process::new(self.shared.clone()))
+    }
+
+    /// Testing hook: from now on, newly opened thread NICs address `node`'s memory with `rkey`
+    /// instead of the real key (to provoke remote access errors). Not for production use.
+    #[doc(hidden)]
+    pub fn override_rkey_for_tests(&self, node: NodeId, rkey: u32) {
+        self.shared.peers.override_rkey(node, rkey);
+    }
+}
+
+/// Builds a cluster on the verbs backend (what [`ClusterBuilder::verbs`](crate::ClusterBuilder::verbs)
+/// calls). The cluster carries a [`Process`] handle: [`Process::of`].
+pub(crate) fn build_cluster(
+    nodes: usize,
+    words: usize,
+    timeout: Duration,
+    config: VerbsConfig,
+) -> Result<Cluster> {
+    let backend = VerbsBackend::new(nodes, words, timeout, config)?;
+    let process = backend.process();
+    let cluster = Cluster::with_backend(Box::new(backend), timeout);
+    cluster.extension(|_| Ok(ProcessHandle(process)))?;
+    Ok(cluster)
+}
+
+/// How a cluster keeps its [`Process`] (the extension map is keyed by type).
+pub(crate) struct ProcessHandle(pub(crate) Arc<Process>);
+
+impl Backend for VerbsBackend {
+    fn name(&self) -> &'static str {
+        "verbs"
+    }
+
+    fn nodes(&self) -> usize {
+        self.shared.infos.len()
+    }
+
+    fn words(&self, node: NodeId) -> usize {
+        self.shared.info(node).map_or(0, |i| i.words as usize)
+    }
+
+    fn is_local(&self, node: NodeId) -> bool {
+        self.shared.local(node).is_some()
+    }
+
+    fn open(&self, node: NodeId) -> Result<Box<dyn ThreadNic>> {
+        if self.shared.shutdown.load(SeqCst) {
+            return Err(Error::Shutdown);
+        }
+        Ok(Box::new(nic::VerbsNic::open(&self.shared, node)?))
+    }
+
+    fn quiesce(&self, timeout: Duration) -> Result<()> {
+        nic::quiesce(&self.shared, timeout)
+    }
+
+    fn peek(&self, node: NodeId, word: usize) -> Result<u64> {
+        Ok(local_word(&self.shared, node, word)?.load(SeqCst))
+    }
+
+    fn poke(&self, node: NodeId, word: usize, value: u64) -> Result<()> {
+        local_word(&self.shared, node, word)?.store(value, SeqCst);
+        Ok(())
+    }
+
+    fn shutdown(&self) {
+        self.shared.shutdown.store(true, SeqCst);
+    }
+}
+
+impl Drop for VerbsBackend {
+    fn drop(&mut self) {
+        self.shutdown();
+        if let Some(session) = self.session.take() {
+            session.leave();
+        }
+    }
+}
+
+fn local_word(shared: &Shared, node: NodeId, word: usize) -> Result<&AtomicU64> {
+    let local = shared.local(node).ok_or_else(|| {
+        verbs_error(format!(
+            "{node} belongs to another process; its memory cannot be accessed directly"
+        ))
+    })?;
+    local
+        .mem
+        .words
+        .as_slice()
+        .get(word)
+        .ok_or_else(|| Error::OutOfRange {
+            node,
+            offset: word as u64 * WORD,
+            len: WORD,
+            size: local.mem.words.len() as u64 * WORD,
+        })
+}
+
+pub(crate) fn verbs_error(message: impl Into<String>) -> Error {
+    Error::Backend {
+        backend: "verbs",
+        message: message.into(),
+        source: None,
+    }
+}
+
+/// A verbs failure: `message`, then the chain of sideway's error (whose last link shows the errno).
+pub(crate) fn verbs_source(message: impl Into<String>, e: impl std::error::Error) -> Error {
+    let mut message = message.into();
+    let mut cur: Option<&dyn std::error::Error> = Some(&e);
+    while let Some(err) = cur {
+        message.push_str(": ");
+        message.push_str(&err.to_string());
+        cur = err.source();
+    }
+    Error::Backend {
+        backend: "verbs",
+        message,
+        source: None,
+    }
+}
+
+/// Resolves `host:port` for the rendezvous.
+pub(crate) fn resolve(peer: &str) -> Result<SocketAddr> {
+    peer.to_socket_addrs()
+        .map_err(|e| Error::Backend {
+            backend: "verbs",
+            message: format!("peer address {peer:?} does not resolve (want host:port)"),
+            source: Some(e),
+        })?
+        .next()
+        .ok_or_else(|| verbs_error(format!("peer address {peer:?} resolves to nothing")))
+}

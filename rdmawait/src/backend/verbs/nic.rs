@@ -1,0 +1,662 @@
+//! A thread's NIC on the verbs backend: one completion queue, one RC queue pair per node.
+//!
+//! Posting and polling call `ibv_post_send` and `ibv_poll_cq` directly (one work request built on
+//! the stack, completions drained into a stack array): the hot path allocates nothing.
+//!
+//! Completion bookkeeping: every request is signalled and carries its target node as `wr_id`.
+//! Draining the completion queue appends each completion's status to its queue pair's `done`
+//! queue; an RC queue pair completes its requests in post order, so `poll(n)` consumes the head
+//! of `done[n]`, which is the earliest unpolled request towards `n` (spec §2).
+
+use std::collections::VecDeque;
+use std::mem::MaybeUninit;
+use std::sync::atomic::{fence, AtomicU64, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use rdma_mummy_sys as sys;
+use sideway::ibverbs::completion::{BasicCompletionQueue, CompletionQueue};
+use sideway::ibverbs::queue_pair::{BasicQueuePair, QueuePair};
+
+use super::{qp, rendezvous, verbs_error, verbs_source, LocalNode, Shared};
+use crate::backend::{ThreadNic, WorkRequest};
+use crate::error::TimeoutKind;
+use crate::{Error, NodeId, Result, WORD};
+
+/// Completions taken from the completion queue per `ibv_poll_cq` call.
+const POLL_BATCH: usize = 16;
+/// How often a poll that keeps waiting asks the device whether the queue pair broke.
+const STATE_CHECK_EVERY: Duration = Duration::from_millis(200);
+
+/// A thread's NIC (see the module docs).
+pub(crate) struct VerbsNic {
+    state: Arc<Mutex<State>>,
+    shared: Arc<Shared>,
+    home: Arc<LocalNode>,
+}
+
+impl std::fmt::Debug for VerbsNic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerbsNic")
+            .field("node", &self.home.id)
+            .finish()
+    }
+}
+
+/// The queue pairs and completion queue of one thread. Behind a mutex only so that
+/// [`quiesce`] can drain it from another thread; the owning thread is the only other user.
+pub(crate) struct State {
+    /// Declared before `cq`: queue pairs are destroyed before their completion queue.
+    links: Vec<Link>,
+    cq: Arc<BasicCompletionQueue>,
+    /// Completion-queue entries the device granted.
+    cq_capacity: usize,
+    /// Requests posted whose completion has not been drained yet, over all queue pairs.
+    in_flight: usize,
+}
+
+/// The queue pair towards one node and its bookkeeping.
+struct Link {
+    target: NodeId,
+    qp: BasicQueuePair,
+    /// The responder end, when it lives in this process.
+    far: Far,
+    /// Send-queue entries the device granted.
+    capacity: usize,
+    /// Requests posted whose completion has not been drained yet.
+    in_flight: usize,
+    /// Statuses of drained completions not yet consumed by `poll`, in post order.
+    done: VecDeque<u32>,
+    /// An `rfence` is pending: the next request carries the Fence flag.
+    fence: bool,
+    /// Why requests on this queue pair can no longer succeed.
+    failed: Option<Failure>,
+    /// The queue pair was moved to the error state by us (a dead peer).
+    flushed: bool,
+    /// The target's memory: base address, rkey, size in words.
+    remote_addr: u64,
+    rkey: u32,
+    next_state_check: Option<Instant>,
+}
+
+enum Far {
+    /// Responder queue pair in the target node's protection domain, in this process.
+    Local {
+        _qp: BasicQueuePair,
+        _node: Arc<LocalNode>,
+    },
+    /// Responder queue pair in another process, released when this thread's NIC goes.
+    Remote { qpn: u32 },
+}
+
+#[derive(Clone, Debug)]
+enum Failure {
+    /// A request failed on the NIC; the queue pair is in the error state.
+    Qp,
+    /// The peer is gone.
+    Peer(String),
+}
+
+impl VerbsNic {
+    /// Opens a thread's NIC on `node`: creates its completion queue and one connected queue pair
+    /// towards every node.
+    pub(crate) fn open(shared: &Arc<Shared>, node: NodeId) -> Result<VerbsNic> {
+        let home = shared
+            .local(node)
+            .ok_or_else(|| {
+                verbs_error(format!(
+                    "{node} belongs to another process; threads can only be opened on {}",
+                    shared
+                        .me
+                        .map_or("this process's nodes".to_string(), |m| m.to_string())
+                ))
+            })?
+            .clone();
+        let device = &shared.device;
+        let nodes = shared.infos.len();
+        let want_cqe = (nodes as u64 * u64::from(shared.send_depth))
+            .clamp(1, u64::from(device.max_cqe)) as u32;
+        let cq = device
+            .ctx
+            .create_cq_builder()
+            .setup_cqe(want_cqe)
+            .build()
+            .map_err(|e| verbs_source("ibv_create_cq failed", e))?;
+        // SAFETY: the pointer is valid while `cq` lives (borrowed here); `cqe` is a plain integer
+        // the provider set at creation to the granted capacity.
+        let granted = unsafe { (*cq.cq().as_ptr()).cqe };
+        let cq_capacity = usize::try_from(granted).unwrap_or(0).max(1);
+        let mut links = Vec::with_capacity(nodes);
+        for t in 0..nodes {
+            links.push(Link::connect(shared, &home, &cq, NodeId(t as u16))?);
+        }
+        let state = Arc::new(Mutex::new(State {
+            links,
+            cq,
+            cq_capacity,
+            in_flight: 0,
+        }));
+        {
+            let mut nics = shared.nics.lock();
+            nics.retain(|w| w.strong_count() > 0);
+            nics.push(Arc::downgrade(&state));
+        }
+        tracing::debug!(target: "loco::rdmawait", %node, cq_capacity, "verbs thread NIC opened");
+        Ok(VerbsNic {
+            state,
+            shared: shared.clone(),
+            home,
+        })
+    }
+
+    fn words(&self) -> &[AtomicU64] {
+        self.home.mem.words.as_slice()
+    }
+
+    fn word(&self, word: usize) -> Result<&AtomicU64> {
+        let words = self.words();
+        words.get(word).ok_or(Error::OutOfRange {
+            node: self.home.id,
+            offset: word as u64 * WORD,
+            len: WORD,
+            size: words.len() as u64 * WORD,
+        })
+    }
+
+    fn check_local(&self, first: usize, count: usize) -> Result<()> {
+        let size = self.words().len();
+        match first.checked_add(count) {
+            Some(end) if end <= size => Ok(()),
+            _ => Err(Error::OutOfRange {
+                node: self.home.id,
+                offset: first as u64 * WORD,
+                len: count as u64 * WORD,
+                size: size as u64 * WORD,
+            }),
+        }
+    }
+}
+
+impl Link {
+    /// Creates the queue pair towards `target` and connects it to a responder queue pair there.
+    fn connect(
+        shared: &Arc<Shared>,
+        home: &Arc<LocalNode>,
+        cq: &Arc<BasicCompletionQueue>,
+        target: NodeId,
+    ) -> Result<Link> {
+        let device = &shared.device;
+        let info = shared.info(target)?;
+        let (mut qp, capacity) = qp::create(device, &home.pd, cq, shared.send_depth)?;
+        let local = qp::endpoint(device, &qp, qp::random_psn());
+        let far = match shared.local(target) {
+            Some(node) => {
+                let (mut responder, _) = qp::create(device, &node.pd, &node.responder_cq, 1)?;
+                let remote = qp::endpoint(device, &responder, qp::random_psn());
+                qp::connect(device, &mut qp, &local, &remote, shared.transport)?;
+                qp::connect(device, &mut responder, &remote, &local, shared.transport)?;
+                Far::Local {
+                    _qp: responder,
+                    _node: node.clone(),
+                }
+            }
+            None => {
+                let remote = rendezvous::connect_qp(shared, target, &local)?;
+                qp::connect(device, &mut qp, &local, &remote, shared.transport)?;
+                Far::Remote { qpn: remote.qpn }
+            }
+        };
+        let rkey = shared.peers.rkey_override(target).unwrap_or(info.rkey);
+        Ok(Link {
+            target,
+            qp,
+            far,
+            capacity,
+            in_flight: 0,
+            done: VecDeque::new(),
+            fence: false,
+            failed: None,
+            flushed: false,
+            remote_addr: info.addr,
+            rkey,
+            next_state_check: None,
+        })
+    }
+
+    /// The error an operation on this queue pair gets once it has failed.
+    fn failure(&self) -> Option<Error> {
+        self.failed.as_ref().map(|f| match f {
+            Failure::Qp => Error::QpInError { node: self.target },
+            Failure::Peer(reason) => Error::PeerDead {
+                node: self.target,
+                reason: reason.clone(),
+            },
+        })
+    }
+
+    /// Marks the peer dead and moves the queue pair to the error state (once), so that its
+    /// outstanding requests complete (flushed) instead of waiting for retries.
+    fn kill(&mut self, reason: String) {
+        if !matches!(self.failed, Some(Failure::Peer(_))) {
+            self.failed = Some(Failure::Peer(reason));
+        }
+        if !self.flushed {
+            self.flushed = true;
+            if let Err(e) = qp::fail(&mut self.qp) {
+                tracing::debug!(target: "loco::rdmawait", node = %self.target, error = %e, "could not flush a queue pair");
+            }
+        }
+    }
+
+    /// Records a drained completion's status.
+    fn complete(&mut self, status: u32) {
+        self.in_flight -= 1;
+        self.done.push_back(status);
+        if status != sys::ibv_wc_status::IBV_WC_SUCCESS && self.failed.is_none() {
+            self.failed = Some(match peer_gone(status) {
+                Some(reason) => Failure::Peer(reason.to_string()),
+                None => Failure::Qp,
+            });
+        }
+    }
+
+    /// The result of a consumed completion.
+    fn result(&self, status: u32) -> Result<()> {
+        use sys::ibv_wc_status::*;
+        let node = self.target;
+        match status {
+            IBV_WC_SUCCESS => Ok(()),
+            IBV_WC_WR_FLUSH_ERR => Err(self.failure().unwrap_or(Error::QpInError { node })),
+            IBV_WC_REM_ACCESS_ERR => Err(Error::Completion {
+                node,
+                status: "remote access error (IBV_WC_REM_ACCESS_ERR): invalid rkey, or an \
+                         address outside the target's registered memory"
+                    .to_string(),
+            }),
+            s => match peer_gone(s) {
+                Some(reason) => Err(Error::PeerDead {
+                    node,
+                    reason: reason.to_string(),
+                }),
+                None => Err(Error::Completion {
+                    node,
+                    status: format!("{} (status {s})", status_name(s)),
+                }),
+            },
+        }
+    }
+}
+
+impl State {
+    /// Moves every available completion into its queue pair's `done` queue; returns how many.
+    fn drain(&mut self) -> Result<usize> {
+        let mut wcs = [MaybeUninit::<sys::ibv_wc>::uninit(); POLL_BATCH];
+        // SAFETY: the completion queue is alive (owned by `self`), `wcs` has room for
+        // `POLL_BATCH` work completions, and the provider writes at most that many.
+        let n = unsafe {
+            sys::ibv_poll_cq(
+                self.cq.cq().as_ptr(),
+                POLL_BATCH as i32,
+                wcs.as_mut_ptr().cast::<sys::ibv_wc>(),
+            )
+        };
+        if n < 0 {
+            return Err(Error::Backend {
+                backend: "verbs",
+                message: "ibv_poll_cq failed".to_string(),
+                source: Some(std::io::Error::from_raw_os_error(-n)),
+            });
+        }
+        // The NIC's writes (READ data, atomic results) precede the completion that reports them.
+        fence(SeqCst);
+        let n = n as usize;
+        for wc in &wcs[..n] {
+            // SAFETY: `ibv_poll_cq` returned `n`: the first `n` entries were written.
+            let wc = unsafe { wc.assume_init_ref() };
+            let t = wc.wr_id as usize;
+            match self.links.get_mut(t) {
+                Some(link) if link.in_flight > 0 => {
+                    link.complete(wc.status);
+                    self.in_flight -= 1;
+                }
+                _ => {
+                    tracing::warn!(target: "loco::rdmawait", wr_id = wc.wr_id, "stray completion ignored")
+                }
+            }
+        }
+        Ok(n)
+    }
+}
+
+impl ThreadNic for VerbsNic {
+    fn post(&mut self, target: NodeId, wr: WorkRequest) -> Result<()> {
+        if self.shared.shutdown.load(SeqCst) {
+            return Err(Error::Shutdown);
+        }
+        let t = target.index();
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        if t >= st.links.len() {
+            return Err(Error::UnknownNode {
+                node: target,
+                nodes: st.links.len(),
+            });
+        }
+        if let Some(reason) = self.shared.peers.dead(target) {
+            st.links[t].kill(reason);
+        }
+        if let Some(e) = st.links[t].failure() {
+            return Err(e);
+        }
+        if wr == WorkRequest::Fence {
+            st.links[t].fence = true;
+            return Ok(());
+        }
+        let link = &st.links[t];
+        let at = |word: usize| link.remote_addr + word as u64 * WORD;
+        // (opcode, first local word, words, remote address, compare/add operand, swap operand)
+        let (opcode, local, words, remote_addr, compare_add, swap) = match wr {
+            WorkRequest::Write {
+                local,
+                remote,
+                words,
+            } => (
+                sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE,
+                local,
+                words,
+                at(remote),
+                0,
+                0,
+            ),
+            WorkRequest::Read {
+                local,
+                remote,
+                words,
+            } => (
+                sys::ibv_wr_opcode::IBV_WR_RDMA_READ,
+                local,
+                words,
+                at(remote),
+                0,
+                0,
+            ),
+            WorkRequest::CompareSwap {
+                remote,
+                expected,
+                new,
+                local,
+            } => {
+                let op = sys::ibv_wr_opcode::IBV_WR_ATOMIC_CMP_AND_SWP;
+                (op, local, 1, at(remote), expected, new)
+            }
+            WorkRequest::FetchAdd { remote, add, local } => {
+                let op = sys::ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD;
+                (op, local, 1, at(remote), add, 0)
+            }
+            WorkRequest::Fence => unreachable!("handled above"),
+        };
+        self.check_local(local, words)?;
+        let atomic = matches!(
+            wr,
+            WorkRequest::CompareSwap { .. } | WorkRequest::FetchAdd { .. }
+        );
+        // Atomics need 8-byte aligned targets; word addresses are, if the base is.
+        if atomic && remote_addr % WORD != 0 {
+            return Err(Error::Misaligned {
+                offset: remote_addr - link.remote_addr,
+                len: WORD,
+            });
+        }
+        let length = u32::try_from(words as u64 * WORD)
+            .map_err(|_| verbs_error(format!("a transfer of {words} words is over 4 GiB")))?;
+        let rkey = link.rkey;
+        // Remote bounds are the target NIC's to enforce: a request outside the target's memory
+        // region completes with a remote access error.
+        // Never post past a queue's capacity (verbs-notes.md, pitfall 4): wait for completions.
+        if st.links[t].in_flight >= st.links[t].capacity || st.in_flight >= st.cq_capacity {
+            self.wait_for_room(st, t)?;
+        }
+        let link = &mut st.links[t];
+        let mut sge = sys::ibv_sge {
+            addr: self.home.mem.words.addr() as u64 + local as u64 * WORD,
+            length,
+            lkey: self.home.mem.lkey(),
+        };
+        // SAFETY: `ibv_send_wr` is plain old data (integers, raw pointers, unions of those):
+        // all zeroes is a valid value of each field.
+        let mut swr: sys::ibv_send_wr = unsafe { MaybeUninit::zeroed().assume_init() };
+        swr.wr_id = t as u64;
+        swr.sg_list = &mut sge;
+        swr.num_sge = 1;
+        swr.opcode = opcode;
+        swr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
+        if link.fence {
+            swr.send_flags |= sys::ibv_send_flags::IBV_SEND_FENCE.0;
+        }
+        if atomic {
+            swr.wr.atomic = sys::atomic_t {
+                remote_addr,
+                compare_add,
+                swap,
+                rkey,
+            };
+        } else {
+            swr.wr.rdma = sys::rdma_t { remote_addr, rkey };
+        }
+        let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: the queue pair is alive (owned by `st`); `swr` is a complete single request
+        // (`next` null) whose scatter entry `sge` outlives the call and names `lkey`-registered
+        // memory of this node, inside it (checked above). The provider copies the request.
+        let ret = unsafe { sys::ibv_post_send(link.qp.qp().as_ptr(), &mut swr, &mut bad) };
+        if ret != 0 {
+            let os = std::io::Error::from_raw_os_error(ret);
+            if qp::in_error(&link.qp) {
+                link.failed.get_or_insert(Failure::Qp);
+                return Err(Error::QpInError { node: target });
+            }
+            return Err(Error::Backend {
+                backend: "verbs",
+                message: format!("ibv_post_send towards {target} failed"),
+                source: Some(os),
+            });
+        }
+        link.fence = false;
+        link.in_flight += 1;
+        st.in_flight += 1;
+        Ok(())
+    }
+
+    fn poll(&mut self, target: NodeId, timeout: Duration) -> Result<()> {
+        let t = target.index();
+        let start = Instant::now();
+        let mut idle = 0u32;
+        loop {
+            {
+                let mut guard = self.state.lock();
+                let st = &mut *guard;
+                let Some(link) = st.links.get_mut(t) else {
+                    return Err(Error::UnknownNode {
+                        node: target,
+                        nodes: st.links.len(),
+                    });
+                };
+                if let Some(status) = link.done.pop_front() {
+                    return link.result(status);
+                }
+                if link.in_flight == 0 {
+                    return Err(Error::NothingPending { node: target });
+                }
+                if let Some(reason) = self.shared.peers.dead(target) {
+                    link.kill(reason);
+                }
+                if st.drain()? > 0 {
+                    idle = 0;
+                    continue;
+                }
+                let link = &mut st.links[t];
+                let now = Instant::now();
+                let check = *link.next_state_check.get_or_insert(now + STATE_CHECK_EVERY);
+                if now >= check {
+                    link.next_state_check = Some(now + STATE_CHECK_EVERY);
+                    if qp::in_error(&link.qp) {
+                        // Its requests complete as flushed; make sure later posts fail at once.
+                        link.failed.get_or_insert(Failure::Qp);
+                    }
+                }
+            }
+            if start.elapsed() >= timeout {
+                return Err(Error::Timeout {
+                    what: TimeoutKind::Poll(target),
+                    after: timeout,
+                });
+            }
+            pause(&mut idle, start);
+        }
+    }
+
+    fn load(&mut self, word: usize) -> Result<u64> {
+        Ok(self.word(word)?.load(SeqCst))
+    }
+
+    fn store(&mut self, word: usize, value: u64) -> Result<()> {
+        self.word(word)?.store(value, SeqCst);
+        Ok(())
+    }
+
+    fn cas(&mut self, word: usize, expected: u64, new: u64) -> Result<u64> {
+        Ok(
+            match self
+                .word(word)?
+                .compare_exchange(expected, new, SeqCst, SeqCst)
+            {
+                Ok(v) | Err(v) => v,
+            },
+        )
+    }
+
+    fn mfence(&mut self) -> Result<()> {
+        fence(SeqCst);
+        Ok(())
+    }
+}
+
+impl VerbsNic {
+    /// Waits, draining completions, until queue pair `t` and the completion queue have room.
+    fn wait_for_room(&self, st: &mut State, t: usize) -> Result<()> {
+        let start = Instant::now();
+        let mut idle = 0u32;
+        loop {
+            if st.drain()? == 0 {
+                if start.elapsed() >= self.shared.timeout {
+                    return Err(Error::Timeout {
+                        what: TimeoutKind::Other("send queue space"),
+                        after: self.shared.timeout,
+                    });
+                }
+                pause(&mut idle, start);
+            }
+            if let Some(reason) = self.shared.peers.dead(st.links[t].target) {
+                st.links[t].kill(reason);
+            }
+            if let Some(e) = st.links[t].failure() {
+                return Err(e);
+            }
+            if st.links[t].in_flight < st.links[t].capacity && st.in_flight < st.cq_capacity {
+                return Ok(());
+            }
+        }
+    }
+}
+
+impl Drop for VerbsNic {
+    fn drop(&mut self) {
+        let st = self.state.lock();
+        for link in &st.links {
+            if let Far::Remote { qpn } = link.far {
+                rendezvous::release_qp(&self.shared, link.target, qpn);
+            }
+        }
+    }
+}
+
+/// Waits until every thread NIC of the backend has drained a completion for every request it
+/// posted (the requests have then taken effect: a completion means the responder executed it).
+pub(crate) fn quiesce(shared: &Shared, timeout: Duration) -> Result<()> {
+    let start = Instant::now();
+    let mut idle = 0u32;
+    loop {
+        let nics: Vec<_> = shared
+            .nics
+            .lock()
+            .iter()
+            .filter_map(|w| w.upgrade())
+            .collect();
+        let mut busy = false;
+        for nic in nics {
+            let mut st = nic.lock();
+            st.drain()?;
+            busy |= st.in_flight > 0;
+        }
+        if !busy {
+            return Ok(());
+        }
+        if start.elapsed() >= timeout {
+            return Err(Error::Timeout {
+                what: TimeoutKind::Quiesce,
+                after: timeout,
+            });
+        }
+        pause(&mut idle, start);
+    }
+}
+
+/// Backs off between empty polls: spin first (latency), then yield, then sleep briefly so that
+/// long waits do not starve the threads (or, on Soft-RoCE, the kernel) doing the work.
+fn pause(idle: &mut u32, since: Instant) {
+    *idle = idle.saturating_add(1);
+    if *idle < 64 {
+        std::hint::spin_loop();
+    } else if since.elapsed() < Duration::from_millis(5) {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(Duration::from_micros(100));
+    }
+}
+
+/// Why a failed status means the peer is unreachable, if it does.
+fn peer_gone(status: u32) -> Option<&'static str> {
+    use sys::ibv_wc_status::*;
+    match status {
+        IBV_WC_RETRY_EXC_ERR => Some(
+            "no acknowledgement after the transport's retries (IBV_WC_RETRY_EXC_ERR): the peer's \
+             queue pair is gone or unreachable",
+        ),
+        IBV_WC_RNR_RETRY_EXC_ERR => {
+            Some("receiver not ready after the retries (IBV_WC_RNR_RETRY_EXC_ERR)")
+        }
+        IBV_WC_RESP_TIMEOUT_ERR => Some("response timeout (IBV_WC_RESP_TIMEOUT_ERR)"),
+        _ => None,
+    }
+}
+
+fn status_name(status: u32) -> &'static str {
+    use sys::ibv_wc_status::*;
+    match status {
+        IBV_WC_LOC_LEN_ERR => "local length error (IBV_WC_LOC_LEN_ERR)",
+        IBV_WC_LOC_QP_OP_ERR => "local queue pair operation error (IBV_WC_LOC_QP_OP_ERR)",
+        IBV_WC_LOC_PROT_ERR => "local protection error (IBV_WC_LOC_PROT_ERR)",
+        IBV_WC_WR_FLUSH_ERR => "flushed: the queue pair is in the error state (IBV_WC_WR_FLUSH_ERR)",
+        IBV_WC_BAD_RESP_ERR => "bad response (IBV_WC_BAD_RESP_ERR)",
+        IBV_WC_LOC_ACCESS_ERR => "local access error (IBV_WC_LOC_ACCESS_ERR)",
+        IBV_WC_REM_INV_REQ_ERR => {
+            "remote invalid request (IBV_WC_REM_INV_REQ_ERR): the target does not support the operation or its length"
+        }
+        IBV_WC_REM_ACCESS_ERR => "remote access error (IBV_WC_REM_ACCESS_ERR)",
+        IBV_WC_REM_OP_ERR => "remote operation error (IBV_WC_REM_OP_ERR)",
+        IBV_WC_REM_ABORT_ERR => "remote aborted (IBV_WC_REM_ABORT_ERR)",
+        IBV_WC_FATAL_ERR => "fatal device error (IBV_WC_FATAL_ERR)",
+        IBV_WC_GENERAL_ERR => "general error (IBV_WC_GENERAL_ERR)",
+        _ => "unknown completion status",
+    }
+}
