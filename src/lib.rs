@@ -7,6 +7,10 @@
 //!   its source late, a wait does not cover remote writes, different nodes are unordered. Also
 //!   the NIC backends: the soft NIC (default) and ibverbs (feature `verbs`).
 //! - [`rdmawaitrmw`]: `rcas`/`rfaa`, atomic only against other remote RMWs.
+//! - [`sv`]: shared variables (a copy per node) with `bcast`, and the global fence `gf(N)`, after
+//!   which every earlier operation towards N has fully landed.
+//! - [`locks`]: `WLock` (mutual exclusion only), `SLock` (a release completes everything before
+//!   it), `NLock` on n (a release publishes the operations towards n, without blocking).
 //!
 //! ```
 //! use loco::prelude::*;
@@ -27,9 +31,15 @@
 pub use loco_rdmawait as rdmawait;
 #[doc(inline)]
 pub use loco_rdmawaitrmw as rdmawaitrmw;
+#[doc(inline)]
+pub use loco_sv as sv;
+#[doc(inline)]
+pub use loco_locks as locks;
 
 /// The names most programs need.
 pub mod prelude {
     pub use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, Schedule, WorkId};
     pub use loco_rdmawaitrmw::Rmw;
+    pub use loco_sv::{GlobalFence, SharedVar};
+    pub use loco_locks::{LockGuard, NLock, SLock, WLock};
 }

@@ -13,3 +13,19 @@ fn layers_are_reachable() {
     let _: loco::rdmawaitrmw::Result<()> = Ok(());
     assert_eq!(cluster.peek(&b).unwrap(), 2);
 }
+
+#[test]
+fn sv_and_locks_are_reachable() {
+    use loco::prelude::*;
+    let cluster = Cluster::builder().nodes(2).build().unwrap();
+    let s = SharedVar::with_value(&cluster, 4).unwrap();
+    let ctx = cluster.context(NodeId(1)).unwrap();
+    let g = SLock::new(&cluster, NodeId(0), 1).unwrap();
+    let g = g.acquire(&ctx).unwrap();
+    assert_eq!(s.load(&ctx).unwrap(), 4);
+    ctx.gf_all().unwrap();
+    LockGuard::release(g).unwrap();
+    let _ = (WLock::new(&cluster, NodeId(0), 1), NLock::new(&cluster, NodeId(1)));
+    let _: loco::sv::Result<()> = Ok(());
+    let _: loco::locks::Result<()> = Ok(());
+}
