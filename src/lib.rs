@@ -28,18 +28,18 @@
 #![forbid(unsafe_code)]
 
 #[doc(inline)]
+pub use loco_locks as locks;
+#[doc(inline)]
 pub use loco_rdmawait as rdmawait;
 #[doc(inline)]
 pub use loco_rdmawaitrmw as rdmawaitrmw;
 #[doc(inline)]
 pub use loco_sv as sv;
-#[doc(inline)]
-pub use loco_locks as locks;
 
 /// The names most programs need.
 pub mod prelude {
+    pub use loco_locks::{LockGuard, NLock, SLock, WLock};
     pub use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, Schedule, WorkId};
     pub use loco_rdmawaitrmw::Rmw;
     pub use loco_sv::{GlobalFence, SharedVar};
-    pub use loco_locks::{LockGuard, NLock, SLock, WLock};
 }

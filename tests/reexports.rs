@@ -25,7 +25,10 @@ fn sv_and_locks_are_reachable() {
     assert_eq!(s.load(&ctx).unwrap(), 4);
     ctx.gf_all().unwrap();
     LockGuard::release(g).unwrap();
-    let _ = (WLock::new(&cluster, NodeId(0), 1), NLock::new(&cluster, NodeId(1)));
+    let _ = (
+        WLock::new(&cluster, NodeId(0), 1),
+        NLock::new(&cluster, NodeId(1)),
+    );
     let _: loco::sv::Result<()> = Ok(());
     let _: loco::locks::Result<()> = Ok(());
 }
