@@ -7,10 +7,12 @@ mod cpu;
 pub mod explore;
 mod lower;
 pub mod parse;
+pub mod run;
 
 pub use ast::Test;
 pub use explore::{explore, Exploration, Outcome, Verdict};
 pub use parse::{parse, parse_file, ParseError, ParseErrorKind};
+pub use run::{run, Backend, RunConfig, RunError, RunReport};
 
 /// Most nodes a test may name (`n0` to `n7`).
 pub const MAX_NODES: usize = 8;

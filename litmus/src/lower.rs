@@ -568,7 +568,8 @@ impl Lowering<'_> {
                 Op::Bcast { sv, nodes, wid } => {
                     let words = &self.prog_sv(*sv);
                     let src = words[me].expect("sv copy on every node of the test");
-                    for n in nodes {
+                    // The own node is skipped, as loco-sv does: its copy is the source.
+                    for n in nodes.iter().filter(|n| n.index() != me) {
                         let dst = words[n.index()].expect("sv copy on every node of the test");
                         let op = PostOp::Put {
                             local: src,

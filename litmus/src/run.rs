@@ -1,0 +1,489 @@
+//! The runner: a test executed for real, many times, on a backend, and the histogram of the
+//! outcomes observed.
+//!
+//! Each run builds a fresh cluster, allocates the test's words with the real libraries
+//! (`loc`s with [`Cluster::alloc_word`], shared variables as [`loco_sv::SharedVar`]s, locks as
+//! [`loco_locks`] locks), starts one OS thread per test thread on its node, releases them
+//! together from a barrier, and has each interpret its statements by calling the real library
+//! operation (`ctx.put`, `SharedVar::bcast`, `RawLock::acquire`, ...). After every thread has
+//! finished and the cluster has quiesced, it reads the final values of the test's observables.
+//!
+//! Compare the histogram with the model's outcomes ([`crate::explore`]): an observed outcome the
+//! model forbids is a bug in a library, in the backend, or in the model.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use loco_locks::{NLock, RawLock, SLock, WLock};
+use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, Schedule, WorkId};
+use loco_rdmawaitrmw::Rmw;
+use loco_sv::{GlobalFence, SharedVar};
+
+use crate::ast::{LockKind, Observable, Op, Test, Value, Var};
+use crate::explore::Outcome;
+
+/// Default wait/poll timeout of a run's cluster ([`RunConfig::timeout`]).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The backend a test runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The soft NIC with its adversarial `Chaos` schedule (seeded per run).
+    SoftChaos,
+    /// The soft NIC with NIC engine threads.
+    SoftThreaded,
+    /// Real ibverbs devices, every node in this process (needs the `verbs` feature and a
+    /// device; see `loco_rdmawait::backend::verbs`).
+    Verbs,
+}
+
+/// Runner settings.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct RunConfig {
+    /// Backend (default [`Backend::SoftChaos`]).
+    pub backend: Backend,
+    /// Number of runs (default 100).
+    pub runs: usize,
+    /// Seed of the first run; run `i` uses `seed + i` (default 0).
+    pub seed: u64,
+    /// Timeout of waits, polls and quiescing in each run (default [`DEFAULT_TIMEOUT`]).
+    pub timeout: Duration,
+    /// Before each statement a thread makes up to this many CPU loads of a private scratch word
+    /// (a seeded random number of them), and sometimes yields the OS thread: calls into the
+    /// NIC that let the `Chaos` schedule take steps between statements, and variety in how the
+    /// threads interleave. They change no outcome. Default [`DEFAULT_NOISE`]; 0 disables.
+    pub noise: u32,
+}
+
+/// Default [`RunConfig::noise`].
+pub const DEFAULT_NOISE: u32 = 0;
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            backend: Backend::SoftChaos,
+            runs: 100,
+            seed: 0,
+            timeout: DEFAULT_TIMEOUT,
+            noise: DEFAULT_NOISE,
+        }
+    }
+}
+
+impl RunConfig {
+    /// The default settings with this backend, run count and seed.
+    pub fn new(backend: Backend, runs: usize, seed: u64) -> Self {
+        RunConfig {
+            backend,
+            runs,
+            seed,
+            ..RunConfig::default()
+        }
+    }
+}
+
+/// Why a test could not be run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// The test uses an operation whose library the runner cannot call yet.
+    #[error("`{op}` is unsupported by the runner yet: {why}")]
+    Unsupported {
+        /// The operation.
+        op: &'static str,
+        /// What is missing.
+        why: &'static str,
+    },
+    /// The backend cannot be used here.
+    #[error("backend unavailable: {0}")]
+    BackendUnavailable(String),
+    /// An operation of the rdmawait layer failed.
+    #[error("thread {thread}, line {line}: {source}")]
+    Op {
+        /// Test thread.
+        thread: String,
+        /// Line of the statement.
+        line: u32,
+        /// The library's error.
+        #[source]
+        source: OpError,
+    },
+    /// Setting up or inspecting the cluster failed.
+    #[error("cluster: {0}")]
+    Cluster(#[from] OpError),
+    /// A test thread panicked.
+    #[error("thread {0} panicked")]
+    Panicked(String),
+}
+
+/// An error of one of the libraries the runner calls.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpError {
+    /// From `loco-rdmawait` or `loco-rdmawaitrmw`.
+    #[error(transparent)]
+    Rdma(#[from] loco_rdmawait::Error),
+    /// From `loco-sv`.
+    #[error(transparent)]
+    Sv(#[from] loco_sv::Error),
+    /// From `loco-locks`.
+    #[error(transparent)]
+    Locks(#[from] loco_locks::Error),
+}
+
+/// The outcomes of many runs.
+#[derive(Clone, Debug)]
+pub struct RunReport {
+    /// What each outcome's values are the values of ([`Test::observables`]).
+    pub observables: Vec<Observable>,
+    /// How often each outcome was observed.
+    pub histogram: BTreeMap<Outcome, usize>,
+    /// Runs made.
+    pub runs: usize,
+    /// Wall-clock time.
+    pub elapsed: Duration,
+}
+
+impl RunReport {
+    /// Whether an outcome satisfying the test's `exists` condition was observed.
+    pub fn exists_seen(&self, test: &Test) -> bool {
+        self.histogram
+            .keys()
+            .any(|o| crate::explore::satisfies(test, &self.observables, o))
+    }
+}
+
+/// Checks that the runner can execute every statement of `test` on `backend`.
+pub fn supported(test: &Test, backend: Backend) -> Result<(), RunError> {
+    if backend == Backend::Verbs && !cfg!(feature = "verbs") {
+        return Err(RunError::BackendUnavailable(
+            "loco-litmus was built without the `verbs` feature".into(),
+        ));
+    }
+    if let Some(op) = test
+        .threads
+        .iter()
+        .flat_map(|t| &t.body)
+        .map(|s| &s.op)
+        .find(|op| {
+            matches!(
+                op,
+                Op::ReadSc { .. } | Op::WriteSc { .. } | Op::CasSc { .. } | Op::FaaSc { .. }
+            )
+        })
+    {
+        return Err(RunError::Unsupported {
+            op: op.name(),
+            why: "the SC library (loco-sc) is not in the workspace yet",
+        });
+    }
+    Ok(())
+}
+
+/// Runs `test` `cfg.runs` times; `progress` is called after each run with the number done.
+pub fn run(
+    test: &Test,
+    cfg: &RunConfig,
+    mut progress: impl FnMut(usize),
+) -> Result<RunReport, RunError> {
+    supported(test, cfg.backend)?;
+    let start = Instant::now();
+    let mut histogram = BTreeMap::new();
+    for i in 0..cfg.runs {
+        let o = run_once(test, cfg, cfg.seed.wrapping_add(i as u64))?;
+        *histogram.entry(o).or_insert(0) += 1;
+        progress(i + 1);
+    }
+    Ok(RunReport {
+        observables: test.observables(),
+        histogram,
+        runs: cfg.runs,
+        elapsed: start.elapsed(),
+    })
+}
+
+/// A lock of the test, made with the real library.
+#[derive(Debug)]
+enum LockHandle {
+    W(WLock),
+    S(SLock),
+    N(NLock),
+}
+
+impl LockHandle {
+    fn raw(&self) -> &dyn RawLock {
+        match self {
+            LockHandle::W(l) => l.raw(),
+            LockHandle::S(l) => l.raw(),
+            LockHandle::N(l) => l.raw(),
+        }
+    }
+}
+
+/// Everything a run's threads share.
+#[derive(Debug)]
+struct Env {
+    /// Per thread: a private word for the noise loads.
+    scratch: Vec<Loc>,
+    noise: u32,
+    seed: u64,
+    locs: Vec<Loc>,
+    svs: Vec<SharedVar>,
+    locks: Vec<LockHandle>,
+}
+
+fn cluster(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Cluster, RunError> {
+    let b = Cluster::builder()
+        .nodes(test.cluster_nodes())
+        .memory_per_node(4096)
+        .timeout(cfg.timeout);
+    let c = match cfg.backend {
+        Backend::SoftChaos => b.soft(Schedule::Chaos { seed }).build(),
+        Backend::SoftThreaded => b.soft(Schedule::Threaded).build(),
+        #[cfg(feature = "verbs")]
+        Backend::Verbs => {
+            let vc = loco_rdmawait::backend::verbs::VerbsConfig::from_env()
+                .map_err(|e| RunError::BackendUnavailable(e.to_string()))?;
+            b.verbs(vc).build()
+        }
+        #[cfg(not(feature = "verbs"))]
+        Backend::Verbs => {
+            return Err(RunError::BackendUnavailable(
+                "loco-litmus was built without the `verbs` feature".into(),
+            ))
+        }
+    };
+    c.map_err(|e| RunError::BackendUnavailable(e.to_string()))
+}
+
+/// One run: a fresh cluster, the threads, the final outcome.
+pub fn run_once(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Outcome, RunError> {
+    let cluster = cluster(test, cfg, seed)?;
+    let setup = || -> Result<Env, OpError> {
+        let mut locs = Vec::new();
+        for l in &test.locs {
+            let loc = cluster.alloc_word(l.node)?;
+            cluster.poke(&loc, l.init)?;
+            locs.push(loc);
+        }
+        let svs = test
+            .svs
+            .iter()
+            .map(|s| SharedVar::with_value(&cluster, s.init))
+            .collect::<Result<Vec<_>, _>>()?;
+        let lowest = test.nodes.first().copied().unwrap_or(NodeId(0));
+        let n = test.threads.len();
+        let locks = test
+            .locks
+            .iter()
+            .map(|l| {
+                Ok(match l.kind {
+                    LockKind::WLock => LockHandle::W(WLock::new(&cluster, lowest, n)?),
+                    LockKind::SLock => LockHandle::S(SLock::new(&cluster, lowest, n)?),
+                    LockKind::NLock(node) => LockHandle::N(NLock::new(&cluster, node)?),
+                })
+            })
+            .collect::<Result<Vec<_>, OpError>>()?;
+        let scratch = test
+            .threads
+            .iter()
+            .map(|t| cluster.alloc_word(t.node))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Env {
+            scratch,
+            noise: cfg.noise,
+            seed,
+            locs,
+            svs,
+            locks,
+        })
+    };
+    let env = Arc::new(setup()?);
+    let barrier = Arc::new(Barrier::new(test.threads.len()));
+    let test_arc = Arc::new(test.clone());
+    let handles: Vec<_> = (0..test.threads.len())
+        .map(|t| {
+            let (cluster, env, barrier, test) = (
+                cluster.clone(),
+                env.clone(),
+                barrier.clone(),
+                test_arc.clone(),
+            );
+            std::thread::Builder::new()
+                .name(format!("litmus-{}", test.threads[t].name))
+                .spawn(move || {
+                    let r = thread(&test, t, &cluster, &env, &barrier);
+                    if r.is_err() {
+                        cluster.shutdown(); // so that the other threads fail instead of hanging
+                    }
+                    r
+                })
+                .expect("spawning a litmus thread")
+        })
+        .collect();
+    let mut regs = Vec::new();
+    let mut first_err = None;
+    for (t, h) in handles.into_iter().enumerate() {
+        match h.join() {
+            Ok(Ok(r)) => regs.push(r),
+            Ok(Err(e)) => {
+                first_err.get_or_insert(e);
+                regs.push(Vec::new());
+            }
+            Err(_) => {
+                first_err.get_or_insert(RunError::Panicked(test.threads[t].name.clone()));
+                regs.push(Vec::new());
+            }
+        }
+    }
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    cluster.quiesce().map_err(OpError::from)?;
+    let values = test
+        .observables()
+        .iter()
+        .map(|o| -> Result<u64, OpError> {
+            Ok(match *o {
+                Observable::Reg { thread, reg } => regs[thread][reg.0],
+                Observable::Loc(l) => cluster.peek(&env.locs[l.0])?,
+                Observable::Sv { sv, node } => cluster.peek(&env.svs[sv.0].copy(node)?)?,
+                Observable::Sc(_) => unreachable!("checked by `supported`"),
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    cluster.shutdown();
+    Ok(Outcome(values))
+}
+
+/// Runs thread `t`'s statements; returns its registers.
+fn thread(
+    test: &Test,
+    t: usize,
+    cluster: &Cluster,
+    env: &Env,
+    barrier: &Barrier,
+) -> Result<Vec<u64>, RunError> {
+    let th = &test.threads[t];
+    let ctx = cluster.context(th.node);
+    barrier.wait();
+    let ctx = ctx.map_err(|e| RunError::Op {
+        thread: th.name.clone(),
+        line: 0,
+        source: e.into(),
+    })?;
+    let mut regs = vec![0u64; th.regs.len()];
+    // splitmix64 of (seed, thread): the noise of this thread in this run.
+    let mut rng = env.seed ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mut next = move || {
+        rng = rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    // Each thread draws its noise level per run, so quiet runs (level 0) happen too.
+    let level = next() % (u64::from(env.noise) + 1);
+    for s in &th.body {
+        let fail = |source: OpError| RunError::Op {
+            thread: th.name.clone(),
+            line: s.span.line,
+            source,
+        };
+        if level > 0 {
+            let r = next();
+            for _ in 0..r % (level + 1) {
+                ctx.load(&env.scratch[t]).map_err(|e| fail(e.into()))?;
+            }
+            if (r >> 32) % 4 == 0 {
+                std::thread::yield_now();
+            }
+        }
+        exec(&ctx, env, &mut regs, &s.op).map_err(fail)?;
+    }
+    Ok(regs)
+}
+
+fn wid(w: crate::ast::WidId) -> WorkId {
+    WorkId::new(w.0 as u32 + 1)
+}
+
+fn exec(ctx: &Ctx, env: &Env, regs: &mut [u64], op: &Op) -> Result<(), OpError> {
+    let val = |v: &Value, regs: &[u64]| match *v {
+        Value::Int(k) => k,
+        Value::Reg(r) => regs[r.0],
+    };
+    match op {
+        Op::Load { reg, var } => {
+            regs[reg.0] = match *var {
+                Var::Loc(l) => ctx.load(&env.locs[l.0])?,
+                Var::Sv(s) => env.svs[s.0].load(ctx)?,
+            }
+        }
+        Op::Store { var, val: v } => {
+            let v = val(v, regs);
+            match *var {
+                Var::Loc(l) => ctx.store(&env.locs[l.0], v)?,
+                Var::Sv(s) => env.svs[s.0].store(ctx, v)?,
+            }
+        }
+        Op::Cas {
+            reg,
+            loc,
+            expected,
+            new,
+        } => {
+            let (e, n) = (val(expected, regs), val(new, regs));
+            regs[reg.0] = ctx.cas(&env.locs[loc.0], e, n)?;
+        }
+        Op::Mfence => ctx.mfence()?,
+        Op::Put {
+            remote,
+            local,
+            wid: w,
+        } => ctx.put(&env.locs[remote.0], &env.locs[local.0], wid(*w))?,
+        Op::Get {
+            local,
+            remote,
+            wid: w,
+        } => ctx.get(&env.locs[local.0], &env.locs[remote.0], wid(*w))?,
+        Op::Rcas {
+            remote,
+            expected,
+            new,
+            local,
+            wid: w,
+        } => {
+            let (e, n) = (val(expected, regs), val(new, regs));
+            ctx.rcas(&env.locs[remote.0], e, n, &env.locs[local.0], wid(*w))?;
+        }
+        Op::Rfaa {
+            remote,
+            add,
+            local,
+            wid: w,
+        } => ctx.rfaa(
+            &env.locs[remote.0],
+            val(add, regs),
+            &env.locs[local.0],
+            wid(*w),
+        )?,
+        Op::Wait(w) => ctx.wait(wid(*w))?,
+        Op::Poll(n) => ctx.raw().poll(*n)?,
+        Op::Rfence(n) => ctx.rfence(*n)?,
+        Op::Bcast { sv, nodes, wid: w } => {
+            env.svs[sv.0].bcast(ctx, nodes.iter().copied(), wid(*w))?
+        }
+        Op::Gf(nodes) => ctx.gf(nodes.iter().copied())?,
+        Op::Acquire(l) => {
+            env.locks[l.0].raw().acquire(ctx)?;
+        }
+        Op::Release(l) => env.locks[l.0].raw().release(ctx)?,
+        Op::ReadSc { .. } | Op::WriteSc { .. } | Op::CasSc { .. } | Op::FaaSc { .. } => {
+            unreachable!("checked by `supported`")
+        }
+    }
+    Ok(())
+}
