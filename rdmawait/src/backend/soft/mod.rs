@@ -203,7 +203,7 @@ impl Backend for SoftBackend {
     fn quiesce(&self, timeout: Duration) -> Result<()> {
         match &self.engine {
             Engine::Immediate => Ok(()),
-            Engine::Threaded(e) => e.quiesce(timeout),
+            Engine::Threaded(e) => e.quiesce(&self.fabric, timeout),
             Engine::Chaos(c) => c.quiesce(timeout),
         }
     }

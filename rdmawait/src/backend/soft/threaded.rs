@@ -1,12 +1,17 @@
 //! The `Threaded` schedule: one NIC engine thread per node executes the requests posted by that
 //! node's threads, in post order, concurrently with the program.
+//!
+//! A thread blocked in a poll helps: it executes the next queued requests of its node itself.
+//! Requests are taken and executed under the node queue's lock, so a queue pair's requests still
+//! execute one at a time in post order, whoever runs them; what helping buys is progress that does
+//! not depend on the OS scheduling the engine thread, which on a machine with fewer cores than
+//! busy threads would otherwise cost a time slice per completion.
 
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TryRecvError};
-use crossbeam_utils::Backoff;
+use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
 use super::{cpu_cas, Fabric};
@@ -14,9 +19,12 @@ use crate::backend::{ThreadNic, WorkRequest};
 use crate::error::TimeoutKind;
 use crate::{Error, NodeId, Result};
 
-/// How long an idle engine spins before it parks: a parked engine costs a futex wake-up (tens of
-/// µs) on the next post, a spinning one costs a core.
-const SPIN_BEFORE_PARK: Duration = Duration::from_micros(200);
+/// How long an idle engine spins before it starts sleeping between looks at its queue.
+const SPIN_BEFORE_SLEEP: Duration = Duration::from_micros(200);
+/// Spins of a blocked poll (each trying to help) before it starts yielding its time slice.
+const SPINS_BEFORE_YIELD: u32 = 256;
+/// Longest sleep of an idle engine (pollers help, so this bounds only background latency).
+const MAX_SLEEP: Duration = Duration::from_millis(1);
 
 struct Job {
     to: usize,
@@ -25,30 +33,73 @@ struct Job {
     done: Arc<AtomicU64>,
 }
 
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Job(n{} {:?})", self.to, self.wr)
+    }
+}
+
+/// The requests posted by one node's threads, in post order.
+#[derive(Debug)]
+struct NodeQueue {
+    node: usize,
+    rx: Receiver<Job>,
+    /// Held while taking *and* executing a request, so requests execute one at a time in order.
+    exec: Mutex<()>,
+}
+
+impl NodeQueue {
+    /// Executes the next request if there is one and nobody else is executing; true if it did.
+    fn run_one(&self, fabric: &Fabric, inflight: &AtomicU64, block: bool) -> bool {
+        let guard = if block {
+            Some(self.exec.lock())
+        } else {
+            self.exec.try_lock()
+        };
+        let Some(_guard) = guard else { return false };
+        let Ok(job) = self.rx.try_recv() else {
+            return false;
+        };
+        fabric.execute(self.node, job.to, job.wr);
+        if job.wr.completes() {
+            job.done.fetch_add(1, SeqCst);
+        }
+        inflight.fetch_sub(1, SeqCst);
+        true
+    }
+}
+
 /// The engine threads of a cluster.
 #[derive(Debug)]
 pub(super) struct Engines {
     senders: Mutex<Option<Vec<Sender<Job>>>>,
-    /// Requests posted and not yet executed, over all engines.
+    queues: Vec<Arc<NodeQueue>>,
+    /// Requests posted and not yet executed, over all nodes.
     inflight: Arc<AtomicU64>,
 }
 
 impl Engines {
     pub(super) fn start(fabric: &Arc<Fabric>) -> Self {
         let inflight = Arc::new(AtomicU64::new(0));
-        let senders = (0..fabric.mem.len())
+        let (senders, queues) = (0..fabric.mem.len())
             .map(|node| {
                 let (tx, rx) = crossbeam_channel::unbounded();
-                let (fabric, inflight) = (fabric.clone(), inflight.clone());
+                let queue = Arc::new(NodeQueue {
+                    node,
+                    rx,
+                    exec: Mutex::new(()),
+                });
+                let (fabric, inflight, q) = (fabric.clone(), inflight.clone(), queue.clone());
                 std::thread::Builder::new()
                     .name(format!("loco-nic-n{node}"))
-                    .spawn(move || run(&fabric, node, &rx, &inflight))
+                    .spawn(move || run(&fabric, &q, &inflight))
                     .expect("spawning a NIC engine thread");
-                tx
+                (tx, queue)
             })
-            .collect();
+            .unzip();
         Engines {
             senders: Mutex::new(Some(senders)),
+            queues,
             inflight,
         }
     }
@@ -60,20 +111,20 @@ impl Engines {
             fabric: fabric.clone(),
             node,
             tx,
+            queue: self.queues[node].clone(),
             inflight: self.inflight.clone(),
             done: (0..nodes).map(|_| Arc::new(AtomicU64::new(0))).collect(),
             polled: vec![0; nodes],
         })
     }
 
-    /// Drops the engines' senders: each engine exits once the last thread NIC is gone too.
+    /// Stops accepting work; the engines exit once their queues are drained.
     pub(super) fn stop(&self) {
         self.senders.lock().take();
     }
 
-    pub(super) fn quiesce(&self, timeout: Duration) -> Result<()> {
+    pub(super) fn quiesce(&self, fabric: &Fabric, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
-        let backoff = Backoff::new();
         while self.inflight.load(SeqCst) != 0 {
             if Instant::now() >= deadline {
                 return Err(Error::Timeout {
@@ -81,55 +132,53 @@ impl Engines {
                     after: timeout,
                 });
             }
-            backoff.snooze();
+            // Help rather than wait for the engines to be scheduled.
+            if !self
+                .queues
+                .iter()
+                .any(|q| q.run_one(fabric, &self.inflight, false))
+            {
+                std::thread::yield_now();
+            }
         }
         Ok(())
     }
 }
 
-fn run(fabric: &Fabric, node: usize, rx: &Receiver<Job>, inflight: &AtomicU64) {
+fn run(fabric: &Fabric, queue: &NodeQueue, inflight: &AtomicU64) {
     let mut idle_since: Option<Instant> = None;
+    let mut sleep = Duration::from_micros(10);
     loop {
-        let job = match rx.try_recv() {
-            Ok(job) => job,
-            Err(TryRecvError::Disconnected) => return,
-            Err(TryRecvError::Empty) => {
-                let since = *idle_since.get_or_insert_with(Instant::now);
-                if since.elapsed() < SPIN_BEFORE_PARK {
-                    std::hint::spin_loop();
-                    continue;
-                }
-                match rx.recv() {
-                    Ok(job) => job,
-                    Err(_) => return,
-                }
-            }
-        };
-        idle_since = None;
-        fabric.execute(node, job.to, job.wr);
-        if job.wr.completes() {
-            job.done.fetch_add(1, SeqCst);
+        if !queue.rx.is_empty() && queue.run_one(fabric, inflight, true) {
+            idle_since = None;
+            sleep = Duration::from_micros(10);
+            continue;
         }
-        inflight.fetch_sub(1, SeqCst);
+        if fabric.shutdown.load(SeqCst) && queue.rx.is_empty() {
+            return;
+        }
+        let since = *idle_since.get_or_insert_with(Instant::now);
+        if since.elapsed() < SPIN_BEFORE_SLEEP {
+            std::hint::spin_loop();
+        } else {
+            std::thread::sleep(sleep);
+            sleep = (sleep * 2).min(MAX_SLEEP);
+        }
     }
 }
 
-/// A thread's NIC under `Threaded`: posts go to its node's engine; completions are counted per
-/// queue pair (a single engine executes a queue pair in order, so completions are in order).
+/// A thread's NIC under `Threaded`: posts go to its node's queue; completions are counted per
+/// queue pair (one request of a node executes at a time, in post order, so completions of a
+/// queue pair arrive in order).
 #[derive(Debug)]
 pub(super) struct ThreadedNic {
     fabric: Arc<Fabric>,
     node: usize,
     tx: Sender<Job>,
+    queue: Arc<NodeQueue>,
     inflight: Arc<AtomicU64>,
     done: Vec<Arc<AtomicU64>>,
     polled: Vec<u64>,
-}
-
-impl std::fmt::Debug for Job {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Job(n{} {:?})", self.to, self.wr)
-    }
 }
 
 impl ThreadNic for ThreadedNic {
@@ -152,24 +201,26 @@ impl ThreadNic for ThreadedNic {
     fn poll(&mut self, target: NodeId, timeout: Duration) -> Result<()> {
         let t = target.index();
         let want = self.polled[t] + 1;
-        let backoff = Backoff::new();
+        let mut spins = 0u32;
         let mut deadline = None;
         while self.done[t].load(SeqCst) < want {
-            if backoff.is_completed() {
-                let d = *deadline.get_or_insert_with(|| Instant::now() + timeout);
-                if Instant::now() >= d {
-                    return Err(Error::Timeout {
-                        what: TimeoutKind::Poll(target),
-                        after: timeout,
-                    });
-                }
-                if self.fabric.shutdown.load(SeqCst) && self.inflight.load(SeqCst) == 0 {
-                    return Err(Error::Shutdown);
-                }
-                std::thread::yield_now();
-            } else {
-                backoff.snooze();
+            // Help first: yielding on a busy machine can cost a whole time slice.
+            if self.queue.run_one(&self.fabric, &self.inflight, false) {
+                continue;
             }
+            if spins < SPINS_BEFORE_YIELD {
+                spins += 1;
+                std::hint::spin_loop();
+                continue;
+            }
+            let d = *deadline.get_or_insert_with(|| Instant::now() + timeout);
+            if Instant::now() >= d {
+                return Err(Error::Timeout {
+                    what: TimeoutKind::Poll(target),
+                    after: timeout,
+                });
+            }
+            std::thread::yield_now();
         }
         self.polled[t] = want;
         Ok(())
