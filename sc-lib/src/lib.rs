@@ -1,0 +1,97 @@
+//! Sequentially consistent locations and linearizable ported data structures over RDMA: the
+//! paper's **SC** library (spec §2 and §5, Fig. 14), over the node lock of `loco-locks` and the
+//! remote RMWs of `loco-rdmawaitrmw`.
+//!
+//! - [`ScLoc`] is an abstract location: one word and its own node lock, placed on a node of your
+//!   choice or round-robin. [`Sc`] adds the paper's `read_sc`, `write_sc`, `cas_sc` and `faa_sc`
+//!   to every thread context.
+//! - [`Ported`] does the same for a whole sequential data structure ([`Sequential`]): its state
+//!   lives in registered memory of one node and every operation runs under that node's lock.
+//!   Two come ready: [`FixedHashMap`] ([`PortedHashMap`]) and [`BoundedQueue`] ([`PortedQueue`]).
+//! - [`lincheck`] checks recorded histories for linearizability (Wing–Gong–Lowe), for testing
+//!   structures of your own.
+//!
+//! ```
+//! use loco_rdmawait::{Cluster, NodeId, Schedule};
+//! use loco_sc::{Sc, ScLoc};
+//!
+//! let cluster = Cluster::builder().nodes(3).soft(Schedule::Threaded).build()?;
+//! let data = ScLoc::new(&cluster, 0)?; // placed round-robin: n0 ...
+//! let flag = ScLoc::new(&cluster, 0)?; // ... and n1
+//!
+//! let writer = {
+//!     let (cluster, data, flag) = (cluster.clone(), data.clone(), flag.clone());
+//!     std::thread::spawn(move || -> loco_sc::Result<()> {
+//!         let ctx = cluster.context(NodeId(2))?;
+//!         ctx.write_sc(&data, 42)?;
+//!         ctx.write_sc(&flag, 1)?; // SC: whoever sees the flag sees the data
+//!         Ok(())
+//!     })
+//! };
+//! let ctx = cluster.context(NodeId(0))?;
+//! while ctx.read_sc(&flag)? == 0 {
+//!     std::thread::yield_now();
+//! }
+//! assert_eq!(ctx.read_sc(&data)?, 42); // message passing: never 0
+//! assert_eq!(ctx.faa_sc(&data, 1)?, 42);
+//! assert_eq!(ctx.cas_sc(&data, 43, 7)?, 43);
+//! writer.join().unwrap()?;
+//! # Ok::<(), loco_sc::Error>(())
+//! ```
+//!
+//! # Guarantees (spec §5, Fig. 14)
+//! - [`Sc`] operations on [`ScLoc`]s are **sequentially consistent**: every run is explained by
+//!   one interleaving of all threads' SC operations, each thread's in program order, each read
+//!   seeing the latest write before it. Message passing, store buffering and IRIW shapes never
+//!   show a weak outcome, whatever nodes the locations and threads are on. They are also
+//!   **linearizable** (each takes effect between its call and return).
+//! - Operations on one [`Ported`] structure are **linearizable**, and so are any mix of ported
+//!   structures and SC locations (linearizability is local).
+//! - SC operations do **not** complete or order the thread's earlier operations of other
+//!   libraries: a plain `put` to another node before a `write_sc` may still be in flight when
+//!   another thread reads the SC write (the last sentence of spec §5's SC bullet). Fence it
+//!   (`loco-sv`'s `gf`) if it must be visible.
+//!
+//! # Cost (round trips per operation, uncontended)
+//! | operation | round trips | why |
+//! |---|---|---|
+//! | `write_sc` | 2 | acquire (remote FAA, one get of the lock's `rel`); the put and the release are not waited for |
+//! | `read_sc`, `cas_sc`, `faa_sc` | 3 | acquire, then the get / rcas / rfaa, waited for |
+//! | [`Ported`] operation, default | 3 | acquire, one get of the whole state; puts and release not waited for |
+//! | [`PortedHashMap`] `get`/`insert`/`remove`/`cas` | usually 3 | acquire, one get per 4 probed buckets |
+//! | [`PortedQueue`] `push`/`len` (`pop`) | 3 (4) | acquire, the header (then the popped slot) |
+//!
+//! Contention adds one get of `rel` per turn spent waiting. See [`port`] for the details.
+//!
+//! # Errors
+//! [`Error::ForeignLocation`] for a location or structure of another cluster;
+//! [`Error::Layout`] for a state that does not fit its structure's layout (nothing is written);
+//! [`Error::QueueFull`] and [`Error::MapFull`] for full ready structures (nothing is written);
+//! [`Error::Rdma`] and [`Error::Lock`] for failures of the layers below.
+//!
+//! # Implementation
+//! Exactly Fig. 14 (`rules.md` §2): each location x on node n has its own `nlock@n`; `write_sc` is
+//! `acquire; store(b, v); put(x, b); release` with no wait, the others `acquire; get|rcas|rfaa(x,
+//! ret = a); release; wait(d)`. The scratch words `a` and `b` are per (thread, location), on the
+//! thread's node: the write's put reads `b` late, and only an operation towards the same node
+//! (whose acquire waits behind the put on the same queue pair) may reuse it. The library's
+//! operations use reserved work ids ([`WorkId::internal`](loco_rdmawait::WorkId::internal)), so
+//! user waits never wait for them.
+//!
+//! Observability: `tracing` events under the target `loco::sc` (trace level).
+
+#![forbid(unsafe_code)]
+
+mod error;
+pub mod lincheck;
+mod object;
+pub mod port;
+mod sc;
+
+pub use error::{Error, LayoutError, Result};
+pub use port::{
+    BoundedQueue, Decoder, Encoder, FixedHashMap, MapOp, MapRet, Ported, QueueOp, QueueRet,
+    Sequential, Words,
+};
+pub use port::{PortedHashMap, PortedQueue};
+pub use sc::{Sc, ScLoc};

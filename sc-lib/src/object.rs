@@ -1,0 +1,93 @@
+//! What SC locations and ported structures share: words on one node, that node's lock, default
+//! placement, and the per-(thread, object) scratch words.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use loco_locks::NLock;
+use loco_rdmawait::{Cluster, Ctx, Loc, NodeId};
+
+use crate::{Error, Result};
+
+static NEXT_OBJECT: AtomicU64 = AtomicU64::new(1);
+
+/// Words on one node and the node lock that guards them (spec §5: "each abstract location x lives
+/// on some node n with its own nlock@n").
+#[derive(Debug)]
+pub(crate) struct Object {
+    /// Process-unique id: the key of the threads' scratch words.
+    pub(crate) id: u64,
+    pub(crate) cluster: u32,
+    /// The object's words (one for an SC location).
+    pub(crate) words: Loc,
+    pub(crate) lock: NLock,
+}
+
+/// The next node of the round-robin default placement, one counter per cluster.
+#[derive(Debug, Default)]
+struct Placement(AtomicUsize);
+
+impl Object {
+    /// Allocates `words` words and a node lock on `node` (or on the next node round-robin).
+    pub(crate) fn new(cluster: &Cluster, node: Option<NodeId>, words: usize) -> Result<Object> {
+        let node = match node {
+            Some(n) => {
+                cluster.check_node(n)?;
+                n
+            }
+            None => {
+                let p = cluster.extension(|_| Ok(Placement::default()))?;
+                let i = p.0.fetch_add(1, Ordering::Relaxed);
+                NodeId((i % cluster.nodes()) as u16)
+            }
+        };
+        let lock = NLock::new(cluster, node)?;
+        let words = cluster.alloc_words(node, words as u64)?;
+        Ok(Object {
+            id: NEXT_OBJECT.fetch_add(1, Ordering::Relaxed),
+            cluster: cluster.id(),
+            words,
+            lock,
+        })
+    }
+
+    pub(crate) fn node(&self) -> NodeId {
+        self.words.node()
+    }
+
+    /// Fails with [`Error::ForeignLocation`] unless `cluster_id` is the object's cluster.
+    pub(crate) fn check_cluster(&self, cluster_id: u32) -> Result<()> {
+        if cluster_id != self.cluster {
+            return Err(Error::ForeignLocation {
+                loc: self.cluster,
+                cluster: cluster_id,
+            });
+        }
+        Ok(())
+    }
+
+    /// The calling thread's scratch words for this object (`words` of them, on the thread's own
+    /// node), allocated on first use.
+    ///
+    /// They are per (thread, object) because an SC write's put is not waited for: it reads its
+    /// source when the NIC gets to it. The thread's next operation on the same object goes to the
+    /// same node through the same queue pair, whose first wait (the node lock's acquire) consumes
+    /// the put's completion, so the put has read its source before the word is reused. An
+    /// operation on another object, possibly on another node and so unordered with the put, uses
+    /// other words (`rules.md` §2).
+    pub(crate) fn scratch(&self, ctx: &Ctx, words: usize) -> Result<Loc> {
+        self.check_cluster(ctx.cluster().id())?;
+        let reg = ctx.extension(|_| Ok(Scratch::default()))?;
+        if let Some(l) = reg.0.borrow().get(&self.id) {
+            return Ok(*l);
+        }
+        let l = ctx.cluster().alloc_words(ctx.node(), words as u64)?;
+        reg.0.borrow_mut().insert(self.id, l);
+        Ok(l)
+    }
+}
+
+/// A thread's scratch words, keyed by object id.
+#[derive(Debug, Default)]
+struct Scratch(RefCell<HashMap<u64, Loc>>);

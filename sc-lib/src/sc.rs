@@ -1,0 +1,177 @@
+//! SC locations and the four SC operations (spec §5, Fig. 14; `rules.md` §2).
+
+use std::fmt;
+use std::sync::Arc;
+
+use loco_locks::LockGuard;
+use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, WorkId};
+use loco_rdmawaitrmw::Rmw;
+
+use crate::object::Object;
+use crate::Result;
+
+/// Work id of the SC operations that fetch a value (the get, rcas or rfaa), waited for after the
+/// release.
+pub(crate) const SC_FETCH: WorkId = WorkId::internal(0x5343_0001);
+/// Work id of the puts that write SC locations and ported structures. Never waited for: the next
+/// node-lock acquire of the thread towards the same node consumes their completions.
+pub(crate) const SC_WRITE: WorkId = WorkId::internal(0x5343_0002);
+
+/// An SC location: an abstract 8-byte location whose [`Sc`] operations are sequentially
+/// consistent (spec §5, Fig. 14).
+///
+/// Its word and its own node lock live on one node, chosen at creation ([`ScLoc::new_on`]) or
+/// round-robin over the cluster's nodes ([`ScLoc::new`]); after that the caller never names a
+/// node. Cheap to clone (a handle), `Send` and `Sync`: make it once, share it with every thread.
+///
+/// Memory: three words on the location's node (the word, the lock's `tkt` and `rel`), plus two
+/// scratch words on each thread's node per location it touches (`rules.md` §2's `a` and `b`).
+#[derive(Clone)]
+pub struct ScLoc {
+    obj: Arc<Object>,
+}
+
+impl ScLoc {
+    /// A location holding `value`, placed on the next node round-robin.
+    ///
+    /// The initial value is written directly to node memory: make locations before the threads
+    /// that use them start.
+    pub fn new(cluster: &Cluster, value: u64) -> Result<ScLoc> {
+        Self::make(cluster, None, value)
+    }
+
+    /// A location holding `value`, placed on `node`.
+    pub fn new_on(cluster: &Cluster, node: NodeId, value: u64) -> Result<ScLoc> {
+        Self::make(cluster, Some(node), value)
+    }
+
+    fn make(cluster: &Cluster, node: Option<NodeId>, value: u64) -> Result<ScLoc> {
+        let obj = Object::new(cluster, node, 1)?;
+        if value != 0 {
+            cluster.poke(&obj.words, value)?;
+        }
+        Ok(ScLoc { obj: Arc::new(obj) })
+    }
+
+    /// The node the location lives on.
+    pub fn node(&self) -> NodeId {
+        self.obj.node()
+    }
+
+    /// The location's word in registered memory. Accessing it other than through [`Sc`] gives
+    /// none of the SC guarantees: it is here for inspection with [`Cluster::peek`].
+    pub fn word(&self) -> Loc {
+        self.obj.words
+    }
+
+    /// The current value, read directly from node memory (for inspection after
+    /// [`Cluster::quiesce`]; not an SC read).
+    pub fn peek(&self, cluster: &Cluster) -> Result<u64> {
+        self.obj.check_cluster(cluster.id())?;
+        Ok(cluster.peek(&self.obj.words)?)
+    }
+
+    /// `acq; get|rcas|rfaa(x → a); rel; wait; r := load(a)`.
+    fn fetch(&self, ctx: &Ctx, post: impl FnOnce(&Loc, &Loc) -> Result<()>) -> Result<u64> {
+        let a = self.obj.scratch(ctx, 2)?.word(0)?;
+        let g = self.obj.lock.acquire(ctx)?;
+        post(&self.obj.words, &a)?;
+        LockGuard::release(g)?;
+        ctx.wait(SC_FETCH)?;
+        Ok(ctx.load(&a)?)
+    }
+}
+
+impl PartialEq for ScLoc {
+    fn eq(&self, other: &Self) -> bool {
+        self.obj.id == other.obj.id
+    }
+}
+
+impl Eq for ScLoc {}
+
+impl fmt::Debug for ScLoc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScLoc")
+            .field("id", &self.obj.id)
+            .field("word", &self.obj.words)
+            .finish()
+    }
+}
+
+/// The SC library's operations (spec §2: `read_sc`, `write_sc`, `cas_sc`, `faa_sc`) on a thread
+/// context.
+///
+/// # Guarantees (spec §5, Fig. 14)
+/// The operations of all threads on all [`ScLoc`]s are **sequentially consistent**: every
+/// execution is explained by one interleaving of the threads' SC operations in program order,
+/// each reading the value last written in that interleaving. They are also linearizable: each
+/// takes effect inside its call, while the calling thread holds the location's node lock.
+///
+/// They do **not** order or complete the thread's earlier operations of other libraries: a plain
+/// `put` before a `write_sc` to a location on another node may land after another thread has seen
+/// the SC write (the last sentence of spec §5's SC bullet).
+///
+/// # Implementation
+/// Exactly Fig. 14 over the node lock of the location's node (`rules.md` §2):
+/// - `write_sc(x, v)`: `acquire; store(b, v); put(x, b); release`, and no wait: the put reaches
+///   the next holder through the lock's guarantee (Fig. 8f).
+/// - `read_sc`/`cas_sc`/`faa_sc`: `acquire; get|rcas|rfaa(x, ret = a); release; wait`, and return
+///   the fetched value.
+///
+/// `a` and `b` are scratch words per (thread, location), allocated on the thread's node on first
+/// use. Round trips per operation, uncontended: `write_sc` 2 (the acquire's FAA and one read of
+/// the lock's `rel`), the others 3.
+///
+/// # Errors
+/// [`Error::ForeignLocation`](crate::Error::ForeignLocation) for a location of another cluster;
+/// otherwise only failures of the layers below.
+pub trait Sc {
+    /// `read_sc(x)`: the value of `x`.
+    fn read_sc(&self, x: &ScLoc) -> Result<u64>;
+
+    /// `write_sc(x, v)`: sets `x` to `v`. Returns without waiting for the write to land; it is
+    /// nevertheless seen by every SC operation that follows it in the SC order.
+    fn write_sc(&self, x: &ScLoc, value: u64) -> Result<()>;
+
+    /// `cas_sc(x, e, v)`: if `x` holds `expected`, sets it to `new`. Returns the old value (the
+    /// swap happened iff it equals `expected`).
+    fn cas_sc(&self, x: &ScLoc, expected: u64, new: u64) -> Result<u64>;
+
+    /// `faa_sc(x, k)`: adds `add` to `x` (wrapping); returns the old value.
+    fn faa_sc(&self, x: &ScLoc, add: u64) -> Result<u64>;
+}
+
+impl Sc for Ctx {
+    #[doc(alias = "read")]
+    fn read_sc(&self, x: &ScLoc) -> Result<u64> {
+        let v = x.fetch(self, |w, a| Ok(self.get(a, w, SC_FETCH)?))?;
+        tracing::trace!(target: "loco::sc", node = %self.node(), loc = x.obj.id, v, "read_sc");
+        Ok(v)
+    }
+
+    #[doc(alias = "write")]
+    fn write_sc(&self, x: &ScLoc, value: u64) -> Result<()> {
+        let b = x.obj.scratch(self, 2)?.word(1)?;
+        let g = x.obj.lock.acquire(self)?;
+        self.store(&b, value)?;
+        self.put(&x.obj.words, &b, SC_WRITE)?;
+        LockGuard::release(g)?;
+        tracing::trace!(target: "loco::sc", node = %self.node(), loc = x.obj.id, value, "write_sc");
+        Ok(())
+    }
+
+    #[doc(alias = "cas")]
+    fn cas_sc(&self, x: &ScLoc, expected: u64, new: u64) -> Result<u64> {
+        let v = x.fetch(self, |w, a| Ok(self.rcas(w, expected, new, a, SC_FETCH)?))?;
+        tracing::trace!(target: "loco::sc", node = %self.node(), loc = x.obj.id, expected, new, old = v, "cas_sc");
+        Ok(v)
+    }
+
+    #[doc(alias = "faa")]
+    fn faa_sc(&self, x: &ScLoc, add: u64) -> Result<u64> {
+        let v = x.fetch(self, |w, a| Ok(self.rfaa(w, add, a, SC_FETCH)?))?;
+        tracing::trace!(target: "loco::sc", node = %self.node(), loc = x.obj.id, add, old = v, "faa_sc");
+        Ok(v)
+    }
+}
