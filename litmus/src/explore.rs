@@ -16,6 +16,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::time::{Duration, Instant};
 
 use loco_rdmawait::model::{Entry, LocalItem, Step};
+use loco_rdmawait::WorkRequest;
 
 use crate::ast::{Expect, Observable, Test};
 pub use crate::cpu::Action;
@@ -287,6 +288,18 @@ fn replay(prog: &Program, test: &Test, actions: &[Action]) -> Vec<String> {
     out
 }
 
+/// Values of a one-word (or longer) transfer.
+struct Vals<'a>(&'a [u64]);
+
+impl fmt::Display for Vals<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            [v] => write!(f, "{v}"),
+            vs => write!(f, "{vs:?}"),
+        }
+    }
+}
+
 struct Word<'a>(&'a Program, usize, usize);
 
 impl fmt::Display for Word<'_> {
@@ -317,10 +330,35 @@ fn describe(prog: &Program, test: &Test, s: &State, a: Action) -> String {
                     Word(prog, me, *word)
                 )
             }
-            Some(SbItem::Post { target, wr, tag }) => format!(
-                "{name}: store buffer -> pipe to n{target}: {wr:?} [{}]",
-                tags::name(*tag, test)
-            ),
+            Some(SbItem::Post { target, wr, tag }) => {
+                let (r, l) = (|w| Word(prog, *target, w), |w| Word(prog, me, w));
+                let op = match *wr {
+                    WorkRequest::Write { local, remote, .. } => {
+                        format!("put({}, {})", r(remote), l(local))
+                    }
+                    WorkRequest::Read { local, remote, .. } => {
+                        format!("get({}, {})", l(local), r(remote))
+                    }
+                    WorkRequest::CompareSwap {
+                        remote,
+                        expected,
+                        new,
+                        local,
+                    } => {
+                        format!("rcas({}, {expected}, {new}, {})", r(remote), l(local))
+                    }
+                    WorkRequest::FetchAdd { remote, add, local } => {
+                        format!("rfaa({}, {add}, {})", r(remote), l(local))
+                    }
+                    WorkRequest::Fence => format!("rfence(n{target})"),
+                };
+                let tag = if wr.completes() {
+                    format!(" [{}]", tags::name(*tag, test))
+                } else {
+                    String::new()
+                };
+                format!("{name}: store buffer -> pipe to n{target}: {op}{tag}")
+            }
             None => format!("{name}: flush of an empty store buffer"),
         },
         Action::Nic { target, step, .. } => {
@@ -335,15 +373,16 @@ fn describe(prog: &Program, test: &Test, s: &State, a: Action) -> String {
                         ""
                     };
                     format!(
-                        "{q}: remote write commits {} = {:?}{lock}",
+                        "{q}: remote write commits {} = {}{lock}",
                         Word(prog, target, w.remote),
-                        w.values
+                        Vals(&w.values)
                     )
                 }
                 Step::CommitLocal(j) => match &qp.bl[j] {
                     LocalItem::Write { local, values } => format!(
-                        "{q}: local write commits {} = {values:?}",
-                        Word(prog, me, *local)
+                        "{q}: local write commits {} = {}",
+                        Word(prog, me, *local),
+                        Vals(values)
                     ),
                     LocalItem::Notice(_) => format!("{q}: ?"),
                 },
@@ -356,8 +395,9 @@ fn describe(prog: &Program, test: &Test, s: &State, a: Action) -> String {
                         s.mem[me][*local]
                     ),
                     Entry::Send { remote, values, .. } => format!(
-                        "{q}: put nRW of {} = {values:?} sent",
-                        Word(prog, target, *remote)
+                        "{q}: put nRW of {} = {} sent",
+                        Word(prog, target, *remote),
+                        Vals(values)
                     ),
                     Entry::Ack { tag } => {
                         format!("{q}: put acknowledged, notice [{}]", tags::name(*tag, test))
@@ -369,8 +409,9 @@ fn describe(prog: &Program, test: &Test, s: &State, a: Action) -> String {
                         s.mem[target][*remote]
                     ),
                     Entry::Load { local, values, tag } => format!(
-                        "{q}: nLW of {} = {values:?} and notice [{}] queued",
+                        "{q}: nLW of {} = {} and notice [{}] queued",
                         Word(prog, me, *local),
+                        Vals(values),
                         tags::name(*tag, test)
                     ),
                     Entry::Rmw {

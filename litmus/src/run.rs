@@ -55,6 +55,9 @@ pub struct RunConfig {
     /// NIC that let the `Chaos` schedule take steps between statements, and variety in how the
     /// threads interleave. They change no outcome. Default [`DEFAULT_NOISE`]; 0 disables.
     pub noise: u32,
+    /// Stop as soon as a run shows an outcome satisfying the `exists` condition; `runs` is then
+    /// a budget (default false).
+    pub until_exists: bool,
 }
 
 /// Default [`RunConfig::noise`].
@@ -68,6 +71,7 @@ impl Default for RunConfig {
             seed: 0,
             timeout: DEFAULT_TIMEOUT,
             noise: DEFAULT_NOISE,
+            until_exists: false,
         }
     }
 }
@@ -182,7 +186,8 @@ pub fn supported(test: &Test, backend: Backend) -> Result<(), RunError> {
     Ok(())
 }
 
-/// Runs `test` `cfg.runs` times; `progress` is called after each run with the number done.
+/// Runs `test` `cfg.runs` times (fewer with [`RunConfig::until_exists`]); `progress` is called
+/// after each run with the number done.
 pub fn run(
     test: &Test,
     cfg: &RunConfig,
@@ -191,15 +196,22 @@ pub fn run(
     supported(test, cfg.backend)?;
     let start = Instant::now();
     let mut histogram = BTreeMap::new();
-    for i in 0..cfg.runs {
-        let o = run_once(test, cfg, cfg.seed.wrapping_add(i as u64))?;
+    let observables = test.observables();
+    let mut runs = 0;
+    while runs < cfg.runs {
+        let o = run_once(test, cfg, cfg.seed.wrapping_add(runs as u64))?;
+        runs += 1;
+        progress(runs);
+        let stop = cfg.until_exists && crate::explore::satisfies(test, &observables, &o);
         *histogram.entry(o).or_insert(0) += 1;
-        progress(i + 1);
+        if stop {
+            break;
+        }
     }
     Ok(RunReport {
-        observables: test.observables(),
+        observables,
         histogram,
-        runs: cfg.runs,
+        runs,
         elapsed: start.elapsed(),
     })
 }
