@@ -480,6 +480,7 @@ fn serve(shared: &Arc<Shared>, mut stream: TcpStream, addr: SocketAddr, stop: &A
     let end = loop {
         let msg = match read_msg(&mut stream) {
             Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => break "connection closed".into(),
             Err(e) => break e.to_string(),
         };
         match msg {
@@ -512,7 +513,7 @@ fn serve(shared: &Arc<Shared>, mut stream: TcpStream, addr: SocketAddr, stop: &A
     if !departed && !stop.load(SeqCst) {
         peers.mark_dead(
             from,
-            format!("its process's rendezvous connection dropped without a goodbye ({end}): exited or killed"),
+            format!("its rendezvous connection ended without a goodbye ({end}): the process exited or was killed"),
         );
     }
     peers.responders.lock().retain(|(n, _), _| *n != from.0);
