@@ -10,7 +10,7 @@
 set -uo pipefail
 ctl=/run/loco-ctl
 # shellcheck source=lib.sh
-. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+. "${BASH_SOURCE[0]%/*}/lib.sh"
 
 finish() { echo "$1" >"$ctl/status"; exit 0; }
 

@@ -3,7 +3,9 @@
 
 # Directory of these scripts and the download/build cache beneath it (gitignored).
 # shellcheck disable=SC2034 # used by the scripts that source this file
-SRC_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+SRC_DIR=${BASH_SOURCE[0]%/*}
+[ "$SRC_DIR" != "${BASH_SOURCE[0]}" ] || SRC_DIR=.
+SRC_DIR=$(cd "$SRC_DIR" && pwd)
 CACHE_DIR=${LOCO_SOFTROCE_CACHE:-$SRC_DIR/.cache}
 
 # Messages go to stderr so that a command's own stdout stays clean.
@@ -33,18 +35,19 @@ now() { date +%s.%N | cut -c1-14; }
 # elapsed START: seconds since START (from now()) with one decimal.
 elapsed() { awk -v s="$1" -v e="$(now)" 'BEGIN { printf "%.1f", e - s }'; }
 
-# wait_gid DEV INDEX TIMEOUT_S: wait until the GID at INDEX of DEV port 1 is non-zero.
-# Uses sysfs so it works without ibverbs-utils.
+# wait_gid DEV INDEX TIMEOUT_S: wait until the GID at INDEX of DEV port 1 is non-zero and
+# print it. Reads sysfs with builtins only (it runs in the VM, where every exec is slow).
 wait_gid() {
-    local dev=$1 idx=$2 tries=$(($3 * 10)) gid
+    local dev=$1 idx=$2 tries=$(($3 * 20)) gid
     local f=/sys/class/infiniband/$dev/ports/1/gids/$idx
     while [ "$tries" -gt 0 ]; do
-        gid=$(cat "$f" 2>/dev/null || true)
+        gid=
+        { read -r gid <"$f"; } 2>/dev/null || true
         case $gid in
             '' | 0000:0000:0000:0000:0000:0000:0000:0000) ;;
             *) printf '%s\n' "$gid"; return 0 ;;
         esac
-        sleep 0.1
+        sleep 0.05
         tries=$((tries - 1))
     done
     return 1
@@ -55,17 +58,21 @@ wait_gid() {
 # the rxe active MTU is 4096) when it does not exist yet; CIDR, if given, is added to it.
 # Needs rdma_rxe loaded, root, and `ip`/`rdma` from iproute2.
 rxe_add() {
-    local dev=$1 netdev=$2 cidr=${3:-}
+    local dev=$1 netdev=$2 cidr=${3:-} batch=
     if [ ! -e "/sys/class/net/$netdev" ]; then
-        ip link add "$netdev" type dummy || return 1
-        ip link set "$netdev" mtu 9000 || return 1
+        batch="link add $netdev type dummy"$'\n'"link set $netdev mtu 9000"$'\n'
+        [ -z "$cidr" ] || batch+="addr add $cidr dev $netdev"$'\n'
+    elif [ -n "$cidr" ] && ! ip -o addr show dev "$netdev" | grep -qw "${cidr%/*}"; then
+        batch="addr add $cidr dev $netdev"$'\n'
     fi
-    ip link set "$netdev" up || return 1
-    if [ -n "$cidr" ] && ! ip -o addr show dev "$netdev" | grep -qw "${cidr%/*}"; then
-        ip addr add "$cidr" dev "$netdev" || return 1
-    fi
+    batch+="link set $netdev up"
+    # One `ip` process for all of it: a batch.
+    printf '%s\n' "$batch" | ip -batch - || return 1
     if [ ! -e "/sys/class/infiniband/$dev" ]; then
         rdma link add "$dev" type rxe netdev "$netdev" || return 1
     fi
-    wait_gid "$dev" 1 10 >/dev/null || { log "GID index 1 of $dev never appeared (does $netdev have an IPv4 address?)"; return 1; }
+    wait_gid "$dev" 1 10 >/dev/null || {
+        log "GID index 1 of $dev never appeared (does $netdev have an IPv4 address?)"
+        return 1
+    }
 }

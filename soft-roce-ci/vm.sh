@@ -21,7 +21,7 @@
 # stdin is /dev/null.
 #
 # Environment: LOCO_VM_TIMEOUT, LOCO_VM_MEM (MiB, 2048), LOCO_VM_SMP (host CPUs, max 4),
-# LOCO_VM_ACCEL (auto|kvm|tcg), LOCO_VM_KERNEL_DEB (use this linux-image .deb instead of
+# LOCO_VM_ACCEL (auto|kvm|tcg), LOCO_VM_APPEND (extra kernel arguments), LOCO_VM_KERNEL_DEB (use this linux-image .deb instead of
 # apt's linux-image-amd64), LOCO_SOFTROCE_CACHE (cache dir, default soft-roce-ci/.cache).
 set -euo pipefail
 # shellcheck source=lib.sh
@@ -80,9 +80,19 @@ exec 9>"$CACHE_DIR/lock"
 # --- kernel ------------------------------------------------------------------------------
 
 # The linux-image package that linux-image-amd64 depends on (e.g. linux-image-6.1.0-48-amd64).
+# apt-cache takes ~1 s where apt's binary cache is disabled (Docker-style images), so the answer
+# is remembered until the package lists change.
 kernel_pkg() {
-    apt-cache depends linux-image-amd64 2>/dev/null \
-        | sed -n 's/^ *Depends: \(linux-image-[0-9][^ ]*\)$/\1/p' | head -n1
+    local stamp memo=$CACHE_DIR/kernel/apt-resolved pkg
+    stamp=$(stat -c '%n %Y %s' /var/lib/apt/lists/*_Packages* 2>/dev/null | cksum)
+    if [ -f "$memo" ] && [ "$(head -n1 "$memo")" = "$stamp" ]; then
+        sed -n 2p "$memo"
+        return
+    fi
+    pkg=$(apt-cache depends linux-image-amd64 2>/dev/null \
+        | sed -n 's/^ *Depends: \(linux-image-[0-9][^ ]*\)$/\1/p' | head -n1)
+    [ -z "$pkg" ] || printf '%s\n%s\n' "$stamp" "$pkg" >"$memo"
+    printf '%s\n' "$pkg"
 }
 
 # extract_vmlinux BZIMAGE OUT: unpack the compressed kernel inside a bzImage into an ELF file
@@ -237,8 +247,8 @@ mount -t overlay overlay -o lowerdir=/host/tmp,upperdir=/ovl/upper,workdir=/ovl/
 mkdir -p /host/run/loco-ctl && mount --bind /ctl /host/run/loco-ctl
 mount -t 9p -o "$p9" work "/host$workdir" || fail "cannot mount the work dir at $workdir"
 [ $verbose = 1 ] && set +x
-chroot /host /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    /bin/bash "$guest" </dev/null
+env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    chroot /host /bin/bash "$guest" </dev/null
 [ -s /ctl/status ] || fail "guest.sh ended without a status"
 umount "/host$workdir"
 umount /host/run/loco-ctl
@@ -326,6 +336,7 @@ if [ "$verbose" -eq 1 ]; then
 else
     cmdline="$cmdline quiet loglevel=0"
 fi
+cmdline="$cmdline ${LOCO_VM_APPEND:-}"
 if [ -f "$kdir/vmlinux" ]; then
     # PVH entry straight into the ELF kernel, with the tiny qboot firmware: ~2.5 s faster.
     boot_args=(-bios /usr/share/qemu/qboot.rom -kernel "$kdir/vmlinux")
@@ -334,6 +345,8 @@ else
     boot_args=(-kernel "$kdir/vmlinuz")
 fi
 
+# -M microvm would skip PCI/ACPI set-up, but under TCG the kernel finds no clock to
+# calibrate the TSC against and hangs; -M pc it is.
 virtfs=security_model=none,multidevs=remap
 qemu=(qemu-system-x86_64 -M pc "${accel_args[@]}" -m "${LOCO_VM_MEM:-2048}" -smp "$smp"
     -nodefaults -no-user-config -display none -no-reboot
@@ -344,11 +357,29 @@ qemu=(qemu-system-x86_64 -M pc "${accel_args[@]}" -m "${LOCO_VM_MEM:-2048}" -smp
     -virtfs "local,path=$ctl,mount_tag=ctl,$virtfs")
 [ "$verbose" -eq 0 ] || log "${qemu[*]}"
 
+# qemu runs under `timeout`, which puts it in a process group of its own, so a Ctrl-C or a
+# SIGTERM sent to vm.sh would not reach it: forward those signals (timeout passes them on).
 t_boot=$(now)
+timeout --kill-after=10 "$timeout_s" "${qemu[@]}" </dev/null &
+qpid=$!
+caught=
+# shellcheck disable=SC2317 # called from the traps
+forward() { caught=$1; kill -TERM "$qpid" 2>/dev/null || true; }
+trap 'forward 130' INT
+trap 'forward 143' TERM
+trap 'forward 129' HUP
 set +e
-timeout --kill-after=10 "$timeout_s" "${qemu[@]}" </dev/null
+wait "$qpid"
 qrc=$?
+while kill -0 "$qpid" 2>/dev/null; do
+    wait "$qpid"
+    qrc=$?
+done
 set -e
+if [ -n "$caught" ]; then
+    log "interrupted; VM stopped"
+    exit "$caught"
+fi
 
 if [ "$qrc" -eq 124 ] || [ "$qrc" -eq 137 ]; then
     log "timed out after $timeout_s s (--timeout / LOCO_VM_TIMEOUT); VM killed"
