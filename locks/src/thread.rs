@@ -30,6 +30,15 @@ pub(crate) struct ThreadLock {
     pub(crate) held: Cell<Option<u64>>,
 }
 
+impl Drop for ThreadLock {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.held.get() {
+            tracing::error!(target: "loco::locks", ticket, node = %self.word.node(),
+                "a context was dropped while holding a lock: the lock stays held for good");
+        }
+    }
+}
+
 /// The per-thread lock states of a context, keyed by lock id.
 #[derive(Debug, Default)]
 struct Registry {
