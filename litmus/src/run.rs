@@ -3,7 +3,7 @@
 //!
 //! Each run builds a fresh cluster, allocates the test's words with the real libraries
 //! (`loc`s with [`Cluster::alloc_word`], shared variables as [`loco_sv::SharedVar`]s, locks as
-//! [`loco_locks`] locks), starts one OS thread per test thread on its node, releases them
+//! [`loco_locks`] locks, SC locations as [`loco_sc::ScLoc`]s), starts one OS thread per test thread on its node, releases them
 //! together from a barrier, and has each interpret its statements by calling the real library
 //! operation (`ctx.put`, `SharedVar::bcast`, `RawLock::acquire`, ...). After every thread has
 //! finished and the cluster has quiesced, it reads the final values of the test's observables.
@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use loco_locks::{NLock, RawLock, SLock, WLock};
 use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, Schedule, WorkId};
 use loco_rdmawaitrmw::Rmw;
+use loco_sc::{Sc, ScLoc};
 use loco_sv::{GlobalFence, SharedVar};
 
 use crate::ast::{LockKind, Observable, Op, Test, Value, Var};
@@ -92,7 +93,8 @@ impl RunConfig {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RunError {
-    /// The test uses an operation whose library the runner cannot call yet.
+    /// The test uses an operation whose library the runner cannot call (none at present: every
+    /// operation of `FORMAT.md` is dispatched).
     #[error("`{op}` is unsupported by the runner yet: {why}")]
     Unsupported {
         /// The operation.
@@ -135,6 +137,9 @@ pub enum OpError {
     /// From `loco-locks`.
     #[error(transparent)]
     Locks(#[from] loco_locks::Error),
+    /// From `loco-sc`.
+    #[error(transparent)]
+    Sc(#[from] loco_sc::Error),
 }
 
 /// The outcomes of many runs.
@@ -159,29 +164,13 @@ impl RunReport {
     }
 }
 
-/// Checks that the runner can execute every statement of `test` on `backend`.
-pub fn supported(test: &Test, backend: Backend) -> Result<(), RunError> {
+/// Checks that the runner can use `backend`. (Every operation of `FORMAT.md` dispatches to its
+/// library: rdmawait, rdmawait+RMW, loco-sv, loco-locks, loco-sc.)
+pub fn supported(backend: Backend) -> Result<(), RunError> {
     if backend == Backend::Verbs && !cfg!(feature = "verbs") {
         return Err(RunError::BackendUnavailable(
             "loco-litmus was built without the `verbs` feature".into(),
         ));
-    }
-    if let Some(op) = test
-        .threads
-        .iter()
-        .flat_map(|t| &t.body)
-        .map(|s| &s.op)
-        .find(|op| {
-            matches!(
-                op,
-                Op::ReadSc { .. } | Op::WriteSc { .. } | Op::CasSc { .. } | Op::FaaSc { .. }
-            )
-        })
-    {
-        return Err(RunError::Unsupported {
-            op: op.name(),
-            why: "the SC library (loco-sc) is not in the workspace yet",
-        });
     }
     Ok(())
 }
@@ -193,7 +182,7 @@ pub fn run(
     cfg: &RunConfig,
     mut progress: impl FnMut(usize),
 ) -> Result<RunReport, RunError> {
-    supported(test, cfg.backend)?;
+    supported(cfg.backend)?;
     let start = Instant::now();
     let mut histogram = BTreeMap::new();
     let observables = test.observables();
@@ -243,6 +232,7 @@ struct Env {
     seed: u64,
     locs: Vec<Loc>,
     svs: Vec<SharedVar>,
+    scs: Vec<ScLoc>,
     locks: Vec<LockHandle>,
 }
 
@@ -285,6 +275,11 @@ pub fn run_once(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Outcome, RunE
             .iter()
             .map(|s| SharedVar::with_value(&cluster, s.init))
             .collect::<Result<Vec<_>, _>>()?;
+        let scs = test
+            .scs
+            .iter()
+            .map(|s| ScLoc::new_on(&cluster, s.node, s.init))
+            .collect::<Result<Vec<_>, _>>()?;
         let lowest = test.nodes.first().copied().unwrap_or(NodeId(0));
         let n = test.threads.len();
         let locks = test
@@ -309,6 +304,7 @@ pub fn run_once(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Outcome, RunE
             seed,
             locs,
             svs,
+            scs,
             locks,
         })
     };
@@ -362,7 +358,7 @@ pub fn run_once(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Outcome, RunE
                 Observable::Reg { thread, reg } => regs[thread][reg.0],
                 Observable::Loc(l) => cluster.peek(&env.locs[l.0])?,
                 Observable::Sv { sv, node } => cluster.peek(&env.svs[sv.0].copy(node)?)?,
-                Observable::Sc(_) => unreachable!("checked by `supported`"),
+                Observable::Sc(s) => env.scs[s.0].peek(&cluster)?,
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -493,8 +489,19 @@ fn exec(ctx: &Ctx, env: &Env, regs: &mut [u64], op: &Op) -> Result<(), OpError> 
             env.locks[l.0].raw().acquire(ctx)?;
         }
         Op::Release(l) => env.locks[l.0].raw().release(ctx)?,
-        Op::ReadSc { .. } | Op::WriteSc { .. } | Op::CasSc { .. } | Op::FaaSc { .. } => {
-            unreachable!("checked by `supported`")
+        Op::ReadSc { reg, sc } => regs[reg.0] = ctx.read_sc(&env.scs[sc.0])?,
+        Op::WriteSc { sc, val: v } => ctx.write_sc(&env.scs[sc.0], val(v, regs))?,
+        Op::CasSc {
+            reg,
+            sc,
+            expected,
+            new,
+        } => {
+            let (e, n) = (val(expected, regs), val(new, regs));
+            regs[reg.0] = ctx.cas_sc(&env.scs[sc.0], e, n)?;
+        }
+        Op::FaaSc { reg, sc, add } => {
+            regs[reg.0] = ctx.faa_sc(&env.scs[sc.0], val(add, regs))?;
         }
     }
     Ok(())

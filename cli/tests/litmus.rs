@@ -1,0 +1,224 @@
+//! The `loco litmus` command over the project's litmus tests (`tests/litmus/*.litmus` at the
+//! repository root: a new file there is a new test).
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn loco(args: &[&str], files: &[PathBuf]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_loco"))
+        .args(args)
+        .args(files)
+        .output()
+        .expect("running loco")
+}
+
+/// Every `.litmus` file of the repository's `tests/litmus/`, sorted.
+fn litmus_files() -> Vec<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/litmus");
+    let mut v: Vec<_> = std::fs::read_dir(&dir)
+        .expect("tests/litmus exists")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "litmus"))
+        .collect();
+    v.sort();
+    assert!(
+        v.len() >= 20,
+        "expected the shared tests in {}",
+        dir.display()
+    );
+    v
+}
+
+fn json(out: &Output) -> Vec<Value> {
+    serde_json::from_slice::<Vec<Value>>(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "bad JSON ({e}):\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn temp_test(name: &str, text: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("loco-{}-{name}.litmus", std::process::id()));
+    std::fs::write(&p, text).expect("writing a temporary test");
+    p
+}
+
+#[test]
+fn smoke() {
+    let files = litmus_files();
+    let out = loco(&["litmus", "show"], &files[..1]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("allowed outcome"), "{text}");
+}
+
+#[test]
+fn check_reproduces_every_verdict() {
+    let files = litmus_files();
+    let out = loco(&["litmus", "check", "--json"], &files);
+    let rows = json(&out);
+    assert_eq!(rows.len(), files.len());
+    for r in &rows {
+        assert_eq!(r["matches"], true, "{r:#}");
+        assert!(r["states"].as_u64().unwrap() > 0);
+        assert!(r["outcomes"].as_u64().unwrap() > 0);
+        eprintln!(
+            "{:32} {:9} states {:>6} outcomes {} {} ms",
+            r["name"].as_str().unwrap(),
+            r["model"].as_str().unwrap(),
+            r["states"],
+            r["outcomes"],
+            r["millis"]
+        );
+    }
+    assert!(out.status.success());
+    // The table says the same.
+    let out = loco(&["litmus", "check"], &files);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("every verdict matches"));
+}
+
+#[test]
+fn check_fails_with_a_counterexample_on_a_wrong_expectation() {
+    let src = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/litmus/fig2b-two-puts-one-poll.litmus"),
+    )
+    .unwrap()
+    .replace("expect allowed", "expect forbidden");
+    let f = temp_test("wrong", &src);
+    let out = loco(&["litmus", "check", "--json"], std::slice::from_ref(&f));
+    assert_eq!(out.status.code(), Some(1));
+    let rows = json(&out);
+    assert_eq!(rows[0]["matches"], false);
+    let trace = rows[0]["counterexample"]
+        .as_array()
+        .expect("a counterexample");
+    assert!(
+        trace
+            .iter()
+            .any(|l| l.as_str().unwrap().contains("nLR reads x@n0 = 1")),
+        "{trace:#?}"
+    );
+    let out = loco(&["litmus", "check"], std::slice::from_ref(&f));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("MISMATCH") && text.contains("counterexample: x=1 y=1"),
+        "{text}"
+    );
+    std::fs::remove_file(f).ok();
+}
+
+#[test]
+fn check_reports_parse_errors_with_their_position() {
+    let f = temp_test(
+        "bad",
+        "litmus bad\nloc x @n0\nthread t0 @n0 {\n  frob(x)\n}\nexists x = 0\nexpect allowed\n",
+    );
+    let out = loco(&["litmus", "check"], std::slice::from_ref(&f));
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("{}:4:3: unknown operation `frob`", f.display())),
+        "{err}"
+    );
+    std::fs::remove_file(f).ok();
+}
+
+/// `loco litmus run --backend soft` (Chaos schedule), 200 seeded runs of every test: no outcome
+/// the model forbids.
+#[test]
+fn run_on_soft_shows_no_forbidden_outcome() {
+    let files = litmus_files();
+    let out = loco(
+        &[
+            "litmus",
+            "run",
+            "--backend",
+            "soft",
+            "--runs",
+            "200",
+            "--seed",
+            "1",
+            "--json",
+        ],
+        &files,
+    );
+    let rows = json(&out);
+    assert_eq!(rows.len(), files.len());
+    for r in &rows {
+        assert!(
+            r.get("error").is_none() && r.get("skipped").is_none(),
+            "{r:#}"
+        );
+        assert_eq!(r["forbidden_seen"], 0, "{r:#}");
+        if r["expect"] == "forbidden" {
+            assert_eq!(r["exists_seen"], false, "{r:#}");
+        }
+    }
+    assert!(out.status.success());
+}
+
+/// `loco litmus run --backend soft --until-exists`: the `exists` outcome of every allowed test is
+/// observed within a budget of 60000 seeded runs (the rarest, fig7a, needs a few thousand).
+#[test]
+fn run_on_soft_sees_every_allowed_exists_outcome() {
+    let files: Vec<_> = litmus_files()
+        .into_iter()
+        .filter(|f| {
+            std::fs::read_to_string(f)
+                .unwrap()
+                .contains("expect allowed")
+        })
+        .collect();
+    let out = loco(
+        &[
+            "litmus",
+            "run",
+            "--backend",
+            "soft",
+            "--runs",
+            "60000",
+            "--seed",
+            "7",
+            "--until-exists",
+            "--json",
+        ],
+        &files,
+    );
+    let rows = json(&out);
+    for r in &rows {
+        eprintln!(
+            "{:32} seen after {} runs",
+            r["name"].as_str().unwrap(),
+            r["runs"]
+        );
+        assert_eq!(r["exists_seen"], true, "{r:#}");
+        assert_eq!(r["forbidden_seen"], 0, "{r:#}");
+    }
+    assert!(out.status.success());
+}
+
+#[test]
+fn run_on_the_threaded_soft_nic() {
+    let files = litmus_files();
+    let out = loco(
+        &[
+            "litmus",
+            "run",
+            "--schedule",
+            "threaded",
+            "--runs",
+            "5",
+            "--json",
+        ],
+        &files,
+    );
+    let rows = json(&out);
+    assert!(rows.iter().all(|r| r["forbidden_seen"] == 0), "{rows:#?}");
+    assert!(out.status.success());
+}
