@@ -1,4 +1,102 @@
-//! Litmus tests for loco-rs (placeholder docs, expanded below).
+//! Litmus tests for loco-rs: a parser for the `.litmus` format, an exhaustive explorer of the
+//! paper's operational model, and a runner that executes a test for real on a backend.
+//!
+//! ```
+//! use loco_litmus::{explore, parse, Backend, RunConfig};
+//!
+//! let test = parse(
+//!     "litmus fig2d-put-wait
+//!      loc x @n0
+//!      loc y @n1
+//!      thread t0 @n0 {
+//!        put(y, x, d1)
+//!        wait(d1)
+//!        store(x, 1)
+//!      }
+//!      exists y = 1
+//!      expect forbidden",
+//!     "fig2d.litmus",
+//! )?;
+//! let model = explore(&test)?;
+//! assert!(model.verdict(&test).matches()); // the model forbids y = 1, as expected
+//! assert_eq!(model.outcomes.len(), 1);     // the only final state: x = 1, y = 0
+//!
+//! let runs = loco_litmus::run(&test, &RunConfig::new(Backend::SoftChaos, 50, 0), |_| {})?;
+//! assert!(runs.histogram.keys().all(|o| model.allows(o))); // the soft NIC agrees
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! The `loco` command (crate `loco-cli`) wraps all of this: `loco litmus check`, `run`, `show`.
+//!
+//! # What is checked
+//! A test (format: `FORMAT.md` of the spec; the project's tests are in `tests/litmus/`) is a few
+//! threads on nodes, each a list of operations of any library of the stack (CPU, rdmatso,
+//! rdmawait, rdmawait+RMW, sv, locks, SC), and a condition on the final state with the verdict
+//! the paper gives it.
+//!
+//! The [explorer](mod@explore) runs the operational model of spec §4 / `rules.md` over **every**
+//! schedule and returns the exact set of reachable final outcomes:
+//! - the NIC half is [`loco_rdmawait::model`], the rules the soft NIC's `Chaos` schedule runs too
+//!   (queue-pair pipes, remote and local write buffers, completion notices, remote-atomic locks);
+//! - the CPU half is here: x86-TSO store buffers that posted remote operations travel through
+//!   in program order with stores, loads, `cas`/`mfence` draining them, `poll`, and `wait(d)` in
+//!   the atomic form of `rules.md`;
+//! - library operations are expanded into their implementations over the layers below
+//!   (`rules.md` §2): `bcast` into puts, `gf` into rfences, gets and a wait, each lock kind into
+//!   its ticket-lock protocol, SC operations into node-lock critical sections. The explorer
+//!   therefore checks the paper's *implementations*, not just their specifications. Spin loops
+//!   are await forms (block until the awaited value is there, then take it), which have the same
+//!   outcomes and keep the state graph finite and acyclic.
+//!
+//! The [runner](mod@run) executes the same test with real OS threads calling the real libraries
+//! (`loco-rdmawait`, `loco-rdmawaitrmw`, `loco-sv`, `loco-locks`, `loco-sc`) on a backend, many
+//! times, and collects the histogram of observed outcomes. An observed outcome that the explorer
+//! does not list is a bug in a library, in the backend, or in the model.
+//!
+//! # Running
+//! ```text
+//! loco litmus check tests/litmus/*.litmus       # verdicts; exit 0 iff all match
+//! loco litmus show --traces tests/litmus/fig7a-lb-get.litmus
+//! loco litmus run --backend soft --runs 2000 tests/litmus/*.litmus
+//! ```
+//! `cargo test -p loco-cli` checks every file of `tests/litmus/` (a new file is a new test) and
+//! runs each on the soft NIC.
+//!
+//! # Reading a counterexample
+//! Every outcome comes with one schedule reaching it ([`Exploration::trace`]), replayed from the
+//! initial state with the values read and written, one transition per line:
+//! ```text
+//! t0: put(y, x, d1) (line 6)                          a statement (or one step of a library's expansion)
+//! t0: store buffer -> pipe to n1: put(y@n1, x@n0) [d1] the post leaves the TSO store buffer
+//! t0->n1: put [d1] nLR reads x@n0 = 1                  a NIC rule on t0's queue pair towards n1
+//! t0->n1: remote write commits y@n1 = 1
+//! ```
+//! `check` prints the schedule of the first outcome that satisfies a condition the test expects
+//! to be forbidden; `show --traces` prints one for every outcome. Library steps are labelled
+//! with the statement they implement (`acquire(l): rfaa(tkt, 1, turn)`), internal work ids with
+//! a leading underscore (`_wl`, `_nl`, `_gf`, `_sc`), internal words by role (`tkt_l@n0`,
+//! `rel_l[t1]@n2`, `gf_scratch[t0]`).
+//!
+//! # Limits
+//! - At most [`MAX_NODES`] nodes and [`MAX_THREADS`] threads per test; values are `u64` and
+//!   there are no loops or branches, so every test is finite.
+//! - Exploration stops with [`explore::ExploreError::StateLimit`] past
+//!   [`explore::Config::max_states`]; the project's tests need from 6 to about 30 000 states.
+//! - The explorer's reduction takes alone the transitions that commute with every other
+//!   (store-buffer pushes, posts leaving a store buffer, rfences leaving a pipe, acks turning
+//!   into notices, enabled `poll`/`wait`/`mfence`); a unit test checks it loses no outcome.
+//! - The runner's `Chaos` schedule picks NIC steps at random and its threads interleave as the
+//!   OS schedules them: a rare allowed outcome (Fig. 7a) can take thousands of runs to appear,
+//!   and a run that does not show an outcome proves nothing.
+//! - Where the paper leaves an implementation choice open the expansion follows the libraries:
+//!   `bcast` skips the thread's own node (its copy is the source), the weak lock's release puts
+//!   carry their own work id that nothing waits for, SC writes are not waited for.
+//!
+//! # Implementation
+//! [`parse`](mod@parse) (`FORMAT.md` to [`Test`]), `lower` (the expansion of `rules.md` §2 into machine
+//! operations over a memory layout), `cpu` (whole-system state and transitions, CPU half),
+//! [`explore`](mod@explore) (depth-first search with a visited set of whole states), [`run`](mod@run). The approach
+//! follows tokio-rs/loom's: exhaustive exploration of a small model, outcomes gathered into a set.
 
 #![forbid(unsafe_code)]
 

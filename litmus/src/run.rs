@@ -8,7 +8,7 @@
 //! operation (`ctx.put`, `SharedVar::bcast`, `RawLock::acquire`, ...). After every thread has
 //! finished and the cluster has quiesced, it reads the final values of the test's observables.
 //!
-//! Compare the histogram with the model's outcomes ([`crate::explore`]): an observed outcome the
+//! Compare the histogram with the model's outcomes ([`crate::explore()`]): an observed outcome the
 //! model forbids is a bug in a library, in the backend, or in the model.
 
 use std::collections::BTreeMap;
