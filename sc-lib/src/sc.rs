@@ -60,7 +60,7 @@ impl ScLoc {
 
     /// The location's word in registered memory. Accessing it other than through [`Sc`] gives
     /// none of the SC guarantees: it is here for inspection with [`Cluster::peek`].
-    pub fn word(&self) -> Loc {
+    pub fn loc(&self) -> Loc {
         self.obj.words
     }
 

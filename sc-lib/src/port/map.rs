@@ -169,8 +169,17 @@ impl Table for Remote<'_, '_> {
         self.words.len() / BUCKET
     }
     fn slot(&mut self, i: usize) -> Result<Option<(u64, u64)>> {
-        let end = (i + PROBE_CHUNK).min(self.buckets());
-        self.words.prefetch(i * BUCKET..end * BUCKET)?;
+        // The PROBE_CHUNK buckets from i on, cyclically: one or two gets, one round trip.
+        let b = self.buckets();
+        let end = i + PROBE_CHUNK.min(b);
+        if self.words.is_known(i * BUCKET) {
+            // Fetched with an earlier chunk (or written): no round trip.
+        } else if end <= b {
+            self.words.prefetch(i * BUCKET..end * BUCKET)?;
+        } else {
+            self.words
+                .prefetch_all(&[i * BUCKET..b * BUCKET, 0..(end - b) * BUCKET])?;
+        }
         let w = self.words.read_range(i * BUCKET..(i + 1) * BUCKET)?;
         Ok(decode_slot(i * BUCKET, &w)?)
     }

@@ -302,25 +302,49 @@ impl<'a> Words<'a> {
     /// Fetches the words of `range` not fetched or written yet, with one get (one round trip),
     /// or none if there are none.
     pub fn prefetch(&mut self, range: Range<usize>) -> Result<()> {
-        self.check(&range)?;
-        let missing = |i: &usize| self.vals[*i].is_none();
-        let (Some(lo), Some(hi)) = (range.clone().find(missing), range.rev().find(missing)) else {
+        self.prefetch_all(&[range])
+    }
+
+    /// Fetches the words of several ranges not fetched or written yet: one get per range, all
+    /// posted before one wait, so one round trip in all (none if nothing is missing).
+    pub fn prefetch_all(&mut self, ranges: &[Range<usize>]) -> Result<()> {
+        let mut spans = Vec::with_capacity(ranges.len());
+        for range in ranges {
+            self.check(range)?;
+            let missing = |i: &usize| self.vals[*i].is_none();
+            if let (Some(lo), Some(hi)) = (
+                range.clone().find(missing),
+                range.clone().rev().find(missing),
+            ) {
+                spans.push(lo..hi + 1);
+            }
+        }
+        if spans.is_empty() {
             return Ok(());
-        };
-        let (off, len) = (lo as u64 * WORD, (hi - lo + 1) as u64 * WORD);
-        self.ctx.get(
-            &self.buf.slice(off, len)?,
-            &self.state.slice(off, len)?,
-            SC_FETCH,
-        )?;
+        }
+        for span in &spans {
+            let (off, len) = (span.start as u64 * WORD, span.len() as u64 * WORD);
+            self.ctx.get(
+                &self.buf.slice(off, len)?,
+                &self.state.slice(off, len)?,
+                SC_FETCH,
+            )?;
+        }
         self.ctx.wait(SC_FETCH)?;
         self.round_trips += 1;
-        for i in lo..=hi {
-            if self.vals[i].is_none() {
-                self.vals[i] = Some(self.ctx.load(&self.buf.word(i as u64)?)?);
+        for span in spans {
+            for i in span {
+                if self.vals[i].is_none() {
+                    self.vals[i] = Some(self.ctx.load(&self.buf.word(i as u64)?)?);
+                }
             }
         }
         Ok(())
+    }
+
+    /// Whether word `i` has been fetched or written in this operation (reading it costs nothing).
+    pub fn is_known(&self, i: usize) -> bool {
+        self.vals.get(i).is_some_and(Option::is_some)
     }
 
     /// Word `i` (fetched if needed: one round trip).
@@ -491,6 +515,13 @@ impl<S: Sequential> Ported<S> {
     /// Words in the layout.
     pub fn words(&self) -> usize {
         self.obj.words.words() as usize
+    }
+
+    /// The structure's words in registered memory. Accessing them other than through the
+    /// structure's operations gives no guarantee: they are here for inspection and set-up with
+    /// [`Cluster::peek_words`] and [`Cluster::poke`].
+    pub fn loc(&self) -> Loc {
+        self.obj.words
     }
 
     /// The current state, decoded directly from node memory (for inspection after

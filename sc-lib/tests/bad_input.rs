@@ -1,0 +1,210 @@
+//! Bad input gets typed errors, and writes nothing: handles of another cluster, values that do
+//! not fit a layout, full structures, unknown nodes, corrupt states, accesses outside a layout.
+
+mod common;
+
+use loco_rdmawait::{NodeId, Schedule};
+use loco_sc::{
+    BoundedQueue, Decoder, Encoder, Error, FixedHashMap, LayoutError, MapOp, Ported, PortedHashMap,
+    PortedQueue, Sc, ScLoc, Sequential,
+};
+
+#[test]
+fn a_location_of_another_cluster_is_refused() {
+    let a = common::cluster(2, Schedule::Immediate);
+    let b = common::cluster(2, Schedule::Immediate);
+    let x = ScLoc::new(&a, 3).unwrap();
+    let map = PortedHashMap::new(&a, &FixedHashMap::with_buckets(2)).unwrap();
+    let q = PortedQueue::new(&a, &BoundedQueue::new(2)).unwrap();
+    let ctx = b.context(NodeId(0)).unwrap();
+    let foreign = |e: Error| {
+        assert!(
+            matches!(e, Error::ForeignLocation { loc, cluster } if loc == a.id() && cluster == b.id()),
+            "{e:?}"
+        )
+    };
+    foreign(ctx.read_sc(&x).unwrap_err());
+    foreign(ctx.write_sc(&x, 1).unwrap_err());
+    foreign(ctx.cas_sc(&x, 3, 4).unwrap_err());
+    foreign(ctx.faa_sc(&x, 1).unwrap_err());
+    foreign(map.insert(&ctx, 1, 1).unwrap_err());
+    foreign(q.push(&ctx, 1).unwrap_err());
+    foreign(x.peek(&b).unwrap_err());
+    foreign(map.peek(&b).unwrap_err());
+    assert_eq!(x.peek(&a).unwrap(), 3, "untouched");
+    // The message reads well in a chain.
+    assert_eq!(
+        ctx.read_sc(&x).unwrap_err().to_string(),
+        format!(
+            "location belongs to cluster #{}, not to the context's cluster #{}",
+            a.id(),
+            b.id()
+        )
+    );
+}
+
+#[test]
+fn an_unknown_node_is_refused() {
+    let c = common::cluster(2, Schedule::Immediate);
+    let e = ScLoc::new_on(&c, NodeId(5), 0).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Rdma(loco_rdmawait::Error::UnknownNode { nodes: 2, .. })
+        ),
+        "{e:?}"
+    );
+    assert!(Ported::new_on(&c, NodeId(2), &BoundedQueue::new(1)).is_err());
+}
+
+#[test]
+fn a_full_queue_is_an_error_and_writes_nothing() {
+    let c = common::cluster(2, Schedule::Chaos { seed: 4 });
+    let q = PortedQueue::new_on(&c, NodeId(1), &BoundedQueue::new(2)).unwrap();
+    let ctx = c.context(NodeId(0)).unwrap();
+    q.push(&ctx, 1).unwrap();
+    q.push(&ctx, 2).unwrap();
+    for v in 3..6 {
+        let e = q.push(&ctx, v).unwrap_err();
+        assert!(matches!(e, Error::QueueFull { capacity: 2 }), "{e:?}");
+        assert_eq!(e.to_string(), "the queue is full (capacity 2)");
+    }
+    c.quiesce().unwrap();
+    assert_eq!(q.peek(&c).unwrap().iter().collect::<Vec<_>>(), [1, 2]);
+    assert_eq!(q.pop(&ctx).unwrap(), Some(1));
+}
+
+#[test]
+fn a_full_map_is_an_error_and_writes_nothing() {
+    let c = common::cluster(2, Schedule::Chaos { seed: 5 });
+    let map = PortedHashMap::new_on(&c, NodeId(1), &FixedHashMap::with_buckets(3)).unwrap();
+    let ctx = c.context(NodeId(0)).unwrap();
+    for k in 0..3 {
+        map.insert(&ctx, k, k * 10).unwrap();
+    }
+    let e = map.insert(&ctx, 9, 90).unwrap_err();
+    assert!(matches!(e, Error::MapFull { buckets: 3 }), "{e:?}");
+    // Updating a present key of a full map is fine.
+    assert_eq!(map.insert(&ctx, 1, 11).unwrap(), Some(10));
+    c.quiesce().unwrap();
+    let m = map.peek(&c).unwrap();
+    assert_eq!(m.len(), 3);
+    assert_eq!((m.get(9), m.get(1)), (None, Some(11)));
+}
+
+/// A structure whose encoding is larger than the layout it asks for.
+#[derive(Debug)]
+struct Liar;
+
+impl Sequential for Liar {
+    type Op = ();
+    type Ret = ();
+    fn words(&self) -> usize {
+        2
+    }
+    fn encode(&self, out: &mut [u64]) -> Result<(), LayoutError> {
+        let mut e = Encoder::new(out);
+        e.pad(3);
+        e.finish()
+    }
+    fn decode(_: &[u64]) -> Result<Self, LayoutError> {
+        Ok(Liar)
+    }
+    fn apply(&mut self, _: ()) {}
+}
+
+/// A structure of no words.
+#[derive(Debug)]
+struct Nothing;
+
+impl Sequential for Nothing {
+    type Op = ();
+    type Ret = ();
+    fn words(&self) -> usize {
+        0
+    }
+    fn encode(&self, out: &mut [u64]) -> Result<(), LayoutError> {
+        Encoder::new(out).finish()
+    }
+    fn decode(_: &[u64]) -> Result<Self, LayoutError> {
+        Ok(Nothing)
+    }
+    fn apply(&mut self, _: ()) {}
+}
+
+#[test]
+fn values_that_do_not_fit_the_layout_are_refused() {
+    let c = common::cluster(2, Schedule::Immediate);
+    let e = Ported::new(&c, &Liar).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Layout(LayoutError::DoesNotFit {
+                needed: 3,
+                words: 2
+            })
+        ),
+        "{e:?}"
+    );
+    assert!(matches!(
+        Ported::new(&c, &Nothing).unwrap_err(),
+        Error::Layout(LayoutError::Empty)
+    ));
+    // A queue of no slots cannot be read back from its layout.
+    assert!(matches!(
+        PortedQueue::new(&c, &BoundedQueue::new(0)).unwrap_err(),
+        Error::Layout(LayoutError::Invalid { .. })
+    ));
+    // The decoder's bound checks.
+    let mut d = Decoder::new(&[5]);
+    assert!(matches!(
+        d.next_at_most(4, "too big"),
+        Err(LayoutError::Invalid { word: 0, .. })
+    ));
+    assert!(matches!(
+        d.next(),
+        Err(LayoutError::OutOfLayout { index: 1, words: 1 })
+    ));
+}
+
+#[test]
+fn a_corrupt_state_is_an_error() {
+    let c = common::cluster(2, Schedule::Immediate);
+    let map = PortedHashMap::new_on(&c, NodeId(1), &FixedHashMap::with_buckets(1)).unwrap();
+    let ctx = c.context(NodeId(0)).unwrap();
+    // Bucket 0's tag set to 7 behind the map's back.
+    let tag = map.loc().word(0).unwrap();
+    c.poke(&tag, 7).unwrap();
+    let e = map.get(&ctx, 1).unwrap_err();
+    assert!(
+        matches!(e, Error::Layout(LayoutError::Invalid { word: 0, .. })),
+        "{e:?}"
+    );
+    // The lock was released despite the error: the next operation goes through.
+    c.poke(&tag, 0).unwrap();
+    assert_eq!(map.get(&ctx, 1).unwrap(), None);
+}
+
+#[test]
+fn words_outside_the_layout_are_refused() {
+    let c = common::cluster(2, Schedule::Immediate);
+    let map = PortedHashMap::new_on(&c, NodeId(1), &FixedHashMap::with_buckets(2)).unwrap();
+    let ctx = c.context(NodeId(0)).unwrap();
+    let e = map.with(&ctx, |w| w.read(6)).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Layout(LayoutError::OutOfLayout { index: 7, words: 6 })
+        ),
+        "{e:?}"
+    );
+    let e = map.with(&ctx, |w| w.write_range(5, &[1, 2])).unwrap_err();
+    assert!(
+        matches!(e, Error::Layout(LayoutError::OutOfLayout { .. })),
+        "{e:?}"
+    );
+    // Nothing was written by the failed `with`, and the lock is free again.
+    let _ = map.apply(&ctx, MapOp::Len).unwrap();
+    c.quiesce().unwrap();
+    assert!(map.peek(&c).unwrap().is_empty());
+}
