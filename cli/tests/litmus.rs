@@ -222,3 +222,31 @@ fn run_on_the_threaded_soft_nic() {
     assert!(rows.iter().all(|r| r["forbidden_seen"] == 0), "{rows:#?}");
     assert!(out.status.success());
 }
+
+/// The long version: 20000 seeded Chaos runs of every test (minutes; `cargo test -p loco-cli
+/// --release -- --ignored`).
+#[test]
+#[ignore = "long: 20000 runs per test"]
+fn run_on_soft_long() {
+    let files = litmus_files();
+    let out = loco(
+        &[
+            "litmus",
+            "run",
+            "--backend",
+            "soft",
+            "--runs",
+            "20000",
+            "--seed",
+            "1000",
+            "--json",
+        ],
+        &files,
+    );
+    let rows = json(&out);
+    for r in &rows {
+        assert_eq!(r["forbidden_seen"], 0, "{r:#}");
+        assert_eq!(r["exists_seen"], r["expect"] == "allowed", "{r:#}");
+    }
+    assert!(out.status.success());
+}
