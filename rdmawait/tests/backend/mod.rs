@@ -53,9 +53,15 @@ pub fn builder(schedule: Schedule) -> ClusterBuilder {
 /// A cluster of `nodes` nodes with 64 KiB each on the chosen backend. Panics (with the backend's
 /// explanation) when it cannot be built.
 pub fn cluster(nodes: usize, schedule: Schedule) -> Cluster {
+    cluster_sized(nodes, 64 * 1024, schedule)
+}
+
+/// A cluster of `nodes` nodes with `bytes` of memory each on the chosen backend (the drop-in
+/// replacement of `Cluster::builder().nodes(n).memory_per_node(bytes).soft(schedule).build()`).
+pub fn cluster_sized(nodes: usize, bytes: u64, schedule: Schedule) -> Cluster {
     builder(schedule)
         .nodes(nodes)
-        .memory_per_node(64 * 1024)
+        .memory_per_node(bytes)
         .build()
         .unwrap_or_else(|e| panic!("cannot build a {:?} test cluster: {e}", kind()))
 }

@@ -570,8 +570,29 @@ impl VerbsNic {
 }
 
 impl Drop for VerbsNic {
+    /// Lets the thread's outstanding requests finish (up to the cluster's timeout) before the
+    /// queue pairs go: destroying a queue pair cancels its requests, but an operation posted
+    /// and never waited for must still take effect (as on the soft NIC; `quiesce` relies on it).
     fn drop(&mut self) {
-        let st = self.state.lock();
+        let mut st = self.state.lock();
+        let start = Instant::now();
+        let mut idle = 0u32;
+        while st.in_flight > 0 && start.elapsed() < self.shared.timeout {
+            for t in 0..st.links.len() {
+                if let Some(reason) = self.shared.peers.dead(st.links[t].target) {
+                    st.links[t].kill(reason);
+                }
+            }
+            match st.drain() {
+                Ok(0) => pause(&mut idle, start),
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        if st.in_flight > 0 {
+            tracing::warn!(target: "loco::rdmawait", node = %self.home.id, in_flight = st.in_flight,
+                "thread NIC dropped with requests still outstanding");
+        }
         for link in &st.links {
             if let Far::Remote { qpn } = link.far {
                 rendezvous::release_qp(&self.shared, link.target, qpn);

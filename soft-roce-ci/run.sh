@@ -1,0 +1,247 @@
+#!/usr/bin/env bash
+# Build loco-rs's verbs test suite and run it on a real Soft-RoCE (rdma_rxe) device: natively
+# where the kernel has one (or can load rdma_rxe), else inside the qemu VM of vm.sh. Prints each
+# test binary's summary and a total, and exits with the suite's status (0: all passed).
+#
+# Usage: soft-roce-ci/run.sh [--native | --vm] [--no-example] [-- TEST-ARGS...]
+#   --native      run on this host's RDMA device (create rxe0 over a dummy netdev if there is
+#                 none and rdma_rxe can be loaded; needs root)
+#   --vm          run in the VM (soft-roce-ci/vm.sh) even if the host could do it natively
+#   --no-example  skip the multi-process runs of examples/distributed_counter
+#   TEST-ARGS     passed to every test binary (e.g. a name filter)
+#
+# What runs, with LOCO_TEST_BACKEND=verbs (so backend-generic tests use the device):
+#   - every integration-test binary whose target name starts with `verbs`, plus those matched by
+#     the regex in $LOCO_VERBS_TESTS (target names, e.g. '^(litmus|ordering)$'), of the packages
+#     in $LOCO_VERBS_PACKAGES (default: loco-rdmawait loco-rdmawaitrmw);
+#   - examples/distributed_counter as 3 processes (exact totals), and again with one process
+#     killed mid-run (the others must fail with "peer n2 is not responding" within 15 s).
+# Device: LOCO_RDMA_DEVICE / LOCO_GID_INDEX if set (vm.sh sets rxe0 / 1), else the first active.
+# Cost: ~1-2 min to build with `verbs`, ~1.5 min in the VM under TCG (boot ~10 s).
+set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit "${1:-0}"; }
+
+ROOT=$(cd "$SRC_DIR/.." && pwd)
+STATE_DIR=$ROOT/target/soft-roce-ci
+
+# ----- inside: run the built suite on the device (in the VM, or natively) --------------------
+
+# run_inside LIST EXAMPLE -- ARGS: LIST holds one test executable per line; EXAMPLE is the
+# distributed_counter binary or "-".
+run_inside() {
+    local list=$1 example=$2
+    shift 3
+    export LOCO_TEST_BACKEND=verbs
+    # The rendezvous of the multi-process tests uses localhost, which a fresh VM lacks.
+    if [ "$(id -u)" -eq 0 ] && [ -e /sys/class/net/lo ]; then
+        ip link set lo up 2>/dev/null || true
+    fi
+    local passed=0 failed=0 ignored=0 bins=0 bad=() t0 out rc line
+    t0=$(now)
+    echo "== verbs suite on ${LOCO_RDMA_DEVICE:-the first active RDMA device} ($(uname -r))"
+    while IFS= read -r bin; do
+        [ -n "$bin" ] || continue
+        bins=$((bins + 1))
+        echo "-- ${bin##*/}"
+        out=$(mktemp)
+        set +e
+        "$bin" --color=never "$@" 2>&1 | tee "$out"
+        rc=${PIPESTATUS[0]}
+        set -e
+        line=$(grep -E '^test result:' "$out" | tail -n1 || true)
+        if [ -n "$line" ]; then
+            passed=$((passed + $(sed -n 's/.* \([0-9]*\) passed.*/\1/p' <<<"$line")))
+            failed=$((failed + $(sed -n 's/.* \([0-9]*\) failed.*/\1/p' <<<"$line")))
+            ignored=$((ignored + $(sed -n 's/.* \([0-9]*\) ignored.*/\1/p' <<<"$line")))
+        fi
+        if [ "$rc" -ne 0 ]; then
+            bad+=("${bin##*/} (exit $rc)")
+            [ -n "$line" ] || failed=$((failed + 1))
+        fi
+        rm -f "$out"
+    done <"$list"
+    if [ "$example" != - ]; then
+        for scenario in example_totals example_killed_peer; do
+            if "$scenario" "$example"; then
+                passed=$((passed + 1))
+            else
+                failed=$((failed + 1))
+                bad+=("$scenario")
+            fi
+        done
+    fi
+    echo
+    echo "== verbs suite summary (${LOCO_RDMA_DEVICE:-default device}): $passed passed; $failed failed;" \
+        "$ignored ignored; $bins test binaries + examples in $(elapsed "$t0") s"
+    if [ "${#bad[@]}" -gt 0 ]; then
+        printf '   FAILED: %s\n' "${bad[@]}"
+        return 1
+    fi
+    echo "   ok"
+}
+
+# A base port for the example's rendezvous, unlikely to be taken.
+example_peers() {
+    local base=$((20000 + RANDOM % 20000))
+    echo "127.0.0.1:$base,127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2))"
+}
+
+# Three processes, each doing remote FAAs and puts on the others: every one must report OK.
+example_totals() {
+    local ex=$1 peers dir i rc=0
+    peers=$(example_peers)
+    dir=$(mktemp -d)
+    echo "-- distributed_counter: 3 processes, exact totals"
+    for i in 0 1 2; do
+        "$ex" --node "$i" --peers "$peers" --ops 500 --timeout 60 >"$dir/$i" 2>&1 &
+    done
+    for i in 0 1 2; do
+        wait -n || rc=1
+    done
+    cat "$dir"/0 "$dir"/1 "$dir"/2
+    for i in 0 1 2; do
+        grep -q "^n$i: counter .* OK" "$dir/$i" || rc=1
+    done
+    rm -rf "$dir"
+    echo "   example_totals: $([ "$rc" -eq 0 ] && echo ok || echo FAILED)"
+    return "$rc"
+}
+
+# Three long-running processes; n2 is killed with SIGKILL once all have joined: n0 and n1 must
+# exit with status 2 and "peer n2 is not responding" within 15 s.
+example_killed_peer() {
+    local ex=$1 peers dir i pids=() t_kill took rc=0 st
+    peers=$(example_peers)
+    dir=$(mktemp -d)
+    echo "-- distributed_counter: 3 processes, n2 killed mid-run"
+    for i in 0 1 2; do
+        "$ex" --node "$i" --peers "$peers" --ops 100000000 --pace-us 200 --timeout 60 \
+            >"$dir/$i" 2>&1 &
+        pids+=($!)
+    done
+    for _ in $(seq 600); do
+        [ "$(cat "$dir"/* | grep -c 'joined')" -ge 3 ] && break
+        sleep 0.1
+    done
+    sleep 1
+    kill -9 "${pids[2]}" 2>/dev/null || true
+    t_kill=$(now)
+    wait "${pids[2]}" 2>/dev/null || true
+    for i in 0 1; do
+        st=0
+        for _ in $(seq 150); do
+            kill -0 "${pids[$i]}" 2>/dev/null || break
+            sleep 0.1
+        done
+        if kill -0 "${pids[$i]}" 2>/dev/null; then
+            echo "   n$i still running 15 s after the kill"
+            kill -9 "${pids[$i]}" 2>/dev/null || true
+            rc=1
+        fi
+        wait "${pids[$i]}" || st=$?
+        if [ "$st" -ne 2 ] || ! grep -q 'peer n2 is not responding' "$dir/$i"; then
+            echo "   n$i: exit $st, expected 2 with 'peer n2 is not responding'"
+            rc=1
+        fi
+    done
+    took=$(elapsed "$t_kill")
+    cat "$dir"/0 "$dir"/1
+    rm -rf "$dir"
+    echo "   example_killed_peer: $([ "$rc" -eq 0 ] && echo ok || echo FAILED) (survivors done ${took} s after the kill)"
+    return "$rc"
+}
+
+if [ "${1:-}" = --inside ]; then
+    shift
+    run_inside "$@"
+    exit $?
+fi
+
+# ----- outside: build, pick native or VM, run ---------------------------------------------
+
+mode=auto
+example=1
+test_args=()
+while [ $# -gt 0 ]; do
+    case $1 in
+        --native) mode=native ;;
+        --vm) mode=vm ;;
+        --no-example) example=0 ;;
+        -h | --help) usage 0 ;;
+        --) shift; test_args=("$@"); break ;;
+        *) log "unknown argument: $1"; usage 2 >&2 ;;
+    esac
+    shift
+done
+
+need_cmd cargo "rustup (https://rustup.rs)"
+need_cmd cmake cmake
+if ! compgen -G '/usr/lib/llvm-*/lib/libclang*.so*' >/dev/null && ! compgen -G '/usr/lib/*/libclang*.so*' >/dev/null; then
+    die "libclang not found (the verbs build runs bindgen); run soft-roce-ci/install-deps.sh --build"
+fi
+
+t_build=$(now)
+mkdir -p "$STATE_DIR"
+list=$STATE_DIR/tests.list
+filter='^verbs'
+[ -z "${LOCO_VERBS_TESTS:-}" ] || filter="$filter|${LOCO_VERBS_TESTS}"
+pkgs=()
+for p in ${LOCO_VERBS_PACKAGES:-loco-rdmawait loco-rdmawaitrmw}; do pkgs+=(-p "$p"); done
+log "building the verbs test suite (cargo test ${pkgs[*]} --features loco-rdmawait/verbs --tests --no-run)"
+(cd "$ROOT" && cargo test "${pkgs[@]}" --features loco-rdmawait/verbs --tests --no-run \
+    --message-format=json-render-diagnostics) >"$STATE_DIR/build.json" \
+    || die "the verbs build failed (see the messages above)"
+# One JSON object per line; keep the executables of integration-test targets matching $filter.
+grep '"reason":"compiler-artifact"' "$STATE_DIR/build.json" \
+    | grep '"kind":\["test"\]' \
+    | grep '"executable":"' \
+    | sed -n 's/.*"target":{[^}]*"name":"\([^"]*\)".*"executable":"\([^"]*\)".*/\1 \2/p' \
+    | awk -v re="$filter" '$1 ~ re { print $2 }' | sort -u >"$list"
+[ -s "$list" ] || die "no test binary matched /$filter/ (see $STATE_DIR/build.json)"
+ex_bin=-
+if [ "$example" -eq 1 ]; then
+    (cd "$ROOT" && cargo build -p loco --features verbs --example distributed_counter \
+        --message-format=json-render-diagnostics) >"$STATE_DIR/example.json" \
+        || die "building examples/distributed_counter failed"
+    ex_bin=$(grep '"executable":"[^"]*distributed_counter"' "$STATE_DIR/example.json" \
+        | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n1)
+    [ -x "$ex_bin" ] || die "no distributed_counter executable in $STATE_DIR/example.json"
+fi
+log "built $(wc -l <"$list") test binaries in $(elapsed "$t_build") s: $(xargs -n1 basename <"$list" | tr '\n' ' ')"
+
+# A usable device on this host? (an active port on any RDMA device)
+has_device() {
+    local p
+    for p in /sys/class/infiniband/*/ports/*/state; do
+        [ -e "$p" ] || continue
+        grep -q ACTIVE "$p" && return 0
+    done
+    return 1
+}
+
+# Create rxe0 natively where the kernel can (rdma_rxe module), as root.
+native_rxe() {
+    [ "$(id -u)" -eq 0 ] || return 1
+    command -v rdma >/dev/null 2>&1 || return 1
+    modprobe rdma_rxe 2>/dev/null || return 1
+    log "creating a Soft-RoCE device natively: rxe0 over dummy netdev rxenet0 (192.0.2.1/24)"
+    rxe_add rxe0 rxenet0 192.0.2.1/24 || return 1
+    export LOCO_RDMA_DEVICE=${LOCO_RDMA_DEVICE:-rxe0} LOCO_GID_INDEX=${LOCO_GID_INDEX:-1}
+}
+
+if [ "$mode" = auto ]; then
+    if has_device || native_rxe; then mode=native; else mode=vm; fi
+elif [ "$mode" = native ] && ! has_device; then
+    native_rxe || die "no active RDMA device and rdma_rxe cannot be loaded here; use --vm"
+fi
+
+if [ "$mode" = native ]; then
+    log "running natively on $(ls /sys/class/infiniband | tr '\n' ' ')"
+    exec "$0" --inside "$list" "$ex_bin" -- "${test_args[@]+"${test_args[@]}"}"
+fi
+log "this kernel has no RDMA device: running in the VM (soft-roce-ci/vm.sh)"
+exec "$SRC_DIR/vm.sh" --workdir "$ROOT" --timeout "${LOCO_VM_TIMEOUT:-900}" -- \
+    "$SRC_DIR/run.sh" --inside "$list" "$ex_bin" -- "${test_args[@]+"${test_args[@]}"}"
