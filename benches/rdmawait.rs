@@ -9,7 +9,10 @@ use loco::prelude::*;
 const BATCH: u64 = 64;
 
 fn schedules() -> [(&'static str, Schedule); 2] {
-    [("immediate", Schedule::Immediate), ("threaded", Schedule::Threaded)]
+    [
+        ("immediate", Schedule::Immediate),
+        ("threaded", Schedule::Threaded),
+    ]
 }
 
 fn latency(c: &mut Criterion) {

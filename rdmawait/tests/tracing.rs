@@ -28,7 +28,11 @@ fn posts_waits_and_errors_are_traced() {
         .with_writer(move || writer.clone())
         .finish();
     tracing::subscriber::with_default(subscriber, || {
-        let c = Cluster::builder().nodes(2).memory_per_node(64).build().unwrap();
+        let c = Cluster::builder()
+            .nodes(2)
+            .memory_per_node(64)
+            .build()
+            .unwrap();
         let x = c.alloc_word(NodeId(0)).unwrap();
         let y = c.alloc_word(NodeId(1)).unwrap();
         let ctx = c.context(NodeId(0)).unwrap();
@@ -38,7 +42,14 @@ fn posts_waits_and_errors_are_traced() {
         assert!(ctx.put(&y, &x, WorkId::new(4)).is_err());
     });
     let log = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
-    for needle in ["context opened", "post", "Write", "wait done", "post failed", "shut down"] {
+    for needle in [
+        "context opened",
+        "post",
+        "Write",
+        "wait done",
+        "post failed",
+        "shut down",
+    ] {
         assert!(log.contains(needle), "missing {needle:?} in:\n{log}");
     }
 }

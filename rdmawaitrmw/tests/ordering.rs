@@ -52,10 +52,17 @@ fn value(i: usize) -> u64 {
 }
 
 fn check(ops: &[Op], schedule: Schedule) -> Result<(), TestCaseError> {
-    let c = Cluster::builder().nodes(NODES).memory_per_node(4096).soft(schedule).build().unwrap();
+    let c = Cluster::builder()
+        .nodes(NODES)
+        .memory_per_node(4096)
+        .soft(schedule)
+        .build()
+        .unwrap();
     let me = NodeId(0);
-    let slots: Vec<Vec<Loc>> =
-        c.node_ids().map(|n| (0..SLOTS).map(|_| c.alloc_word(n).unwrap()).collect()).collect();
+    let slots: Vec<Vec<Loc>> = c
+        .node_ids()
+        .map(|n| (0..SLOTS).map(|_| c.alloc_word(n).unwrap()).collect())
+        .collect();
     let counters: Vec<Loc> = c.node_ids().map(|n| c.alloc_word(n).unwrap()).collect();
     // One local word per op: the put's source, or the get's / FAA's destination.
     let local: Vec<Loc> = ops.iter().map(|_| c.alloc_word(me).unwrap()).collect();
@@ -85,20 +92,30 @@ fn check(ops: &[Op], schedule: Schedule) -> Result<(), TestCaseError> {
             let last = ops
                 .iter()
                 .enumerate()
-                .filter(|(_, o)| matches!(o, Op::Put { node: n, slot: s } if *n == node && *s == slot))
+                .filter(
+                    |(_, o)| matches!(o, Op::Put { node: n, slot: s } if *n == node && *s == slot),
+                )
                 .map(|(i, _)| value(i))
                 .next_back()
                 .unwrap_or(0);
-            prop_assert_eq!(c.peek(&slots[node][slot]).unwrap(), last, "slot {}/{}", node, slot);
+            prop_assert_eq!(
+                c.peek(&slots[node][slot]).unwrap(),
+                last,
+                "slot {}/{}",
+                node,
+                slot
+            );
         }
     }
     // 2. Gets see a permitted put.
     for (p, o) in ops.iter().enumerate() {
         let Op::Get { node, slot } = *o else { continue };
         let got = c.peek(&local[p]).unwrap();
-        let same = |i: usize| matches!(ops[i], Op::Put { node: n, slot: s } if n == node && s == slot);
+        let same =
+            |i: usize| matches!(ops[i], Op::Put { node: n, slot: s } if n == node && s == slot);
         let floor = (0..p).rev().find(|&i| same(i));
-        let fence_after = (p + 1..ops.len()).find(|&i| matches!(ops[i], Op::Fence { node: n } if n == node));
+        let fence_after =
+            (p + 1..ops.len()).find(|&i| matches!(ops[i], Op::Fence { node: n } if n == node));
         let ok = if got == 0 {
             floor.is_none()
         } else {
@@ -108,7 +125,15 @@ fn check(ops: &[Op], schedule: Schedule) -> Result<(), TestCaseError> {
                 && floor.is_none_or(|f| q >= f)
                 && (q < p || fence_after.is_none_or(|f| q < f))
         };
-        prop_assert!(ok, "get #{} of {}/{} saw {} (ops {:?})", p, node, slot, got, ops);
+        prop_assert!(
+            ok,
+            "get #{} of {}/{} saw {} (ops {:?})",
+            p,
+            node,
+            slot,
+            got,
+            ops
+        );
     }
     // 3. FAAs return running sums in post order.
     let mut sums = [0u64; NODES];
@@ -139,8 +164,17 @@ fn chaos_shows_a_get_overtaken() {
     let ops = [Op::Get { node: 1, slot: 0 }, Op::Put { node: 1, slot: 0 }];
     let mut seen = false;
     for seed in 0..2000 {
-        let c = Cluster::builder().nodes(2).memory_per_node(256).soft(Schedule::Chaos { seed }).build().unwrap();
-        let (y, a, src) = (c.alloc_word(NodeId(1)).unwrap(), c.alloc_word(NodeId(0)).unwrap(), c.alloc_word(NodeId(0)).unwrap());
+        let c = Cluster::builder()
+            .nodes(2)
+            .memory_per_node(256)
+            .soft(Schedule::Chaos { seed })
+            .build()
+            .unwrap();
+        let (y, a, src) = (
+            c.alloc_word(NodeId(1)).unwrap(),
+            c.alloc_word(NodeId(0)).unwrap(),
+            c.alloc_word(NodeId(0)).unwrap(),
+        );
         c.poke(&src, 7).unwrap();
         {
             let ctx = c.context(NodeId(0)).unwrap();
