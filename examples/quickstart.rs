@@ -42,13 +42,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Sched::Chaos => Schedule::Chaos { seed: args.seed },
     };
     let cluster = Cluster::builder().nodes(NODES).soft(schedule).build()?;
-    println!("cluster: {NODES} nodes on the {} NIC ({schedule:?})", cluster.backend_name());
+    println!(
+        "cluster: {NODES} nodes on the {} NIC ({schedule:?})",
+        cluster.backend_name()
+    );
 
     // A counter on n0 that every thread increments with remote FAAs, and on every node a mailbox
     // with one word per sender.
     let counter = cluster.alloc_word(NodeId(0))?;
-    let mailboxes: Vec<Loc> = cluster.node_ids().map(|n| cluster.alloc_words(n, NODES as u64)).collect::<Result<_, _>>()?;
-    println!("counter at {counter}; mailboxes at {}", mailboxes.iter().map(Loc::to_string).collect::<Vec<_>>().join(", "));
+    let mailboxes: Vec<Loc> = cluster
+        .node_ids()
+        .map(|n| cluster.alloc_words(n, NODES as u64))
+        .collect::<Result<_, _>>()?;
+    println!(
+        "counter at {counter}; mailboxes at {}",
+        mailboxes
+            .iter()
+            .map(Loc::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
 
     let start = Instant::now();
     let reports: Vec<String> = std::thread::scope(|s| {
@@ -90,7 +103,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("thread panicked")).collect::<Result<_, _>>()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("thread panicked"))
+            .collect::<Result<_, _>>()
     })?;
     let elapsed = start.elapsed();
     for r in &reports {
@@ -99,11 +115,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     cluster.quiesce()?;
     let total = cluster.peek(&counter)?;
-    println!("counter = {total} (expected {}) after {elapsed:?}", NODES as u64 * args.faas);
+    println!(
+        "counter = {total} (expected {}) after {elapsed:?}",
+        NODES as u64 * args.faas
+    );
     for n in cluster.node_ids() {
-        println!("  mailbox on {n}: {:?}", cluster.peek_words(&mailboxes[n.index()])?);
+        println!(
+            "  mailbox on {n}: {:?}",
+            cluster.peek_words(&mailboxes[n.index()])?
+        );
     }
-    assert_eq!(total, NODES as u64 * args.faas, "remote FAAs are atomic among themselves");
+    assert_eq!(
+        total,
+        NODES as u64 * args.faas,
+        "remote FAAs are atomic among themselves"
+    );
     println!("ok");
     Ok(())
 }
