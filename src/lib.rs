@@ -34,6 +34,8 @@ pub use loco_rdmawait as rdmawait;
 #[doc(inline)]
 pub use loco_rdmawaitrmw as rdmawaitrmw;
 #[doc(inline)]
+pub use loco_sc as sc;
+#[doc(inline)]
 pub use loco_sv as sv;
 
 /// The names most programs need.
@@ -41,5 +43,8 @@ pub mod prelude {
     pub use loco_locks::{LockGuard, NLock, SLock, WLock};
     pub use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, Schedule, WorkId};
     pub use loco_rdmawaitrmw::Rmw;
+    pub use loco_sc::{
+        BoundedQueue, FixedHashMap, Ported, PortedHashMap, PortedQueue, Sc, ScLoc, Sequential,
+    };
     pub use loco_sv::{GlobalFence, SharedVar};
 }
