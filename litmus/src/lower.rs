@@ -566,7 +566,7 @@ impl Lowering<'_> {
                 Op::Poll(n) => e.push(Instr::Poll { target: n.index() }, text),
                 Op::Rfence(n) => e.post(n.index(), PostOp::Fence, 0, text),
                 Op::Bcast { sv, nodes, wid } => {
-                    let words = &self.prog_sv(*sv);
+                    let words = self.sv_copies(*sv);
                     let src = words[me].expect("sv copy on every node of the test");
                     // The own node is skipped, as loco-sv does: its copy is the source.
                     for n in nodes.iter().filter(|n| n.index() != me) {
@@ -660,8 +660,8 @@ impl Lowering<'_> {
         self.loc_words[l.0]
     }
 
-    fn prog_sv(&self, sv: SvId) -> Vec<Option<usize>> {
-        self.sv_words[sv.0].clone()
+    fn sv_copies(&self, sv: SvId) -> &[Option<usize>] {
+        &self.sv_words[sv.0]
     }
 
     fn sc_word(&self, sc: ScId) -> (usize, usize) {
@@ -671,7 +671,7 @@ impl Lowering<'_> {
     fn var_word(&self, v: Var, me: usize) -> usize {
         match v {
             Var::Loc(l) => self.word(l),
-            Var::Sv(s) => self.prog_sv(s)[me].expect("sv copy on every node of the test"),
+            Var::Sv(s) => self.sv_copies(s)[me].expect("sv copy on every node of the test"),
         }
     }
 

@@ -651,8 +651,7 @@ impl Parser {
                 },
             ));
         }
-        if name.starts_with('n') && name[1..].chars().all(|c| c.is_ascii_digit()) && name.len() > 1
-        {
+        if looks_like_node(name) {
             return Err((
                 span,
                 ParseErrorKind::Expected {
@@ -784,8 +783,7 @@ impl Parser {
                 },
             ));
         }
-        if name.starts_with('n') && name.len() > 1 && name[1..].chars().all(|c| c.is_ascii_digit())
-        {
+        if looks_like_node(name) {
             return Err((
                 span,
                 ParseErrorKind::Expected {
@@ -1283,6 +1281,12 @@ impl Parser {
         let value = line.int("an integer")?;
         Ok(Atom { obs, value })
     }
+}
+
+/// Whether a name is written like a node (`n` and digits).
+fn looks_like_node(name: &str) -> bool {
+    name.strip_prefix('n')
+        .is_some_and(|d| !d.is_empty() && d.chars().all(|c| c.is_ascii_digit()))
 }
 
 /// Argument count and usage line of each operation.

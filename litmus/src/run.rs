@@ -12,7 +12,7 @@
 //! model forbids is a bug in a library, in the backend, or in the model.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Barrier};
+use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use loco_locks::{NLock, RawLock, SLock, WLock};
@@ -308,44 +308,40 @@ pub fn run_once(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Outcome, RunE
             locks,
         })
     };
-    let env = Arc::new(setup()?);
-    let barrier = Arc::new(Barrier::new(test.threads.len()));
-    let test_arc = Arc::new(test.clone());
-    let handles: Vec<_> = (0..test.threads.len())
-        .map(|t| {
-            let (cluster, env, barrier, test) = (
-                cluster.clone(),
-                env.clone(),
-                barrier.clone(),
-                test_arc.clone(),
-            );
-            std::thread::Builder::new()
-                .name(format!("litmus-{}", test.threads[t].name))
-                .spawn(move || {
-                    let r = thread(&test, t, &cluster, &env, &barrier);
-                    if r.is_err() {
-                        cluster.shutdown(); // so that the other threads fail instead of hanging
-                    }
-                    r
-                })
-                .expect("spawning a litmus thread")
-        })
-        .collect();
+    let env = setup()?;
+    let barrier = Barrier::new(test.threads.len());
     let mut regs = Vec::new();
     let mut first_err = None;
-    for (t, h) in handles.into_iter().enumerate() {
-        match h.join() {
-            Ok(Ok(r)) => regs.push(r),
-            Ok(Err(e)) => {
-                first_err.get_or_insert(e);
-                regs.push(Vec::new());
-            }
-            Err(_) => {
-                first_err.get_or_insert(RunError::Panicked(test.threads[t].name.clone()));
-                regs.push(Vec::new());
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..test.threads.len())
+            .map(|t| {
+                let (cluster, env, barrier) = (&cluster, &env, &barrier);
+                std::thread::Builder::new()
+                    .name(format!("litmus-{}", test.threads[t].name))
+                    .spawn_scoped(scope, move || {
+                        let r = thread(test, t, cluster, env, barrier);
+                        if r.is_err() {
+                            cluster.shutdown(); // so that the other threads fail, not hang
+                        }
+                        r
+                    })
+                    .expect("spawning a litmus thread")
+            })
+            .collect();
+        for (t, h) in handles.into_iter().enumerate() {
+            match h.join() {
+                Ok(Ok(r)) => regs.push(r),
+                Ok(Err(e)) => {
+                    first_err.get_or_insert(e);
+                    regs.push(Vec::new());
+                }
+                Err(_) => {
+                    first_err.get_or_insert(RunError::Panicked(test.threads[t].name.clone()));
+                    regs.push(Vec::new());
+                }
             }
         }
-    }
+    });
     if let Some(e) = first_err {
         return Err(e);
     }
