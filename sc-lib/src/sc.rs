@@ -128,10 +128,12 @@ impl fmt::Debug for ScLoc {
 /// otherwise only failures of the layers below.
 pub trait Sc {
     /// `read_sc(x)`: the value of `x`.
+    #[doc(alias = "load")]
     fn read_sc(&self, x: &ScLoc) -> Result<u64>;
 
     /// `write_sc(x, v)`: sets `x` to `v`. Returns without waiting for the write to land; it is
     /// nevertheless seen by every SC operation that follows it in the SC order.
+    #[doc(alias = "store")]
     fn write_sc(&self, x: &ScLoc, value: u64) -> Result<()>;
 
     /// `cas_sc(x, e, v)`: if `x` holds `expected`, sets it to `new`. Returns the old value (the
@@ -143,14 +145,12 @@ pub trait Sc {
 }
 
 impl Sc for Ctx {
-    #[doc(alias = "read")]
     fn read_sc(&self, x: &ScLoc) -> Result<u64> {
         let v = x.fetch(self, |w, a| Ok(self.get(a, w, SC_FETCH)?))?;
         tracing::trace!(target: "loco::sc", node = %self.node(), loc = x.obj.id, v, "read_sc");
         Ok(v)
     }
 
-    #[doc(alias = "write")]
     fn write_sc(&self, x: &ScLoc, value: u64) -> Result<()> {
         let b = x.obj.scratch(self, 2)?.word(1)?;
         let g = x.obj.lock.acquire(self)?;
@@ -161,14 +161,12 @@ impl Sc for Ctx {
         Ok(())
     }
 
-    #[doc(alias = "cas")]
     fn cas_sc(&self, x: &ScLoc, expected: u64, new: u64) -> Result<u64> {
         let v = x.fetch(self, |w, a| Ok(self.rcas(w, expected, new, a, SC_FETCH)?))?;
         tracing::trace!(target: "loco::sc", node = %self.node(), loc = x.obj.id, expected, new, old = v, "cas_sc");
         Ok(v)
     }
 
-    #[doc(alias = "faa")]
     fn faa_sc(&self, x: &ScLoc, add: u64) -> Result<u64> {
         let v = x.fetch(self, |w, a| Ok(self.rfaa(w, add, a, SC_FETCH)?))?;
         tracing::trace!(target: "loco::sc", node = %self.node(), loc = x.obj.id, add, old = v, "faa_sc");

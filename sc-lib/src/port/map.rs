@@ -344,7 +344,7 @@ impl Sequential for FixedHashMap {
         }
     }
 
-    /// Fetches only the probed buckets, [`PROBE_CHUNK`] (4) per get, from the key's home bucket
+    /// Fetches only the probed buckets, 4 per get (cyclically), from the key's home bucket
     /// on (the whole layout for [`MapOp::Len`]).
     fn apply_words(words: &mut Words<'_>, op: MapOp) -> Result<MapRet> {
         run(&mut Remote { words }, op)
