@@ -24,8 +24,9 @@ pub(crate) const SC_WRITE: WorkId = WorkId::internal(0x5343_0002);
 /// round-robin over the cluster's nodes ([`ScLoc::new`]); after that the caller never names a
 /// node. Cheap to clone (a handle), `Send` and `Sync`: make it once, share it with every thread.
 ///
-/// Memory: three words on the location's node (the word, the lock's `tkt` and `rel`), plus two
-/// scratch words on each thread's node per location it touches (`rules.md` §2's `a` and `b`).
+/// Memory: three words on the location's node (the word, the lock's `tkt` and `rel`), plus three
+/// on each thread's node per location it touches (the scratch words `a` and `b` of `rules.md` §2,
+/// and the lock's private `loc`).
 #[derive(Clone)]
 pub struct ScLoc {
     obj: Arc<Object>,

@@ -174,6 +174,23 @@ fn ported_structures_are_linearizable() {
     );
 }
 
+/// A longer soak: 20,000 more runs of each kind, 40,000 more histories (`-- --ignored`).
+#[test]
+#[ignore = "soak: four times the default histories"]
+fn soak_histories() {
+    let model = Register::default();
+    let (m0, q0) = initial();
+    let (mm, qm) = (SequentialModel::new(&m0), SequentialModel::new(&q0));
+    for seed in 1_000_000..1_020_000 {
+        for h in sc_run(Schedule::Chaos { seed }, seed) {
+            assert_linearizable(&model, &h, "SC location (Chaos)", seed);
+        }
+        let (mh, qh) = structures_run(Schedule::Chaos { seed }, seed);
+        assert_linearizable(&mm, &mh, "hash map (Chaos)", seed);
+        assert_linearizable(&qm, &qh, "queue (Chaos)", seed);
+    }
+}
+
 /// The control: a "register" of a plain word, written by an un-waited put and read by get+wait,
 /// is not linearizable under Chaos (a write returns before it lands, and a later read misses it),
 /// and the recorded histories show it.

@@ -252,6 +252,24 @@ fn cas_against_write_is_sc() {
     assert!(seen.len() >= 2, "{seen:?}");
 }
 
+/// A longer soak: 100,000 more Chaos seeds per shape (`cargo test -p loco-sc --test litmus --
+/// --ignored`; about ten times the default suite's time).
+#[test]
+#[ignore = "soak: ten times the default runs"]
+fn soak_all_shapes() {
+    for shape in [&MP, &SB, &IRIW, &CAS_WRITE] {
+        let allowed = sc_outcomes(shape);
+        for seed in CHAOS_RUNS..CHAOS_RUNS + 100_000 {
+            let o = run(shape, Schedule::Chaos { seed });
+            assert!(
+                allowed.contains(&o),
+                "{}: non-SC outcome {o:?}, seed {seed}",
+                shape.name
+            );
+        }
+    }
+}
+
 /// The last sentence of spec §5's SC bullet: SC operations do not complete earlier operations of
 /// other libraries. Thread 0 puts 1 to a plain word y on n1 (no wait; behind a queue of other
 /// puts towards n1, so that it tends to stay in flight), then `write_sc(x, 1)` with x on n2.
