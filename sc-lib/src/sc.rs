@@ -36,7 +36,9 @@ impl ScLoc {
     /// A location holding `value`, placed on the next node round-robin.
     ///
     /// The initial value is written directly to node memory: make locations before the threads
-    /// that use them start.
+    /// that use them start. In a cluster of several processes (the verbs backend), every process
+    /// makes the same locations in the same order, and a nonzero initial value can only be
+    /// written by the process of the location's node (the others fail with a backend error).
     pub fn new(cluster: &Cluster, value: u64) -> Result<ScLoc> {
         Self::make(cluster, None, value)
     }

@@ -452,7 +452,9 @@ impl<S: Sequential> Ported<S> {
     /// The structure with state `initial`, placed on the next node round-robin.
     ///
     /// The initial state is written directly to node memory: make structures before the threads
-    /// that use them start. Fails with [`LayoutError::DoesNotFit`] if `initial` does not fit the
+    /// that use them start. In a cluster of several processes, every process makes the same
+    /// structures in the same order; a state with nonzero words can only be written by the
+    /// process of the structure's node. Fails with [`LayoutError::DoesNotFit`] if `initial` does not fit the
     /// layout it asks for, and [`LayoutError::Empty`] for a layout of no words.
     pub fn new(cluster: &Cluster, initial: &S) -> Result<Self> {
         Self::make(cluster, None, initial)
