@@ -28,6 +28,8 @@ use crate::{Error, NodeId, Result, WORD};
 const POLL_BATCH: usize = 16;
 /// How often a poll that keeps waiting asks the device whether the queue pair broke.
 const STATE_CHECK_EVERY: Duration = Duration::from_millis(200);
+/// How long an empty poll spins before it starts yielding the CPU.
+const SPIN_FOR: Duration = Duration::from_micros(500);
 
 /// A thread's NIC (see the module docs).
 pub(crate) struct VerbsNic {
@@ -632,16 +634,22 @@ pub(crate) fn quiesce(shared: &Shared, timeout: Duration) -> Result<()> {
     }
 }
 
-/// Backs off between empty polls: spin first (latency), then yield, then sleep briefly so that
-/// long waits do not starve the threads (or, on Soft-RoCE, the kernel) doing the work.
+/// Backs off between empty polls: spin first (a completion usually comes within microseconds,
+/// and perftest-like latency needs busy polling), then yield, then sleep briefly so that long
+/// waits do not starve the threads (or, on Soft-RoCE, the kernel) doing the work.
 fn pause(idle: &mut u32, since: Instant) {
     *idle = idle.saturating_add(1);
-    if *idle < 64 {
+    if *idle % 64 != 0 {
         std::hint::spin_loop();
-    } else if since.elapsed() < Duration::from_millis(5) {
+        return;
+    }
+    let waited = since.elapsed();
+    if waited < SPIN_FOR {
+        std::hint::spin_loop();
+    } else if waited < Duration::from_millis(5) {
         std::thread::yield_now();
     } else {
-        std::thread::sleep(Duration::from_micros(100));
+        std::thread::sleep(Duration::from_micros(50));
     }
 }
 
