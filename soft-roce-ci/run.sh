@@ -15,7 +15,9 @@
 #     the regex in $LOCO_VERBS_TESTS (target names, e.g. '^(litmus|ordering)$'), of the packages
 #     in $LOCO_VERBS_PACKAGES (default: loco-rdmawait loco-rdmawaitrmw);
 #   - examples/distributed_counter as 3 processes (exact totals), and again with one process
-#     killed mid-run (the others must fail with "peer n2 is not responding" within 15 s).
+#     killed mid-run (the others must fail with "peer n2 is not responding" within 15 s);
+#   - on a host without a device (VM path), first the `smoke` test on the host itself: it must
+#     fail, with the backend's explanation of how to get a device, not pass silently.
 # Device: LOCO_RDMA_DEVICE / LOCO_GID_INDEX if set (vm.sh sets rxe0 / 1), else the first active.
 # Cost: ~1-2 min to build with `verbs`, ~1.5 min in the VM under TCG (boot ~10 s).
 set -euo pipefail
@@ -73,6 +75,10 @@ run_inside() {
             fi
         done
     fi
+    case ${LOCO_NO_DEVICE_CHECK:-skipped} in
+        ok) passed=$((passed + 1)); echo "-- no-device check (on the host, before the VM): ok" ;;
+        failed) failed=$((failed + 1)); bad+=("no-device check (on the host)") ;;
+    esac
     echo
     echo "== verbs suite summary (${LOCO_RDMA_DEVICE:-default device}): $passed passed; $failed failed;" \
         "$ignored ignored; $bins test binaries + examples in $(elapsed "$t0") s"
@@ -239,8 +245,26 @@ elif [ "$mode" = native ] && ! has_device; then
 fi
 
 if [ "$mode" = native ]; then
-    log "running natively on $(ls /sys/class/infiniband | tr '\n' ' ')"
+    log "running natively on: $(cd /sys/class/infiniband && echo *)"
     exec "$0" --inside "$list" "$ex_bin" -- "${test_args[@]+"${test_args[@]}"}"
+fi
+# This host has no device: the suite must fail here, clearly, rather than pass silently.
+export LOCO_NO_DEVICE_CHECK=failed
+smoke=$(grep '/verbs-[0-9a-f]*$' "$list" | head -n1 || true)
+if [ -n "$smoke" ]; then
+    set +e
+    out=$(env -u LOCO_RDMA_DEVICE -u LOCO_GID_INDEX "$smoke" --exact smoke --color=never 2>&1)
+    rc=$?
+    set -e
+    if [ "$rc" -ne 0 ] && grep -q 'rdma link add' <<<"$out"; then
+        LOCO_NO_DEVICE_CHECK=ok
+        log "without a device the suite fails with the backend's explanation: ok"
+    else
+        log "without a device, ${smoke##*/} --exact smoke exited $rc without the expected explanation:"
+        printf '%s\n' "$out" | tail -n 20 >&2
+    fi
+else
+    LOCO_NO_DEVICE_CHECK=skipped
 fi
 log "this kernel has no RDMA device: running in the VM (soft-roce-ci/vm.sh)"
 exec "$SRC_DIR/vm.sh" --workdir "$ROOT" --timeout "${LOCO_VM_TIMEOUT:-900}" -- \
