@@ -245,6 +245,7 @@ mkdir -p /ovl && mount -t tmpfs tmpfs /ovl && mkdir -p /ovl/upper /ovl/work
 mount -t overlay overlay -o lowerdir=/host/tmp,upperdir=/ovl/upper,workdir=/ovl/work /host/tmp \
     || mount -t tmpfs -o mode=1777 tmpfs /host/tmp
 mkdir -p /host/run/loco-ctl && mount --bind /ctl /host/run/loco-ctl
+ip link set lo up
 mount -t 9p -o "$p9" work "/host$workdir" || fail "cannot mount the work dir at $workdir"
 [ $verbose = 1 ] && set +x
 env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
