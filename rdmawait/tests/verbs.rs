@@ -483,6 +483,44 @@ fn a_broken_queue_pair_fails_the_next_wait_and_operation() {
     ctx.wait(D2).unwrap();
 }
 
+/// A peer that never answers: the transport gives up after its retries and the poll reports
+/// [`Error::PeerDead`] (bounded by the ACK timeout and retry count), rather than hanging.
+#[test]
+fn an_unresponsive_peer_is_peer_dead() {
+    // 4.096 µs × 2^12 ≈ 17 ms per try, 2 retries.
+    let config = verbs_config().transport_timeout(12, 2);
+    let backend = VerbsBackend::new(2, 64, Duration::from_secs(20), config).unwrap();
+    backend.make_unreachable_for_tests(N1);
+    let mut nic = backend.open(N0).unwrap();
+    let wr = WorkRequest::FetchAdd {
+        remote: 0,
+        add: 1,
+        local: 0,
+    };
+    nic.post(N1, wr).unwrap();
+    nic.post(N1, wr).unwrap();
+    let start = Instant::now();
+    let e = nic.poll(N1, Duration::from_secs(20)).unwrap_err();
+    assert!(matches!(e, Error::PeerDead { node: N1, .. }), "{e:?}");
+    let e = nic.poll(N1, Duration::from_secs(20)).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::PeerDead { node: N1, .. } | Error::QpInError { node: N1 }
+        ),
+        "{e:?}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(nic.post(N1, wr).is_err());
+    // Loop-back is unaffected.
+    nic.post(N0, wr).unwrap();
+    nic.poll(N0, Duration::from_secs(20)).unwrap();
+}
+
 #[test]
 fn shutdown_refuses_new_work() {
     let c = verbs_cluster(2);

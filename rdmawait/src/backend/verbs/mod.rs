@@ -464,6 +464,14 @@ impl VerbsBackend {
     pub fn override_rkey_for_tests(&self, node: NodeId, rkey: u32) {
         self.shared.peers.override_rkey(node, rkey);
     }
+
+    /// Testing hook: from now on, newly opened thread NICs connect their queue pair towards
+    /// `node` to a queue pair number nobody has, so requests go unanswered (a peer that stopped
+    /// responding). Not for production use.
+    #[doc(hidden)]
+    pub fn make_unreachable_for_tests(&self, node: NodeId) {
+        self.shared.peers.make_unreachable(node);
+    }
 }
 
 /// Builds a cluster on the verbs backend (what [`ClusterBuilder::verbs`](crate::ClusterBuilder::verbs)

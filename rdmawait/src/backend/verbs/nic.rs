@@ -24,6 +24,8 @@ use crate::backend::{ThreadNic, WorkRequest};
 use crate::error::TimeoutKind;
 use crate::{Error, NodeId, Result, WORD};
 
+/// A queue pair number no queue pair has (for the unreachable-peer testing hook).
+const UNREACHABLE_QPN: u32 = 0x00ff_fff0;
 /// Completions taken from the completion queue per `ibv_poll_cq` call.
 const POLL_BATCH: usize = 16;
 /// How often a poll that keeps waiting asks the device whether the queue pair broke.
@@ -196,7 +198,11 @@ impl Link {
             Some(node) => {
                 let (mut responder, _) = qp::create(device, &node.pd, &node.responder_cq, 1)?;
                 let remote = qp::endpoint(device, &responder, qp::random_psn());
-                qp::connect(device, &mut qp, &local, &remote, shared.transport)?;
+                let mut towards = remote;
+                if shared.peers.unreachable(target) {
+                    towards.qpn = UNREACHABLE_QPN; // testing hook: nobody answers
+                }
+                qp::connect(device, &mut qp, &local, &towards, shared.transport)?;
                 qp::connect(device, &mut responder, &remote, &local, shared.transport)?;
                 Far::Local {
                     _qp: responder,

@@ -67,6 +67,8 @@ struct Peer {
     client: OnceLock<Mutex<TcpStream>>,
     /// Testing hook: the rkey new thread NICs use for this node (`u64::MAX`: none).
     rkey_override: AtomicU64,
+    /// Testing hook: new thread NICs connect their queue pair towards this node to nowhere.
+    unreachable: AtomicBool,
 }
 
 impl Peers {
@@ -118,6 +120,18 @@ impl Peers {
         if let Some(p) = self.nodes.get(node.index()) {
             p.rkey_override.store(u64::from(rkey), SeqCst);
         }
+    }
+
+    pub(crate) fn make_unreachable(&self, node: NodeId) {
+        if let Some(p) = self.nodes.get(node.index()) {
+            p.unreachable.store(true, SeqCst);
+        }
+    }
+
+    pub(crate) fn unreachable(&self, node: NodeId) -> bool {
+        self.nodes
+            .get(node.index())
+            .is_some_and(|p| p.unreachable.load(SeqCst))
     }
 
     pub(crate) fn rkey_override(&self, node: NodeId) -> Option<u32> {
