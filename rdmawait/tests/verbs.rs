@@ -453,6 +453,13 @@ fn out_of_range_remote_address_is_a_typed_error() {
         words: 1,
     };
     assert!(matches!(nic.post(N0, local), Err(Error::OutOfRange { .. })));
+    // So is a remote index whose address would overflow.
+    let huge = WorkRequest::Read {
+        local: 0,
+        remote: usize::MAX,
+        words: 1,
+    };
+    assert!(matches!(nic.post(N0, huge), Err(Error::OutOfRange { .. })));
 }
 
 /// The same through the rdmawait layer: the wait that reaches the failed operation returns the

@@ -314,15 +314,16 @@ impl Memory {
         // through atomics, so the NIC writing it at any time is sound.
         let mr = unsafe { pd.reg_mr(block.addr(), block.len_bytes(), qp::remote_access()) }
             .map_err(|e| {
-                let hint = if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOMEM) {
-                    " (locked-memory limit? see `ulimit -l`)"
-                } else {
-                    ""
-                };
-                verbs_source(
-                    format!("ibv_reg_mr of {} bytes failed{hint}", block.len_bytes()),
+                let mut err = verbs_source(
+                    format!("ibv_reg_mr of {} bytes failed", block.len_bytes()),
                     e,
-                )
+                );
+                if let Error::Backend { message, .. } = &mut err {
+                    if message.contains(&format!("(os error {})", libc::ENOMEM)) {
+                        message.push_str(" (the locked-memory limit? see `ulimit -l`)");
+                    }
+                }
+                err
             })?;
         Ok(Memory { mr, words: block })
     }

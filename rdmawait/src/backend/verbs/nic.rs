@@ -81,6 +81,7 @@ struct Link {
     /// The target's memory: base address, rkey, size in words.
     remote_addr: u64,
     rkey: u32,
+    remote_words: usize,
     next_state_check: Option<Instant>,
 }
 
@@ -228,6 +229,7 @@ impl Link {
             flushed: false,
             remote_addr: info.addr,
             rkey,
+            remote_words: info.words as usize,
             next_state_check: None,
         })
     }
@@ -362,7 +364,14 @@ impl ThreadNic for VerbsNic {
             return Ok(());
         }
         let link = &st.links[t];
-        let at = |word: usize| link.remote_addr + word as u64 * WORD;
+        // Word addresses; an index so large that the address overflows is out of range.
+        let overflow = u64::MAX;
+        let at = |word: usize| {
+            (word as u64)
+                .checked_mul(WORD)
+                .and_then(|off| link.remote_addr.checked_add(off))
+                .unwrap_or(overflow)
+        };
         // (opcode, first local word, words, remote address, compare/add operand, swap operand)
         let (opcode, local, words, remote_addr, compare_add, swap) = match wr {
             WorkRequest::Write {
@@ -405,6 +414,14 @@ impl ThreadNic for VerbsNic {
             WorkRequest::Fence => unreachable!("handled above"),
         };
         self.check_local(local, words)?;
+        if remote_addr == overflow {
+            return Err(Error::OutOfRange {
+                node: target,
+                offset: u64::MAX,
+                len: words as u64 * WORD,
+                size: link.remote_words as u64 * WORD,
+            });
+        }
         let atomic = matches!(
             wr,
             WorkRequest::CompareSwap { .. } | WorkRequest::FetchAdd { .. }
