@@ -21,8 +21,9 @@
 # stdin is /dev/null.
 #
 # Environment: LOCO_VM_TIMEOUT, LOCO_VM_MEM (MiB, 2048), LOCO_VM_SMP (host CPUs, max 4),
-# LOCO_VM_ACCEL (auto|kvm|tcg), LOCO_VM_APPEND (extra kernel arguments), LOCO_VM_KERNEL_DEB (use this linux-image .deb instead of
-# apt's linux-image-amd64), LOCO_SOFTROCE_CACHE (cache dir, default soft-roce-ci/.cache).
+# LOCO_VM_ACCEL (auto|kvm|tcg), LOCO_VM_APPEND (extra kernel arguments), LOCO_VM_KERNEL_DEB
+# (boot this linux-image .deb instead of the one linux-image-amd64 depends on),
+# LOCO_SOFTROCE_CACHE (cache dir, default soft-roce-ci/.cache).
 set -euo pipefail
 # shellcheck source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
