@@ -24,6 +24,10 @@ pub trait RawLock: Send + Sync + fmt::Debug {
     /// Blocks until the calling thread holds the lock; returns its ticket. Tickets are served in
     /// the order they are taken (FIFO). Blocks forever if the holder never releases (a warning is
     /// logged once the cluster's timeout has passed).
+    ///
+    /// A network error after the ticket was taken (say, a wait that timed out because a node
+    /// died) leaves that ticket unserved: the lock is then as stuck as with a holder that died.
+    /// Misuse errors are checked before anything is posted and leave the lock untouched.
     fn acquire(&self, ctx: &Ctx) -> Result<u64>;
 
     /// Takes the lock only if it is free now; returns the ticket, or `None` without taking any

@@ -93,8 +93,12 @@ impl RawLock for RawNLock {
         ctx.wait(NL_ACQ)?;
         let t = ctx.load(&me.word)?;
         let mut spin = Spin::new(self.cluster.timeout());
-        while self.read_rel(ctx, &me)? != t {
-            spin.wait("nlock acquire");
+        loop {
+            let r = self.read_rel(ctx, &me)?;
+            if r == t {
+                break;
+            }
+            spin.wait_behind(t.wrapping_sub(r), "nlock acquire");
         }
         self.enter(ctx, &me, t)
     }

@@ -88,6 +88,16 @@ impl Spin {
         }
     }
 
+    /// Waits for a ticket lock's turn with `ahead` holders still before us: proportional
+    /// backoff (each of them needs at least a network round trip), so that waiting threads do
+    /// not flood the NICs with polls that cannot succeed yet.
+    pub(crate) fn wait_behind(&mut self, ahead: u64, what: &'static str) {
+        for _ in 1..ahead.min(64) {
+            std::thread::yield_now();
+        }
+        self.wait(what);
+    }
+
     pub(crate) fn wait(&mut self, what: &'static str) {
         if self.round < 6 {
             for _ in 0..(1 << self.round) {
