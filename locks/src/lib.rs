@@ -72,6 +72,11 @@
 //! wait for them. Release operations that the paper does not wait for (the weak lock's broadcast,
 //! the node lock's put) are reaped by the thread's next acquire, so completions never pile up.
 //!
+//! Per-thread words (a weak lock's `turn`, a node lock's `loc`) are allocated on the thread's node
+//! on its first use of the lock. In a cluster spanning several processes, where nodes agree on
+//! addresses by allocating in the same order, make every shared object (locks, shared variables,
+//! data) before any thread first uses a lock or `gf`.
+//!
 //! [`lock_api`]: https://docs.rs/lock_api
 //! [`Ctx`]: loco_rdmawait::Ctx
 //! [`WorkId::internal`]: loco_rdmawait::WorkId::internal

@@ -284,3 +284,69 @@ fn handles_are_send_and_sync() {
     shared::<SLock>();
     shared::<NLock>();
 }
+
+/// The strong lock's release completes everything before it: right after `release` returns, the
+/// critical section's puts towards every node have landed (read directly, no quiesce).
+#[test]
+fn slock_release_lands_every_put() -> Result<()> {
+    for seed in 0..500 {
+        let c = Cluster::builder()
+            .nodes(3)
+            .memory_per_node(4096)
+            .soft(Schedule::Chaos { seed })
+            .build()?;
+        let l = SLock::new(&c, NodeId(0), 1)?;
+        let (x, y) = (c.alloc_word(NodeId(1))?, c.alloc_word(NodeId(2))?);
+        let one = c.alloc_word(NodeId(0))?;
+        let ctx = c.context(NodeId(0))?;
+        let g = l.acquire(&ctx)?;
+        ctx.store(&one, 1)?;
+        ctx.put(&x, &one, loco_rdmawait::WorkId::new(1))?;
+        ctx.put(&y, &one, loco_rdmawait::WorkId::new(1))?;
+        LockGuard::release(g)?;
+        assert_eq!((c.peek(&x)?, c.peek(&y)?), (1, 1), "seed {seed}");
+    }
+    Ok(())
+}
+
+/// The node lock's release (`rfence(n); put(rel)`) does not wait: the put is still pending when
+/// it returns, and the next acquire of the same thread reaps it.
+#[test]
+fn nlock_release_does_not_wait() -> Result<()> {
+    let c = cluster(Schedule::Chaos { seed: 5 });
+    let l = NLock::new(&c, NodeId(2))?;
+    let ctx = c.context(NodeId(0))?;
+    LockGuard::release(l.acquire(&ctx)?)?;
+    assert_eq!(
+        ctx.unpolled(NodeId(2))?,
+        1,
+        "the release put is not waited for"
+    );
+    LockGuard::release(l.acquire(&ctx)?)?;
+    assert_eq!(
+        ctx.unpolled(NodeId(2))?,
+        1,
+        "only the latest release put is pending"
+    );
+    Ok(())
+}
+
+/// Completions the protocols do not wait for (release broadcasts and puts) are reaped by later
+/// acquires: they never pile up in the thread's queue pairs.
+#[test]
+fn completions_do_not_pile_up() -> Result<()> {
+    let c = cluster(Schedule::Chaos { seed: 9 });
+    let ctx = c.context(NodeId(1))?;
+    for_each_lock(&c, 1, |l| {
+        for _ in 0..200 {
+            l.acquire_ticket(&ctx)?;
+            l.release(&ctx)?;
+        }
+        let pending: usize = c
+            .node_ids()
+            .map(|n| ctx.unpolled(n))
+            .sum::<loco_rdmawait::Result<usize>>()?;
+        assert!(pending <= 3, "{pending} completions left unpolled");
+        Ok(())
+    })
+}

@@ -41,7 +41,8 @@
 //! [`GF_WORK_ID`]; then `wait` for it. The get's remote read cannot pass the fence, and a NIC read
 //! flushes every earlier write of the queue pair (spec §4 rule 6), so once it completes everything
 //! before it towards n has landed. The dummy words are allocated once per cluster, the scratch word
-//! once per thread.
+//! once per thread, both on first use: in a cluster spanning several processes, make the shared
+//! objects before any thread's first `gf`, so that every process allocates them in the same order.
 //!
 //! # Errors
 //! Only those of the rdmawait layer ([`Error::Rdma`]): unknown nodes, locations of another
