@@ -17,7 +17,8 @@
 #   - examples/distributed_counter as 3 processes (exact totals), and again with one process
 #     killed mid-run (the others must fail with "peer n2 is not responding" within 15 s);
 #   - on a host without a device (VM path), first the `smoke` test on the host itself: it must
-#     fail, with the backend's explanation of how to get a device, not pass silently.
+#     fail, with the backend's explanation of how to get a device, not pass silently; and (as
+#     root) again with libibverbs masked: it must say what to install.
 # Device: LOCO_RDMA_DEVICE / LOCO_GID_INDEX if set (vm.sh sets rxe0 / 1), else the first active.
 # Cost: ~1-2 min to build with `verbs`, ~1.5 min in the VM under TCG (boot ~10 s).
 set -euo pipefail
@@ -78,6 +79,10 @@ run_inside() {
     case ${LOCO_NO_DEVICE_CHECK:-skipped} in
         ok) passed=$((passed + 1)); echo "-- no-device check (on the host, before the VM): ok" ;;
         failed) failed=$((failed + 1)); bad+=("no-device check (on the host)") ;;
+    esac
+    case ${LOCO_NO_LIBIBVERBS_CHECK:-skipped} in
+        ok) passed=$((passed + 1)); echo "-- no-libibverbs check (on the host, before the VM): ok" ;;
+        failed) failed=$((failed + 1)); bad+=("no-libibverbs check (on the host)") ;;
     esac
     echo
     echo "== verbs suite summary (${LOCO_RDMA_DEVICE:-default device}): $passed passed; $failed failed;" \
@@ -262,6 +267,25 @@ if [ -n "$smoke" ]; then
     else
         log "without a device, ${smoke##*/} --exact smoke exited $rc without the expected explanation:"
         printf '%s\n' "$out" | tail -n 20 >&2
+    fi
+    # And without libibverbs at all (masked in a private mount namespace; needs root).
+    lib=$(readlink -f /usr/lib/x86_64-linux-gnu/libibverbs.so.1 2>/dev/null || true)
+    export LOCO_NO_LIBIBVERBS_CHECK=skipped
+    if [ "$(id -u)" -eq 0 ] && [ -f "$lib" ] && command -v unshare >/dev/null 2>&1; then
+        set +e
+        # shellcheck disable=SC2016 # $1 and $@ belong to the inner shell
+        out=$(unshare -m sh -c 'mount --bind /dev/null "$1" && shift && exec "$@"' sh "$lib" \
+            "$smoke" --exact smoke --color=never 2>&1)
+        rc=$?
+        set -e
+        if [ "$rc" -ne 0 ] && grep -q 'libibverbs.so.1 could not be loaded' <<<"$out"; then
+            LOCO_NO_LIBIBVERBS_CHECK=ok
+            log "without libibverbs the suite fails saying what to install: ok"
+        else
+            LOCO_NO_LIBIBVERBS_CHECK=failed
+            log "without libibverbs, smoke exited $rc without the expected explanation:"
+            printf '%s\n' "$out" | tail -n 20 >&2
+        fi
     fi
 else
     LOCO_NO_DEVICE_CHECK=skipped
