@@ -332,7 +332,12 @@ esac
 ncpu=$(nproc)
 smp=${LOCO_VM_SMP:-$((ncpu > 4 ? 4 : ncpu))}
 
-cmdline="console=ttyS0 panic=-1 mitigations=off"
+# tsc=reliable: the kernel's TSC sync check fails under TCG and falls back to the HPET, whose
+# every read is emulated MMIO (no vDSO): clock_gettime gets slow and boot takes longer. TCG's
+# TSC is the host's, monotonic across vCPUs, so trusting it is safe. acpi=noirq skips the slow
+# AML evaluation of the PCI interrupt links (virtio uses MSI-X); cryptomgr.notests and
+# no_timer_check skip boot-time self tests. Together ~1.5 s less to the command.
+cmdline="console=ttyS0 panic=-1 mitigations=off tsc=reliable no_timer_check cryptomgr.notests acpi=noirq"
 if [ "$verbose" -eq 1 ]; then
     cmdline="$cmdline loco.verbose"
 else
