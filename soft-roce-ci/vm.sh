@@ -122,8 +122,9 @@ extract_vmlinux() {
 prepare_kernel() {
     local src=$1 tmp deb kver dir line ko args name
     tmp=$(mktemp -d "$CACHE_DIR/kernel/.tmp.XXXXXX")
+    # Always called as $(prepare_kernel ...), a subshell: EXIT covers die() too.
     # shellcheck disable=SC2064 # expand now: tmp is local
-    trap "rm -rf '$tmp'" RETURN
+    trap "rm -rf '$tmp'" EXIT
     if [ -f "$src" ]; then
         deb=$src
     else
@@ -171,10 +172,17 @@ prepare_kernel() {
     printf '%s\n' "$kver" >"$dir/kver"
     rm -rf "$CACHE_DIR/kernel/$kver"
     mv "$dir" "$CACHE_DIR/kernel/$kver"
+    # Keep one kernel: drop those of earlier ABIs (~75 MB each).
+    for old in "$CACHE_DIR"/kernel/*/kver; do
+        old=${old%/kver}
+        [ "$old" = "$CACHE_DIR/kernel/$kver" ] || rm -rf "$old"
+    done
     printf '%s\n' "$kver"
 }
 
 flock 9
+# Under the lock, leftovers of interrupted preparations are garbage.
+rm -rf "$CACHE_DIR"/kernel/.tmp.* "$CACHE_DIR"/.initramfs.*
 if [ -n "${LOCO_VM_KERNEL_DEB:-}" ]; then
     [ -f "$LOCO_VM_KERNEL_DEB" ] || die "LOCO_VM_KERNEL_DEB=$LOCO_VM_KERNEL_DEB: no such file"
     kver=$(dpkg-deb -c "$LOCO_VM_KERNEL_DEB" | sed -n 's|.*\./lib/modules/\([^/]*\)/$|\1|p' | head -n1)
@@ -261,6 +269,7 @@ INIT
 
 initramfs_key=$( { write_init; cat "$kdir/modules/load.list"; sha256sum /bin/busybox; } | sha256sum | cut -c1-16)
 initramfs=$kdir/initramfs-$initramfs_key.cpio
+rm -f "$kdir"/*.cpio.tmp
 if [ ! -f "$initramfs" ]; then
     tmp=$(mktemp -d "$CACHE_DIR/.initramfs.XXXXXX")
     mkdir -p "$tmp/bin" "$tmp/lib/modules"
@@ -272,6 +281,9 @@ if [ ! -f "$initramfs" ]; then
     (cd "$tmp" && find . | busybox cpio -o -H newc -R 0:0 2>/dev/null) >"$initramfs.tmp"
     mv "$initramfs.tmp" "$initramfs"
     rm -rf "$tmp"
+    for old in "$kdir"/initramfs-*.cpio; do
+        [ "$old" = "$initramfs" ] || rm -f "$old"
+    done
 fi
 flock -u 9
 
