@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Latency of loco-rs on a Soft-RoCE device next to perftest on the same device, in one run (one
-# VM boot where the host has no RDMA): ib_write_lat, ib_read_lat, ib_atomic_lat (8 bytes) and
+# VM boot where the host has no RDMA): ib_write_lat, ib_read_lat, ib_atomic_lat (through
+# soft-roce-ci/bench-perftest.sh) and
 # loco's put+wait, get+wait, rfaa+wait (examples/verbs_latency.rs, release build). Prints a
 # table of both and their ratio.
 #
@@ -20,71 +21,34 @@ usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit "${1:
 
 ROOT=$(cd "$SRC_DIR/.." && pwd)
 
-# perf TOOL ITERS PORT: runs TOOL's server and client on this host's device; prints
-# "t_typical t_avg" (µs) of the client, retrying when perftest fails or prints inf (its TSC
-# calibration fails now and then under TCG).
-perf() {
-    local tool=$1 iters=$2 port=$3 args out attempt line server
-    out=$(mktemp)
-    for attempt in 1 2 3 4; do
-        args=(-F -n "$iters" -p "$port")
-        [ "$tool" = ib_atomic_lat ] || args+=(-s 8) # atomics are 8 bytes already
-        [ -z "${LOCO_RDMA_DEVICE:-}" ] || args+=(-d "$LOCO_RDMA_DEVICE")
-        [ -z "${LOCO_GID_INDEX:-}" ] || args+=(-x "$LOCO_GID_INDEX")
-        timeout 120 "$tool" "${args[@]}" >/dev/null 2>&1 &
-        server=$!
-        sleep 0.5
-        timeout 120 "$tool" "${args[@]}" 127.0.0.1 >"$out" 2>&1 || true
-        wait "$server" 2>/dev/null || true
-        # The result line follows the header line holding "#bytes".
-        line=$(awk '/#bytes/ { getline; print; exit }' "$out")
-        # Columns: bytes iterations t_min t_max t_typical t_avg ...
-        if awk -v l="$line" 'BEGIN { n = split(l, f); exit !(n >= 6 && f[5] + 0 > 0 && f[6] ~ /^[0-9.]+$/) }'; then
-            awk -v l="$line" 'BEGIN { split(l, f); print f[5], f[6] }'
-            rm -f "$out"
-            return 0
-        fi
-        log "$tool attempt $attempt gave no usable result; retrying"
-        port=$((port + 1))
-    done
-    cat "$out" >&2
-    rm -f "$out"
-    echo "0 0"
-}
-
 inside() {
-    local example=$1 iters=$2 w r a loco
-    if [ "$(id -u)" -eq 0 ] && [ -e /sys/class/net/lo ]; then
-        ip link set lo up 2>/dev/null || true
-    fi
-    need_cmd ib_write_lat perftest
-    log "perftest on ${LOCO_RDMA_DEVICE:-the first device}, $iters iterations each"
-    w=$(perf ib_write_lat "$iters" 18515)
-    r=$(perf ib_read_lat "$iters" 18525)
-    a=$(perf ib_atomic_lat "$iters" 18535)
+    local example=$1 iters=$2 pt loco
+    log "perftest on ${LOCO_RDMA_DEVICE:-rxe0} (soft-roce-ci/bench-perftest.sh), $iters iterations each"
+    pt=$("$SRC_DIR/bench-perftest.sh" -n "$iters") || log "perftest did not give every number"
+    echo "$pt" | grep -v '^perftest' >&2
     log "loco ($example)"
     loco=$("$example" --iters "$iters" --warmup 200)
     echo "$loco" | grep -v '^RESULT' >&2
-    awk -v w="$w" -v r="$r" -v a="$a" -v dev="${LOCO_RDMA_DEVICE:-default}" -v kern="$(uname -r)" '
+    printf '%s\n%s\n' "$pt" "$loco" | awk -v dev="${LOCO_RDMA_DEVICE:-default}" -v kern="$(uname -r)" '
         BEGIN {
-            split(w, W); split(r, R); split(a, A)
-            # perftest full round trips: write doubled (it reports half a round trip).
-            pt["put+wait"] = 2 * W[1]; pa["put+wait"] = 2 * W[2]; pn["put+wait"] = "ib_write_lat x2"
-            pt["get+wait"] = R[1];     pa["get+wait"] = R[2];     pn["get+wait"] = "ib_read_lat"
-            pt["rfaa+wait"] = A[1];    pa["rfaa+wait"] = A[2];    pn["rfaa+wait"] = "ib_atomic_lat"
+            tool["put+wait"] = "ib_write_lat"; tool["get+wait"] = "ib_read_lat"; tool["rfaa+wait"] = "ib_atomic_lat"
         }
-        /^RESULT/ { lm[$2] = $5; la[$2] = $4; ops[++n] = $2 }
+        # perftest full round trips: ib_write_lat reports half of one, so it is doubled.
+        $1 == "perftest" { pa[$2] = ($2 == "ib_write_lat" ? 2 : 1) * $3 }
+        $1 == "perftest-typical" { pt[$2] = ($2 == "ib_write_lat" ? 2 : 1) * $3 }
+        $1 == "RESULT" { lm[$2] = $5; la[$2] = $4; ops[++n] = $2 }
         END {
-            printf "\nLatency on %s (kernel %s), 8 bytes, full round trips, µs\n", dev, kern
+            printf "\nLatency on %s (kernel %s), 8-byte operations, full round trips, µs\n", dev, kern
             printf "%-10s | %-16s %9s %9s | %9s %9s | %14s %12s\n", "loco op", "perftest", "median", "avg", "median", "avg", "loco/perftest", "(avg ratio)"
             for (i = 1; i <= n; i++) {
-                o = ops[i]
-                ratio = (pt[o] > 0) ? sprintf("%.2f", lm[o] / pt[o]) : "n/a"
-                aratio = (pa[o] > 0) ? sprintf("%.2f", la[o] / pa[o]) : "n/a"
-                printf "%-10s | %-16s %9.2f %9.2f | %9.2f %9.2f | %14s %12s\n", o, pn[o], pt[o], pa[o], lm[o], la[o], ratio, aratio
+                o = ops[i]; t = tool[o]
+                name = t (t == "ib_write_lat" ? " x2" : "")
+                ratio = (pt[t] > 0) ? sprintf("%.2f", lm[o] / pt[t]) : "n/a"
+                aratio = (pa[t] > 0) ? sprintf("%.2f", la[o] / pa[t]) : "n/a"
+                printf "%-10s | %-16s %9.2f %9.2f | %9.2f %9.2f | %14s %12s\n", o, name, pt[t], pa[t], lm[o], la[o], ratio, aratio
             }
             print "(perftest columns: t_typical and t_avg; loco columns: median and average of put/get/rfaa + wait)"
-        }' <<<"$loco"
+        }'
 }
 
 if [ "${1:-}" = --inside ]; then

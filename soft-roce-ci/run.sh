@@ -233,13 +233,12 @@ has_device() {
     return 1
 }
 
-# Create rxe0 natively where the kernel can (rdma_rxe module), as root.
+# Create rxe0 natively where the kernel can (rdma_rxe module), as root: setup-host.sh.
 native_rxe() {
     [ "$(id -u)" -eq 0 ] || return 1
-    command -v rdma >/dev/null 2>&1 || return 1
     modprobe rdma_rxe 2>/dev/null || return 1
-    log "creating a Soft-RoCE device natively: rxe0 over dummy netdev rxenet0 (192.0.2.1/24)"
-    rxe_add rxe0 rxenet0 192.0.2.1/24 || return 1
+    log "creating a Soft-RoCE device natively (soft-roce-ci/setup-host.sh)"
+    "$SRC_DIR/setup-host.sh" >&2 || return 1
     export LOCO_RDMA_DEVICE=${LOCO_RDMA_DEVICE:-rxe0} LOCO_GID_INDEX=${LOCO_GID_INDEX:-1}
 }
 
