@@ -74,6 +74,11 @@ need_cmd depmod kmod
 need_cmd dpkg-deb dpkg
 need_cmd flock util-linux
 [ -x /bin/busybox ] || die "/bin/busybox missing (package busybox-static)"
+# The initramfs has no libc: Debian's plain `busybox` package is dynamically linked.
+case $(ldd /bin/busybox 2>&1 || true) in
+    *'not a dynamic'*) ;;
+    *) die "/bin/busybox is dynamically linked; install busybox-static (install-deps.sh --vm)" ;;
+esac
 
 mkdir -p "$CACHE_DIR/kernel"
 exec 9>"$CACHE_DIR/lock"
@@ -255,6 +260,7 @@ mount -t overlay overlay -o lowerdir=/host/tmp,upperdir=/ovl/upper,workdir=/ovl/
     || mount -t tmpfs -o mode=1777 tmpfs /host/tmp
 mkdir -p /host/run/loco-ctl && mount --bind /ctl /host/run/loco-ctl
 ip link set lo up
+mkdir -p "/host$workdir" 2>/dev/null # only matters under the guest's own /run
 mount -t 9p -o "$p9" work "/host$workdir" || fail "cannot mount the work dir at $workdir"
 [ $verbose = 1 ] && set +x
 env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
