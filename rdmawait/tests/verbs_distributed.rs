@@ -9,7 +9,7 @@
 
 mod backend;
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -36,21 +36,27 @@ fn peers(n: usize) -> String {
 }
 
 fn spawn(role: &str, node: usize, peers: &str) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(ROLE, role)
-        .env("LOCO_NODE_ID", node.to_string())
-        .env("LOCO_PEERS", peers)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    spawn_with(role, node, peers, &[])
+}
+
+fn spawn_with(role: &str, node: usize, peers: &str, env: &[(&str, &std::path::Path)]) -> Child {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "child",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(ROLE, role)
+    .env("LOCO_NODE_ID", node.to_string())
+    .env("LOCO_PEERS", peers)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().unwrap()
 }
 
 /// Collects each child's output lines (stdout and stderr) on a channel: (child, line).
@@ -160,30 +166,68 @@ fn a_killed_peer_fails_the_others_within_bounded_time() {
     assert!(took < Duration::from_secs(10), "took {took:?}:\n{log}");
 }
 
+/// A second process claiming an id that already joined is refused by the rendezvous (here it
+/// listens on a port of its own, so only the hello can catch it), and one that cannot take the
+/// node's port fails at once; the rightful members are not disturbed.
 #[test]
 fn a_duplicate_node_id_is_refused() {
     let peers = peers(2);
-    // Two processes both claiming n1; n0 waits for a rendezvous that cannot complete cleanly.
-    let mut children = vec![
-        spawn("join-only", 0, &peers),
-        spawn("join-only", 1, &peers),
-        spawn("join-only", 1, &peers),
+    let hold = std::env::temp_dir().join(format!("loco-hold-{}", std::process::id()));
+    let _ = std::fs::remove_file(&hold);
+    let env = [("LOCO_TEST_HOLD_FILE", hold.as_path())];
+    let mut members = vec![
+        spawn_with("hold", 0, &peers, &env),
+        spawn_with("hold", 1, &peers, &env),
     ];
-    let rx = watch(&mut children);
-    let codes: Vec<_> = children
+    let rx = watch(&mut members);
+    let mut log = Vec::new();
+    let mut joined = 0;
+    while joined < 2 {
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok((i, l)) => {
+                joined += usize::from(l.contains("joined as"));
+                log.push(format!("member{i}: {l}"));
+            }
+            Err(_) => panic!("the members never joined:\n{}", log.join("\n")),
+        }
+    }
+    // Same id, its own listening port: n0 refuses its hello.
+    let other = peers.split(',').next().unwrap().to_string() + "," + &self::peers(1);
+    let mut dup = spawn("join-only", 1, &other);
+    // Same id and port as the member: it cannot even listen.
+    let mut clash = spawn("join-only", 1, &peers);
+    let mut intruders = [&mut dup, &mut clash]
+        .map(|c| {
+            let out = c.stdout.take().unwrap();
+            let err = c.stderr.take().unwrap();
+            std::thread::spawn(move || {
+                let mut s = String::new();
+                for mut pipe in [
+                    Box::new(out) as Box<dyn std::io::Read + Send>,
+                    Box::new(err),
+                ] {
+                    let _ = pipe.read_to_string(&mut s);
+                }
+                s
+            })
+        })
+        .into_iter();
+    let dup_code = wait_exit(&mut dup, Duration::from_secs(60));
+    let clash_code = wait_exit(&mut clash, Duration::from_secs(60));
+    let dup_log = intruders.next().unwrap().join().unwrap();
+    let clash_log = intruders.next().unwrap().join().unwrap();
+    assert_eq!(dup_code, Some(1), "{dup_log}");
+    assert!(dup_log.contains("already joined"), "{dup_log}");
+    assert_eq!(clash_code, Some(1), "{clash_log}");
+    assert!(clash_log.contains("cannot listen"), "{clash_log}");
+    std::fs::write(&hold, b"done").unwrap();
+    let codes: Vec<_> = members
         .iter_mut()
         .map(|c| wait_exit(c, Duration::from_secs(60)))
         .collect();
-    let log: Vec<String> = rx.try_iter().map(|(i, l)| format!("c{i}: {l}")).collect();
-    let log = log.join("\n");
-    assert!(
-        codes.iter().any(|c| *c != Some(0)),
-        "one of the two n1s must fail: {codes:?}\n{log}"
-    );
-    assert!(
-        log.contains("already joined") || log.contains("cannot listen"),
-        "{log}"
-    );
+    log.extend(rx.try_iter().map(|(i, l)| format!("member{i}: {l}")));
+    let _ = std::fs::remove_file(&hold);
+    assert_eq!(codes, vec![Some(0); 2], "{}", log.join("\n"));
 }
 
 // ----- the child side -----
@@ -245,8 +289,18 @@ fn run_child(role: &str) -> loco_rdmawait::Result<()> {
     let me = process.node().expect("a multi-process cluster");
     let l = layout(&cluster);
     process.barrier()?;
-    if role == "join-only" {
+    if role == "join-only" || role == "hold" {
         println!("joined as {me}");
+        if role == "hold" {
+            // Stay a member while the intruders try to join: until the test says so.
+            let file = std::env::var("LOCO_TEST_HOLD_FILE").unwrap();
+            let start = Instant::now();
+            while !std::path::Path::new(&file).exists()
+                && start.elapsed() < Duration::from_secs(120)
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
         return Ok(());
     }
     let ctx = cluster.context(me)?;
