@@ -64,3 +64,21 @@ impl From<loco_sv::Error> for Error {
 
 /// `Result` with [`Error`] as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sv_errors_of_the_rdmawait_layer_are_flattened() {
+        let e: Error = loco_sv::Error::Rdma(loco_rdmawait::Error::Empty).into();
+        assert!(matches!(e, Error::Rdma(loco_rdmawait::Error::Empty)));
+        assert_eq!(
+            Error::Timeout {
+                after: Duration::from_millis(5)
+            }
+            .to_string(),
+            "lock not acquired within 5ms"
+        );
+    }
+}

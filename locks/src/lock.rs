@@ -134,6 +134,18 @@ impl<R: RawLock> Lock<R> {
 /// Holds the thread's [`Ctx`], so it cannot leave the thread (release runs on the acquiring
 /// thread's queue pairs). Release does network I/O and can fail: [`LockGuard::release`] returns
 /// the error; `Drop` logs it (tracing, target `loco::locks`) and never panics.
+///
+/// ```compile_fail
+/// # use loco_locks::NLock;
+/// # use loco_rdmawait::{Cluster, NodeId};
+/// let cluster = Cluster::builder().nodes(1).build().unwrap();
+/// let lock = NLock::new(&cluster, NodeId(0)).unwrap();
+/// let ctx = cluster.context(NodeId(0)).unwrap();
+/// let g = lock.acquire(&ctx).unwrap();
+/// std::thread::scope(|s| {
+///     s.spawn(move || drop(g)); // error: a guard cannot leave its thread
+/// });
+/// ```
 #[must_use = "if unused the lock is released at once"]
 #[clippy::has_significant_drop]
 pub struct LockGuard<'a, R: RawLock> {
