@@ -146,6 +146,7 @@ fn bare_wlock_loses_increments_under_chaos() -> Result<()> {
         lost.iter().all(|&n| n <= want),
         "more increments than done: {lost:?}"
     );
+    eprintln!("bare wlock counts: {lost:?} of {want}");
     assert!(
         lost.iter().any(|&n| n < want),
         "no increment lost in {SEEDS} chaos runs: {lost:?}"
