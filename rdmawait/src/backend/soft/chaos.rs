@@ -24,13 +24,14 @@ use rand_chacha::ChaCha8Rng;
 use super::Fabric;
 use crate::backend::{ThreadNic, WorkRequest};
 use crate::error::TimeoutKind;
-use crate::model::{Memory, Qp, Step};
+use crate::model::{Entry, Memory, Qp, Step};
 use crate::{Error, NodeId, Result};
 
-/// Probability that a call takes no random step at all (so work stays pending across calls).
-const P_IDLE: f64 = 0.5;
-/// After a first step, probability of taking one more.
-const P_MORE: f64 = 0.6;
+/// Probabilities that a call takes no random step at all (so work stays pending across calls);
+/// each run draws one, so some runs let work pile up and others keep the NIC busy.
+const P_IDLE: [f64; 3] = [0.2, 0.5, 0.8];
+/// After a first step, probabilities of taking one more (drawn per run, like [`P_IDLE`]).
+const P_MORE: [f64; 3] = [0.3, 0.6, 0.85];
 /// Probability that a call yields the OS thread afterwards, to shuffle thread interleavings.
 const P_YIELD: f64 = 0.1;
 
@@ -68,7 +69,23 @@ struct State {
     locks: Vec<bool>,
     actions: Vec<Action>,
     steps: Vec<Step>,
+    /// Per action kind (see [`State::kind`]), its weight in this run's random choices. Drawn
+    /// once per cluster from [`BIASES`], so that each run favours some phases and starves others
+    /// (a get whose remote read stays pending for long, remote writes that land late, ...): rare
+    /// interleavings that uniform choices would almost never produce become common in some runs.
+    bias: [f64; KINDS],
+    /// This run's pick from [`P_IDLE`].
+    p_idle: f64,
+    /// This run's pick from [`P_MORE`].
+    p_more: f64,
 }
+
+/// Number of action kinds.
+const KINDS: usize = 11;
+/// Weight of doing nothing in a call's random steps (against the enabled actions' biases).
+const IDLE_WEIGHT: f64 = 0.5;
+/// The weights an action kind can get in a run.
+const BIASES: [f64; 4] = [0.02, 0.2, 1.0, 5.0];
 
 /// The fabric seen through the model's [`Memory`] trait.
 struct Mem<'a>(&'a Fabric);
@@ -135,15 +152,78 @@ impl State {
         }
     }
 
-    /// Takes one random enabled step; false if none is enabled.
-    fn step(&mut self, fabric: &Fabric) -> bool {
-        self.collect_actions();
-        if self.actions.is_empty() {
-            return false;
+    /// The kind of an action, indexing [`State::bias`].
+    fn kind(&self, a: Action) -> usize {
+        match a {
+            Action::Flush(_) => 0,
+            Action::Nic(_, _, Step::CommitRemote) => 1,
+            Action::Nic(_, _, Step::CommitLocal(_)) => 2,
+            Action::Nic(t, n, Step::Pipe(i)) => {
+                let th = self.threads[t].as_ref().expect("action of a live slot");
+                match th.qps[n].pipe[i] {
+                    Entry::Fence => 3,
+                    Entry::Put { .. } => 4,
+                    Entry::Send { .. } => 5,
+                    Entry::Ack { .. } => 6,
+                    Entry::Get { .. } => 7,
+                    Entry::Load { .. } => 8,
+                    Entry::Rmw { .. } => 9,
+                    Entry::Atomic { .. } => 10,
+                }
+            }
         }
-        let a = self.actions[self.rng.random_range(0..self.actions.len())];
-        self.apply(fabric, a);
-        true
+    }
+
+    /// Picks an enabled action at random, weighted by the run's bias for its kind; only actions
+    /// of thread `only` if it has any. With `idle`, doing nothing competes with weight
+    /// [`IDLE_WEIGHT`] (None), so that a lone starved action still tends to stay pending.
+    fn pick(&mut self, only: Option<usize>, idle: bool) -> Option<Action> {
+        self.collect_actions();
+        let owner = |a: &Action| match *a {
+            Action::Flush(u) | Action::Nic(u, _, _) => u,
+        };
+        let mine = |a: &Action| only.is_none_or(|t| owner(a) == t);
+        let restrict = only.is_some() && self.actions.iter().any(mine);
+        let weight = |st: &State, a: &Action| {
+            if restrict && !mine(a) {
+                0.0
+            } else {
+                st.bias[st.kind(*a)]
+            }
+        };
+        let total: f64 = self.actions.iter().map(|a| weight(self, a)).sum();
+        if total <= 0.0 {
+            return None;
+        }
+        let idle_weight = if idle { IDLE_WEIGHT } else { 0.0 };
+        let mut x = self.rng.random_range(0.0..total + idle_weight);
+        if x >= total {
+            return None;
+        }
+        for a in &self.actions {
+            let w = weight(self, a);
+            if x < w {
+                return Some(*a);
+            }
+            x -= w;
+        }
+        self.actions
+            .iter()
+            .rev()
+            .find(|a| weight(self, a) > 0.0)
+            .copied()
+    }
+
+    /// Takes one random enabled step; false if none is enabled (or, with `idle`, if doing
+    /// nothing was picked).
+    fn step(&mut self, fabric: &Fabric, idle: bool) -> bool {
+        match self.pick(None, idle) {
+            Some(a) => {
+                self.apply(fabric, a);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Takes one random enabled step of thread `t` (its store buffer or its queue pairs), or, if
@@ -154,35 +234,21 @@ impl State {
     /// threads' pending operations land so fast that allowed outcomes needing them to stay
     /// pending (e.g. the other-node variant of Fig. 8f) were practically never seen.
     fn step_own(&mut self, fabric: &Fabric, t: usize) -> bool {
-        self.collect_actions();
-        let own = self
-            .actions
-            .iter()
-            .filter(|a| matches!(a, Action::Flush(u) | Action::Nic(u, _, _) if *u == t))
-            .count();
-        let a = if own > 0 {
-            let k = self.rng.random_range(0..own);
-            *self
-                .actions
-                .iter()
-                .filter(|a| matches!(a, Action::Flush(u) | Action::Nic(u, _, _) if *u == t))
-                .nth(k)
-                .expect("k < own")
-        } else if self.actions.is_empty() {
-            return false;
-        } else {
-            self.actions[self.rng.random_range(0..self.actions.len())]
-        };
-        self.apply(fabric, a);
-        true
+        match self.pick(Some(t), false) {
+            Some(a) => {
+                self.apply(fabric, a);
+                true
+            }
+            None => false,
+        }
     }
 
     /// The random steps taken at each call.
     fn churn(&mut self, fabric: &Fabric) {
-        if self.rng.random_bool(P_IDLE) {
+        if self.rng.random_bool(self.p_idle) {
             return;
         }
-        while self.step(fabric) && self.rng.random_bool(P_MORE) {}
+        while self.step(fabric, true) && self.rng.random_bool(self.p_more) {}
     }
 
     fn thread(&mut self, t: usize) -> &mut ThreadState {
@@ -200,14 +266,21 @@ pub(super) struct Chaos {
 impl Chaos {
     pub(super) fn new(fabric: Arc<Fabric>, seed: u64) -> Self {
         let nodes = fabric.mem.len();
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let bias = std::array::from_fn(|_| BIASES[rng.random_range(0..BIASES.len())]);
+        let p_idle = P_IDLE[rng.random_range(0..P_IDLE.len())];
+        let p_more = P_MORE[rng.random_range(0..P_MORE.len())];
         Chaos {
             fabric,
             state: Mutex::new(State {
-                rng: ChaCha8Rng::seed_from_u64(seed),
+                rng,
                 threads: Vec::new(),
                 locks: vec![false; nodes],
                 actions: Vec::new(),
                 steps: Vec::new(),
+                bias,
+                p_idle,
+                p_more,
             }),
         }
     }
@@ -243,7 +316,7 @@ impl Chaos {
         loop {
             let mut st = self.state.lock();
             for _ in 0..64 {
-                if !st.step(&self.fabric) {
+                if !st.step(&self.fabric, false) {
                     return Ok(());
                 }
             }
@@ -363,6 +436,8 @@ impl ThreadNic for ChaosNic {
 impl Drop for ChaosNic {
     fn drop(&mut self) {
         let mut st = self.chaos.state.lock();
+        // The NIC goes on while the thread does whatever comes after its last call.
+        st.churn(&self.chaos.fabric);
         let th = st.thread(self.id);
         th.alive = false;
         th.qps.iter_mut().for_each(Qp::drop_notices);
