@@ -73,9 +73,11 @@
 //! the node lock's put) are reaped by the thread's next acquire, so completions never pile up.
 //!
 //! Per-thread words (a weak lock's `turn`, a node lock's `loc`) are allocated on the thread's node
-//! on its first use of the lock. In a cluster spanning several processes, where nodes agree on
-//! addresses by allocating in the same order, make every shared object (locks, shared variables,
-//! data) before any thread first uses a lock or `gf`.
+//! on its first use of the lock, from the node's private region
+//! ([`Cluster::alloc_private`](loco_rdmawait::Cluster::alloc_private)), so they never shift the
+//! offsets of shared objects: in a cluster spanning several processes, nodes agree on the
+//! addresses of locks, shared variables and data as long as each process makes them in the same
+//! order.
 //!
 //! [`lock_api`]: https://docs.rs/lock_api
 //! [`Ctx`]: loco_rdmawait::Ctx

@@ -54,7 +54,7 @@ impl RawNLock {
     fn me(&self, ctx: &Ctx) -> Result<Rc<ThreadLock>> {
         thread_lock(ctx, self.cluster.id(), self.id, |ctx| {
             Ok(ThreadLock {
-                word: ctx.cluster().alloc_word(ctx.node())?,
+                word: ctx.cluster().alloc_private(ctx.node(), 8)?,
                 slot: 0,
                 rels: Vec::new(),
                 held: Default::default(),

@@ -75,7 +75,7 @@ impl RawWLock {
     /// The calling thread's state; on first use, takes a `rel` slot with a remote FAA on `slots`.
     fn me(&self, ctx: &Ctx) -> Result<Rc<ThreadLock>> {
         thread_lock(ctx, self.cluster.id(), self.id, |ctx| {
-            let word = ctx.cluster().alloc_word(ctx.node())?;
+            let word = ctx.cluster().alloc_private(ctx.node(), 8)?;
             ctx.rfaa(&self.slots, 1, &word, WL_ACQ)?;
             ctx.wait(WL_ACQ)?;
             let slot = ctx.load(&word)? as usize;

@@ -49,7 +49,9 @@ struct Inner {
     /// Registered memory size per node, in bytes.
     sizes: Vec<u64>,
     /// Next free byte per node (bump allocation).
-    next: Mutex<Vec<u64>>,
+    /// Per node: (next free byte from the bottom, first used byte of the private region at the
+    /// top).
+    next: Mutex<Vec<(u64, u64)>>,
     timeout: Duration,
     extensions: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
 }
@@ -142,15 +144,16 @@ impl Cluster {
     /// A cluster over any backend (this is how the verbs backend, or your own, plugs in).
     pub fn with_backend(backend: Box<dyn Backend>, timeout: Duration) -> Cluster {
         let n = backend.nodes();
-        let sizes = (0..n)
+        let sizes: Vec<u64> = (0..n)
             .map(|i| backend.words(NodeId(i as u16)) as u64 * WORD)
             .collect();
+        let sizes_for_next = sizes.iter().map(|&s| (0, s)).collect();
         Cluster {
             inner: Arc::new(Inner {
                 id: NEXT_CLUSTER.fetch_add(1, Ordering::Relaxed),
                 backend,
                 sizes,
-                next: Mutex::new(vec![0; n]),
+                next: Mutex::new(sizes_for_next),
                 timeout,
                 extensions: Mutex::new(HashMap::new()),
             }),
@@ -200,19 +203,41 @@ impl Cluster {
     /// processes that allocate in the same order get the same locations (which is how the nodes of
     /// a multi-process cluster agree on addresses).
     pub fn alloc(&self, node: NodeId, bytes: u64) -> Result<Loc> {
+        self.alloc_in(node, bytes, false)
+    }
+
+    /// Allocates `bytes` (rounded up to whole words) of zeroed registered memory on `node` for
+    /// one process's own use: scratch words, per-thread lock state, dummy words that are only
+    /// read.
+    ///
+    /// Private words come from the top of the node's memory, downwards, so they never shift the
+    /// offsets [`Cluster::alloc`] hands out: in a multi-process cluster, each process may allocate
+    /// private words lazily (when a thread first needs them) and shared objects still get the same
+    /// locations in every process.
+    pub fn alloc_private(&self, node: NodeId, bytes: u64) -> Result<Loc> {
+        self.alloc_in(node, bytes, true)
+    }
+
+    fn alloc_in(&self, node: NodeId, bytes: u64, private: bool) -> Result<Loc> {
         self.check_node(node)?;
         let len = bytes.div_ceil(WORD) * WORD;
-        let size = self.inner.sizes[node.index()];
         let mut next = self.inner.next.lock();
-        let at = next[node.index()];
-        if len > size - at {
+        let (low, high) = &mut next[node.index()];
+        let free = *high - *low;
+        if len > free {
             return Err(Error::OutOfMemory {
                 node,
                 requested: len,
-                free: size - at,
+                free,
             });
         }
-        next[node.index()] = at + len;
+        let at = if private {
+            *high -= len;
+            *high
+        } else {
+            *low += len;
+            *low - len
+        };
         Ok(Loc::new(self.inner.id, node, at, len))
     }
 

@@ -305,3 +305,27 @@ fn errors_read_well() {
         "location on n1 is not local to this thread, which runs on n0"
     );
 }
+
+#[test]
+fn private_words_come_from_the_top_and_never_shift_shared_ones() {
+    let a = cluster();
+    let b = cluster();
+    // Process A allocates a private scratch word first; B does not. Shared words still agree.
+    let p = a.alloc_private(N0, 8).unwrap();
+    assert_eq!(p.offset(), 248);
+    assert_eq!(
+        a.alloc_word(N0).unwrap().offset(),
+        b.alloc_word(N0).unwrap().offset()
+    );
+    // The two regions meet in the middle: 256 - 8 (private) - 8 (shared) = 240 free.
+    assert!(matches!(
+        a.alloc_private(N0, 248),
+        Err(Error::OutOfMemory { free: 240, .. })
+    ));
+    a.alloc_private(N0, 232).unwrap();
+    a.alloc_word(N0).unwrap();
+    assert!(matches!(
+        a.alloc_word(N0),
+        Err(Error::OutOfMemory { free: 0, .. })
+    ));
+}

@@ -82,7 +82,7 @@ impl Object {
         if let Some(l) = reg.0.borrow().get(&self.id) {
             return Ok(*l);
         }
-        let l = ctx.cluster().alloc_words(ctx.node(), words as u64)?;
+        let l = ctx.cluster().alloc_private(ctx.node(), words as u64 * 8)?;
         reg.0.borrow_mut().insert(self.id, l);
         Ok(l)
     }

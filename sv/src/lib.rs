@@ -183,11 +183,11 @@ fn gf_thread(ctx: &Ctx) -> Result<std::rc::Rc<GfThread>> {
         let targets = ctx.cluster().extension::<GfTargets>(|c| {
             let words = c
                 .node_ids()
-                .map(|n| c.alloc_word(n))
+                .map(|n| c.alloc_private(n, 8))
                 .collect::<loco_rdmawait::Result<Vec<_>>>()?;
             Ok(GfTargets { words })
         })?;
-        let scratch = ctx.cluster().alloc_word(ctx.node())?;
+        let scratch = ctx.cluster().alloc_private(ctx.node(), 8)?;
         Ok(GfThread { scratch, targets })
     })?)
 }
