@@ -3,6 +3,9 @@
 //!
 //! `cargo bench --bench rdmawait`
 
+// criterion_group! generates an undocumented public function.
+#![allow(missing_docs)]
+
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use loco::prelude::*;
 

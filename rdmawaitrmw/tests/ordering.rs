@@ -87,8 +87,8 @@ fn check(ops: &[Op], schedule: Schedule) -> Result<(), TestCaseError> {
     c.quiesce().unwrap();
 
     // 1. Last put wins, per slot.
-    for node in 0..NODES {
-        for slot in 0..SLOTS {
+    for (node, node_slots) in slots.iter().enumerate() {
+        for (slot, loc) in node_slots.iter().enumerate() {
             let last = ops
                 .iter()
                 .enumerate()
@@ -99,7 +99,7 @@ fn check(ops: &[Op], schedule: Schedule) -> Result<(), TestCaseError> {
                 .next_back()
                 .unwrap_or(0);
             prop_assert_eq!(
-                c.peek(&slots[node][slot]).unwrap(),
+                c.peek(loc).unwrap(),
                 last,
                 "slot {}/{}",
                 node,
