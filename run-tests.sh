@@ -36,7 +36,9 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 step "default test suite (soft NIC)"
 cargo test --workspace --quiet
 
-if [ "$soft_only" = 0 ] && [ -x soft-roce-ci/run.sh ]; then
+if [ "$soft_only" = 0 ]; then
+    step "lints with the verbs feature"
+    cargo clippy --workspace --features loco/verbs,loco-litmus/verbs --all-targets --quiet -- -D warnings
     step "verbs test suite on Soft-RoCE (rdma_rxe)"
     soft-roce-ci/run.sh
 fi
