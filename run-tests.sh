@@ -21,13 +21,8 @@ done
 
 step() { printf '\n==> %s\n' "$*"; }
 
-if ! command -v cargo >/dev/null 2>&1; then
-    [ -x "$HOME/.cargo/bin/cargo" ] || {
-        step "installing a Rust toolchain (rustup)"
-        curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal -c clippy,rustfmt
-    }
-    export PATH="$HOME/.cargo/bin:$PATH"
-fi
+# shellcheck source=scripts/ensure-rust.sh
+. scripts/ensure-rust.sh
 
 step "format and lints"
 cargo fmt --all -- --check
@@ -37,6 +32,8 @@ step "default test suite (soft NIC)"
 cargo test --workspace --quiet
 
 if [ "$soft_only" = 0 ]; then
+    step "Debian packages for the verbs build and Soft-RoCE"
+    soft-roce-ci/install-deps.sh
     step "lints with the verbs feature"
     cargo clippy --workspace --features loco/verbs,loco-litmus/verbs --all-targets --quiet -- -D warnings
     step "verbs test suite on Soft-RoCE (rdma_rxe)"
