@@ -11,6 +11,8 @@
 //!   which every earlier operation towards N has fully landed.
 //! - [`locks`]: `WLock` (mutual exclusion only), `SLock` (a release completes everything before
 //!   it), `NLock` on n (a release publishes the operations towards n, without blocking).
+//! - [`sc`]: sequentially consistent `read_sc`/`write_sc`/`cas_sc`/`faa_sc` on abstract
+//!   locations, and any sequential data structure made linearizable behind a node lock.
 //!
 //! ```
 //! use loco::prelude::*;
@@ -37,6 +39,11 @@ pub use loco_rdmawaitrmw as rdmawaitrmw;
 pub use loco_sc as sc;
 #[doc(inline)]
 pub use loco_sv as sv;
+
+/// The code blocks of README.md, compiled and run as doctests so that the README stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 
 /// The names most programs need.
 pub mod prelude {
