@@ -56,6 +56,106 @@ struct Inner {
     extensions: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
 }
 
+/// The NIC backends a [`ClusterBuilder`] can be switched between at run time
+/// ([`ClusterBuilder::backend`]), typically from the environment
+/// ([`ClusterBuilder::backend_from_env`]), so that one program or test runs on the soft NIC by
+/// default and on a real RDMA device when asked.
+///
+/// | `LOCO_BACKEND` | backend |
+/// |---|---|
+/// | unset, empty, `soft` | [`BackendKind::Soft`]: the soft NIC, with the builder's [`Schedule`] |
+/// | `verbs` | [`BackendKind::Verbs`]: the ibverbs backend (feature `verbs`), configured by [`VerbsConfig::from_env`](crate::VerbsConfig::from_env) (`LOCO_RDMA_DEVICE`, `LOCO_GID_INDEX`, ...) |
+///
+/// `LOCO_TEST_BACKEND`, its former name, is read when `LOCO_BACKEND` is unset.
+///
+/// ```
+/// use loco_rdmawait::{BackendKind, Cluster, Schedule};
+///
+/// let kind = BackendKind::from_env()?; // Soft unless LOCO_BACKEND says otherwise
+/// let cluster = Cluster::builder()
+///     .nodes(2)
+///     .soft(Schedule::Chaos { seed: 7 }) // used on the soft NIC, ignored on verbs
+///     .backend(kind)?
+///     .build()?;
+/// assert_eq!(cluster.backend_name(), kind.name());
+/// assert_eq!("verbs".parse::<BackendKind>()?, BackendKind::Verbs);
+/// # Ok::<(), loco_rdmawait::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BackendKind {
+    /// The in-process soft NIC (the default).
+    #[default]
+    Soft,
+    /// The ibverbs backend on a real RDMA device (needs the `verbs` feature).
+    Verbs,
+}
+
+impl BackendKind {
+    /// The environment variable [`BackendKind::from_env`] reads: `LOCO_BACKEND`.
+    pub const ENV: &'static str = "LOCO_BACKEND";
+    /// Its former name, read when [`BackendKind::ENV`] is unset: `LOCO_TEST_BACKEND`.
+    pub const LEGACY_ENV: &'static str = "LOCO_TEST_BACKEND";
+
+    /// The backend `LOCO_BACKEND` (or else `LOCO_TEST_BACKEND`) names; [`BackendKind::Soft`]
+    /// when neither is set or the value is empty. Fails with [`Error::UnknownBackend`] on other
+    /// names. Whether this build has the backend is checked by [`ClusterBuilder::backend`].
+    pub fn from_env() -> Result<BackendKind> {
+        Self::from_lookup(|var| std::env::var(var).ok())
+    }
+
+    fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<BackendKind> {
+        for var in [Self::ENV, Self::LEGACY_ENV] {
+            if let Some(value) = lookup(var) {
+                return Self::parse_from(&value, Some(var));
+            }
+        }
+        Ok(BackendKind::Soft)
+    }
+
+    fn parse_from(value: &str, var: Option<&'static str>) -> Result<BackendKind> {
+        match value.trim() {
+            "" | "soft" => Ok(BackendKind::Soft),
+            "verbs" => Ok(BackendKind::Verbs),
+            other => Err(Error::UnknownBackend {
+                name: other.to_owned(),
+                var,
+            }),
+        }
+    }
+
+    /// The backend's name, as [`Cluster::backend_name`] reports it (`soft`, `verbs`).
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Soft => "soft",
+            BackendKind::Verbs => "verbs",
+        }
+    }
+
+    /// Whether this build contains the backend (`verbs` needs the `verbs` feature).
+    pub fn is_built(self) -> bool {
+        match self {
+            BackendKind::Soft => true,
+            BackendKind::Verbs => cfg!(feature = "verbs"),
+        }
+    }
+}
+
+impl std::str::FromStr for BackendKind {
+    type Err = Error;
+
+    /// `soft` or `verbs` (an empty string is `soft`).
+    fn from_str(s: &str) -> Result<BackendKind> {
+        BackendKind::parse_from(s, None)
+    }
+}
+
+impl std::fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Builds a [`Cluster`]; got from [`Cluster::builder`].
 #[derive(Debug)]
 #[must_use]
@@ -113,6 +213,39 @@ impl ClusterBuilder {
     pub fn verbs(mut self, config: crate::backend::verbs::VerbsConfig) -> Self {
         self.verbs = Some(config);
         self
+    }
+
+    /// Use the backend `kind`: the soft NIC, with the schedule set by [`ClusterBuilder::soft`]
+    /// (this undoes an earlier [`ClusterBuilder::verbs`]), or the verbs backend configured by
+    /// [`VerbsConfig::from_env`](crate::VerbsConfig::from_env).
+    ///
+    /// Fails with [`Error::BackendNotBuilt`] for `verbs` in a build without the `verbs` feature,
+    /// and with the verbs configuration's error when the environment's device settings do not
+    /// parse. Whether a device is there shows when the cluster is built.
+    pub fn backend(self, kind: BackendKind) -> Result<Self> {
+        match kind {
+            #[cfg(feature = "verbs")]
+            BackendKind::Soft => Ok(ClusterBuilder {
+                verbs: None,
+                ..self
+            }),
+            #[cfg(not(feature = "verbs"))]
+            BackendKind::Soft => Ok(self),
+            #[cfg(feature = "verbs")]
+            BackendKind::Verbs => Ok(self.verbs(crate::backend::verbs::VerbsConfig::from_env()?)),
+            #[cfg(not(feature = "verbs"))]
+            BackendKind::Verbs => Err(Error::BackendNotBuilt {
+                backend: "verbs",
+                feature: "verbs",
+            }),
+        }
+    }
+
+    /// Use the backend the environment names: [`BackendKind::from_env`], then
+    /// [`ClusterBuilder::backend`]. With neither `LOCO_BACKEND` nor `LOCO_TEST_BACKEND` set, this
+    /// changes nothing (the soft NIC).
+    pub fn backend_from_env(self) -> Result<Self> {
+        self.backend(BackendKind::from_env()?)
     }
 
     /// Builds the cluster on the soft backend (or the verbs backend, if chosen).
@@ -356,5 +489,120 @@ impl Cluster {
                 source: None,
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `from_env` over a fake environment.
+    fn kind(env: &[(&str, &str)]) -> Result<BackendKind> {
+        BackendKind::from_lookup(|var| {
+            env.iter()
+                .find(|(k, _)| *k == var)
+                .map(|(_, v)| (*v).to_owned())
+        })
+    }
+
+    #[test]
+    fn backend_kind_from_the_environment() {
+        assert_eq!(kind(&[]).unwrap(), BackendKind::Soft);
+        assert_eq!(kind(&[("LOCO_BACKEND", "")]).unwrap(), BackendKind::Soft);
+        assert_eq!(
+            kind(&[("LOCO_BACKEND", "soft")]).unwrap(),
+            BackendKind::Soft
+        );
+        assert_eq!(
+            kind(&[("LOCO_BACKEND", "verbs")]).unwrap(),
+            BackendKind::Verbs
+        );
+        assert_eq!(
+            kind(&[("LOCO_BACKEND", " verbs\n")]).unwrap(),
+            BackendKind::Verbs
+        );
+        // The former name, when the new one is unset; the new one wins.
+        assert_eq!(
+            kind(&[("LOCO_TEST_BACKEND", "verbs")]).unwrap(),
+            BackendKind::Verbs
+        );
+        assert_eq!(
+            kind(&[("LOCO_BACKEND", "soft"), ("LOCO_TEST_BACKEND", "verbs")]).unwrap(),
+            BackendKind::Soft
+        );
+        let e = kind(&[("LOCO_TEST_BACKEND", "rxe")]).unwrap_err();
+        assert!(
+            matches!(&e, Error::UnknownBackend { name, var: Some("LOCO_TEST_BACKEND") } if name == "rxe"),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "unknown backend `rxe` in LOCO_TEST_BACKEND: expected `soft` or `verbs`"
+        );
+    }
+
+    #[test]
+    fn backend_kind_parses_and_names() {
+        for k in [BackendKind::Soft, BackendKind::Verbs] {
+            assert_eq!(k.name().parse::<BackendKind>().unwrap(), k);
+            assert_eq!(k.to_string(), k.name());
+        }
+        assert_eq!(BackendKind::default(), BackendKind::Soft);
+        let e = "Verbs".parse::<BackendKind>().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "unknown backend `Verbs`: expected `soft` or `verbs`"
+        );
+        assert!(BackendKind::Soft.is_built());
+        assert_eq!(BackendKind::Verbs.is_built(), cfg!(feature = "verbs"));
+    }
+
+    #[test]
+    fn the_soft_backend_keeps_the_builder_as_it_was() {
+        let c = Cluster::builder()
+            .nodes(3)
+            .memory_per_node(64)
+            .soft(Schedule::Chaos { seed: 1 })
+            .backend(BackendKind::Soft)
+            .unwrap()
+            .build()
+            .unwrap();
+        assert_eq!((c.backend_name(), c.nodes()), ("soft", 3));
+        assert!(c.alloc_words(NodeId(2), 8).is_ok());
+        assert!(
+            c.alloc_word(NodeId(2)).is_err(),
+            "64 bytes per node, as set"
+        );
+    }
+
+    #[cfg(not(feature = "verbs"))]
+    #[test]
+    fn verbs_without_the_feature_is_a_typed_error() {
+        let e = Cluster::builder().backend(BackendKind::Verbs).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::BackendNotBuilt {
+                    backend: "verbs",
+                    feature: "verbs"
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("enable the `verbs` feature"), "{e}");
+    }
+
+    #[cfg(feature = "verbs")]
+    #[test]
+    fn verbs_then_soft_builds_on_the_soft_nic() {
+        // Choosing verbs reads the environment's device settings but opens no device; switching
+        // back to soft undoes it.
+        if crate::VerbsConfig::from_env().is_err() {
+            return; // bad LOCO_RDMA_* settings in this environment: not what is tested here
+        }
+        let b = Cluster::builder().backend(BackendKind::Verbs).unwrap();
+        assert!(format!("{b:?}").contains("verbs: Some"));
+        let c = b.backend(BackendKind::Soft).unwrap().build().unwrap();
+        assert_eq!(c.backend_name(), "soft");
     }
 }

@@ -120,6 +120,25 @@ pub enum Error {
     /// The cluster was shut down; its contexts can no longer post.
     #[error("the cluster was shut down")]
     Shutdown,
+    /// A backend name that is neither `soft` nor `verbs` (from [`BackendKind::from_env`] or
+    /// [`str::parse`]).
+    ///
+    /// [`BackendKind::from_env`]: crate::BackendKind::from_env
+    #[error("unknown backend `{name}`{}: expected `soft` or `verbs`", .var.map(|v| format!(" in {v}")).unwrap_or_default())]
+    UnknownBackend {
+        /// The name given.
+        name: String,
+        /// The environment variable it came from, if any.
+        var: Option<&'static str>,
+    },
+    /// A backend this build does not contain: its cargo feature is off.
+    #[error("the {backend} backend is not in this build: enable the `{feature}` feature of loco-rdmawait (e.g. `--features loco-rdmawait/{feature}`, or the `{feature}` feature of any loco crate)")]
+    BackendNotBuilt {
+        /// The backend asked for (`verbs`).
+        backend: &'static str,
+        /// The cargo feature that adds it.
+        feature: &'static str,
+    },
     /// The backend could not be set up or used (device missing, library missing, ...).
     #[error("{backend} backend: {message}")]
     Backend {

@@ -38,6 +38,11 @@
 //!
 //! # Features
 //! - `verbs`: the ibverbs backend for real RDMA devices.
+//!
+//! # Choosing the backend at run time
+//! [`ClusterBuilder::backend_from_env`] switches a builder to the backend `LOCO_BACKEND` names
+//! (`soft`, the default, or `verbs`; see [`BackendKind`]): the same program, or test, then runs on
+//! the soft NIC or on a real device without being rebuilt.
 
 #![deny(unsafe_code)]
 
@@ -52,7 +57,7 @@ mod types;
 
 pub use backend::soft::{Schedule, SoftBackend};
 pub use backend::WorkRequest;
-pub use cluster::{Cluster, ClusterBuilder, DEFAULT_MEMORY, DEFAULT_TIMEOUT};
+pub use cluster::{BackendKind, Cluster, ClusterBuilder, DEFAULT_MEMORY, DEFAULT_TIMEOUT};
 pub use ctx::{Ctx, Raw};
 pub use error::{Error, Result, TimeoutKind};
 pub use types::{Loc, NodeId, WorkId, WORD};
