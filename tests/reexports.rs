@@ -32,3 +32,14 @@ fn sv_and_locks_are_reachable() {
     let _: loco::sv::Result<()> = Ok(());
     let _: loco::locks::Result<()> = Ok(());
 }
+
+#[test]
+fn sc_is_reachable() {
+    use loco::prelude::*;
+    let cluster = Cluster::builder().nodes(2).build().unwrap();
+    let x = ScLoc::new(&cluster, 5).unwrap();
+    let ctx = cluster.context(NodeId(0)).unwrap();
+    ctx.write_sc(&x, 6).unwrap();
+    assert_eq!(ctx.read_sc(&x).unwrap(), 6);
+    let _: loco::sc::Result<()> = Ok(());
+}
