@@ -191,8 +191,10 @@ impl Backend for SoftBackend {
         let n = node.index();
         Ok(match &self.engine {
             Engine::Immediate => Box::new(ImmediateNic {
-                fabric: self.fabric.clone(),
-                node: n,
+                cpu: DirectCpu {
+                    fabric: self.fabric.clone(),
+                    node: n,
+                },
                 unpolled: vec![0; self.nodes()],
             }),
             Engine::Threaded(e) => Box::new(e.open(&self.fabric, n)?),
@@ -234,16 +236,16 @@ impl Drop for SoftBackend {
 /// The `Immediate` schedule's thread NIC: executes at post time, so a poll only counts.
 #[derive(Debug)]
 struct ImmediateNic {
-    fabric: Arc<Fabric>,
-    node: usize,
+    cpu: DirectCpu,
     /// Completed, unpolled requests per target node.
     unpolled: Vec<u64>,
 }
 
 impl ThreadNic for ImmediateNic {
     fn post(&mut self, target: NodeId, wr: WorkRequest) -> Result<()> {
-        self.fabric.check_open()?;
-        self.fabric.execute(self.node, target.index(), wr);
+        let DirectCpu { fabric, node } = &self.cpu;
+        fabric.check_open()?;
+        fabric.execute(*node, target.index(), wr);
         if wr.completes() {
             self.unpolled[target.index()] += 1;
         }
@@ -260,21 +262,49 @@ impl ThreadNic for ImmediateNic {
     }
 
     fn load(&mut self, word: usize) -> Result<u64> {
-        Ok(self.fabric.read(self.node, word))
+        Ok(self.cpu.load(word))
     }
 
     fn store(&mut self, word: usize, value: u64) -> Result<()> {
-        self.fabric.write(self.node, word, value);
+        self.cpu.store(word, value);
         Ok(())
     }
 
     fn cas(&mut self, word: usize, expected: u64, new: u64) -> Result<u64> {
-        Ok(cpu_cas(&self.fabric, self.node, word, expected, new))
+        Ok(self.cpu.cas(word, expected, new))
     }
 
     fn mfence(&mut self) -> Result<()> {
-        std::sync::atomic::fence(SeqCst);
+        self.cpu.mfence();
         Ok(())
+    }
+}
+
+/// The CPU of a thread on `node` under `Immediate` and `Threaded`: accesses go straight to
+/// memory (sequentially consistent, a valid behaviour of x86-TSO; only `Chaos` models the store
+/// buffer).
+#[derive(Debug)]
+struct DirectCpu {
+    fabric: Arc<Fabric>,
+    node: usize,
+}
+
+impl DirectCpu {
+    fn load(&self, word: usize) -> u64 {
+        self.fabric.read(self.node, word)
+    }
+
+    fn store(&self, word: usize, value: u64) {
+        self.fabric.write(self.node, word, value)
+    }
+
+    /// Atomic on memory; ignores the remote-atomic lock (spec §4).
+    fn cas(&self, word: usize, expected: u64, new: u64) -> u64 {
+        cpu_cas(&self.fabric, self.node, word, expected, new)
+    }
+
+    fn mfence(&self) {
+        std::sync::atomic::fence(SeqCst);
     }
 }
 

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
-use super::{cpu_cas, Fabric};
+use super::{DirectCpu, Fabric};
 use crate::backend::{ThreadNic, WorkRequest};
 use crate::error::TimeoutKind;
 use crate::{Error, NodeId, Result};
@@ -108,8 +108,10 @@ impl Engines {
         let tx = self.senders.lock().as_ref().ok_or(Error::Shutdown)?[node].clone();
         let nodes = fabric.mem.len();
         Ok(ThreadedNic {
-            fabric: fabric.clone(),
-            node,
+            cpu: DirectCpu {
+                fabric: fabric.clone(),
+                node,
+            },
             tx,
             queue: self.queues[node].clone(),
             inflight: self.inflight.clone(),
@@ -172,8 +174,7 @@ fn run(fabric: &Fabric, queue: &NodeQueue, inflight: &AtomicU64) {
 /// queue pair arrive in order).
 #[derive(Debug)]
 pub(super) struct ThreadedNic {
-    fabric: Arc<Fabric>,
-    node: usize,
+    cpu: DirectCpu,
     tx: Sender<Job>,
     queue: Arc<NodeQueue>,
     inflight: Arc<AtomicU64>,
@@ -183,7 +184,7 @@ pub(super) struct ThreadedNic {
 
 impl ThreadNic for ThreadedNic {
     fn post(&mut self, target: NodeId, wr: WorkRequest) -> Result<()> {
-        self.fabric.check_open()?;
+        self.cpu.fabric.check_open()?;
         let t = target.index();
         self.inflight.fetch_add(1, SeqCst);
         let job = Job {
@@ -205,7 +206,7 @@ impl ThreadNic for ThreadedNic {
         let mut deadline = None;
         while self.done[t].load(SeqCst) < want {
             // Help first: yielding on a busy machine can cost a whole time slice.
-            if self.queue.run_one(&self.fabric, &self.inflight, false) {
+            if self.queue.run_one(&self.cpu.fabric, &self.inflight, false) {
                 continue;
             }
             if spins < SPINS_BEFORE_YIELD {
@@ -227,20 +228,20 @@ impl ThreadNic for ThreadedNic {
     }
 
     fn load(&mut self, word: usize) -> Result<u64> {
-        Ok(self.fabric.read(self.node, word))
+        Ok(self.cpu.load(word))
     }
 
     fn store(&mut self, word: usize, value: u64) -> Result<()> {
-        self.fabric.write(self.node, word, value);
+        self.cpu.store(word, value);
         Ok(())
     }
 
     fn cas(&mut self, word: usize, expected: u64, new: u64) -> Result<u64> {
-        Ok(cpu_cas(&self.fabric, self.node, word, expected, new))
+        Ok(self.cpu.cas(word, expected, new))
     }
 
     fn mfence(&mut self) -> Result<()> {
-        std::sync::atomic::fence(SeqCst);
+        self.cpu.mfence();
         Ok(())
     }
 }
