@@ -18,14 +18,20 @@ fn schedules() -> [(&'static str, Schedule); 2] {
     ]
 }
 
+/// A 2-node cluster, a context on n0, a word on n0 and a word on n1.
+fn setup(schedule: Schedule) -> (Cluster, Ctx, Loc, Loc) {
+    let cluster = Cluster::builder().nodes(2).soft(schedule).build().unwrap();
+    let ctx = cluster.context(NodeId(0)).unwrap();
+    let local = cluster.alloc_word(NodeId(0)).unwrap();
+    let remote = cluster.alloc_word(NodeId(1)).unwrap();
+    (cluster, ctx, local, remote)
+}
+
 fn latency(c: &mut Criterion) {
     let mut g = c.benchmark_group("latency");
     g.throughput(Throughput::Elements(1));
     for (name, schedule) in schedules() {
-        let cluster = Cluster::builder().nodes(2).soft(schedule).build().unwrap();
-        let ctx = cluster.context(NodeId(0)).unwrap();
-        let local = cluster.alloc_word(NodeId(0)).unwrap();
-        let remote = cluster.alloc_word(NodeId(1)).unwrap();
+        let (_cluster, ctx, local, remote) = setup(schedule);
         let d = WorkId::new(1);
         g.bench_function(BenchmarkId::new("put+wait", name), |b| {
             b.iter(|| {
@@ -53,10 +59,7 @@ fn throughput(c: &mut Criterion) {
     let mut g = c.benchmark_group("throughput");
     g.throughput(Throughput::Elements(BATCH));
     for (name, schedule) in schedules() {
-        let cluster = Cluster::builder().nodes(2).soft(schedule).build().unwrap();
-        let ctx = cluster.context(NodeId(0)).unwrap();
-        let local = cluster.alloc_word(NodeId(0)).unwrap();
-        let remote = cluster.alloc_word(NodeId(1)).unwrap();
+        let (_cluster, ctx, local, remote) = setup(schedule);
         let d = WorkId::new(1);
         g.bench_function(BenchmarkId::new("put x64 + wait", name), |b| {
             b.iter(|| {
