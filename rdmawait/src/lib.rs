@@ -42,7 +42,8 @@
 //! # Choosing the backend at run time
 //! [`ClusterBuilder::backend_from_env`] switches a builder to the backend `LOCO_BACKEND` names
 //! (`soft`, the default, or `verbs`; see [`BackendKind`]): the same program, or test, then runs on
-//! the soft NIC or on a real device without being rebuilt.
+//! the soft NIC or on a real device without being rebuilt. [`testing`] has the few helpers
+//! backend-generic tests share (run counts per backend, which outcomes to expect).
 
 #![deny(unsafe_code)]
 
@@ -53,6 +54,7 @@ mod error;
 #[cfg(feature = "verbs")]
 mod mem;
 pub mod model;
+pub mod testing;
 mod types;
 
 pub use backend::soft::{Schedule, SoftBackend};
