@@ -39,7 +39,12 @@ pub(crate) struct Device {
     pub(crate) max_rd_atomic: u8,
     /// Outstanding RDMA READs / atomics a QP may serve (`max_qp_rd_atom`).
     pub(crate) max_dest_rd_atomic: u8,
+    /// The device is Soft-RoCE (the kernel's rdma_rxe driver).
+    pub(crate) soft_roce: bool,
 }
+
+/// The vendor id the rdma_rxe driver reports (`RXE_VENDOR_ID`).
+const RXE_VENDOR_ID: u32 = 0x00ff_ffff;
 
 #[derive(Clone, Copy)]
 struct DeviceLimits {
@@ -49,6 +54,7 @@ struct DeviceLimits {
     max_qp_rd_atom: i32,
     max_qp_init_rd_atom: i32,
     atomic_cap: u32,
+    vendor_id: u32,
 }
 
 #[derive(Clone, Copy)]
@@ -206,6 +212,7 @@ fn pick_port(ctx: &Arc<DeviceContext>, name: &str, config: &VerbsConfig) -> Resu
             max_cqe: limits.max_cqe.max(1) as u32,
             max_rd_atomic: clamp(limits.max_qp_init_rd_atom),
             max_dest_rd_atomic: clamp(limits.max_qp_rd_atom),
+            soft_roce: limits.vendor_id == RXE_VENDOR_ID,
         }));
     }
     Ok(None)
@@ -254,6 +261,7 @@ fn query_device(ctx: &DeviceContext) -> io::Result<DeviceLimits> {
         max_qp_rd_atom: a.max_qp_rd_atom,
         max_qp_init_rd_atom: a.max_qp_init_rd_atom,
         atomic_cap: a.atomic_cap,
+        vendor_id: a.vendor_id,
     })
 }
 

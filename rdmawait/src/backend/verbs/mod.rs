@@ -36,7 +36,7 @@
 //! | thread context | one completion queue, one RC queue pair per node (loop-back included) |
 //! | `put` / `get` | RDMA WRITE / RDMA READ |
 //! | `rcas` / `rfaa` | ATOMIC CMP_AND_SWP / ATOMIC FETCH_AND_ADD (8-byte aligned, checked before posting) |
-//! | `rfence(n)` | the Fence flag on the thread's next request towards `n` |
+//! | `rfence(n)` | the Fence flag on the thread's next request towards `n`; on Soft-RoCE, a software fence instead (see below) |
 //! | `poll(n)`, `wait(d)` | completion-queue polling, completions sorted per queue pair |
 //!
 //! Every request is signalled, and a thread never has more requests outstanding on a queue pair
@@ -54,6 +54,16 @@
 //!   (`IBV_WC_RETRY_EXC_ERR`, after about `(retry_count + 1) × 4.096 µs × 2^ack_timeout`) or, across
 //!   processes, as soon as the peer's TCP connection drops. Waits never hang: they end with
 //!   [`Error::Timeout`] at the latest.
+//!
+//! # Soft-RoCE and the Fence flag
+//! On rxe (seen with Linux 6.1, rdma-core 44), a request posted with the Fence flag can stall
+//! forever once several threads' queue pairs are busy: its completion never comes, and later
+//! posts on that queue pair do not revive it (a few thousand fenced gets over three threads
+//! suffice; without the flag, millions of requests pass). So on rxe the backend fences in
+//! software: the request that follows an `rfence(n)` is posted, without the flag, only once the
+//! earlier RDMA READs and atomics towards `n` have completed, which is what the Fence flag
+//! promises (IBA 10.8.3.3). The posting thread waits for them instead of the NIC; other
+//! devices use the flag. [`VerbsConfig::software_fence`] overrides the choice.
 //!
 //! # Implementation
 //! Raw verbs calls (posting, polling, attribute queries) live in this module, each `unsafe` block
@@ -101,6 +111,7 @@ pub struct VerbsConfig {
     send_queue_depth: u32,
     ack_timeout: u8,
     retry_count: u8,
+    software_fence: Option<bool>,
     distributed: Option<Distributed>,
 }
 
@@ -119,6 +130,7 @@ impl Default for VerbsConfig {
             send_queue_depth: DEFAULT_SEND_QUEUE_DEPTH,
             ack_timeout: 14,
             retry_count: 7,
+            software_fence: None,
             distributed: None,
         }
     }
@@ -200,6 +212,15 @@ impl VerbsConfig {
         self
     }
 
+    /// Implement `rfence` in software (the request after the fence is posted once the earlier
+    /// RDMA READs and atomics on its queue pair have completed) rather than with the verbs Fence
+    /// flag. Default: on for Soft-RoCE (rxe), whose driver can stall a fenced request forever
+    /// (see the [module docs](crate::backend::verbs)), off for other devices.
+    pub fn software_fence(mut self, on: bool) -> Self {
+        self.software_fence = Some(on);
+        self
+    }
+
     /// Makes the cluster span processes: this process is node `node`, and `peers[i]` is the
     /// `host:port` where node `i`'s process listens for the rendezvous (`LOCO_NODE_ID`, and
     /// `LOCO_PEERS` as a comma-separated list). The cluster has `peers.len()` nodes; this
@@ -272,6 +293,8 @@ pub(crate) struct Shared {
     transport: qp::Transport,
     send_depth: u32,
     timeout: Duration,
+    /// `rfence` waits for earlier READs and atomics instead of setting the Fence flag.
+    software_fence: bool,
     shutdown: AtomicBool,
     peers: rendezvous::Peers,
     /// Live thread NICs, for `quiesce`.
@@ -425,7 +448,10 @@ impl VerbsBackend {
             let _ = info.set(node.mem.info());
             locals.push(Some(Arc::new(node)));
         }
+        let software_fence = config.software_fence.unwrap_or(device.soft_roce);
+        tracing::debug!(target: "loco::rdmawait", device = %device.name, software_fence, "rfence implementation chosen");
         let shared = Arc::new(Shared {
+            software_fence,
             device,
             me,
             locals,

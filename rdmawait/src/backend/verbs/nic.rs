@@ -72,8 +72,16 @@ struct Link {
     in_flight: usize,
     /// Statuses of drained completions not yet consumed by `poll`, in post order.
     done: VecDeque<u32>,
-    /// An `rfence` is pending: the next request carries the Fence flag.
+    /// An `rfence` is pending: the next request carries the Fence flag (or, with the software
+    /// fence, waits for the earlier READs and atomics).
     fence: bool,
+    /// Requests posted, and completions drained, since the queue pair was created (in post
+    /// order: RC completes in order).
+    posted: u64,
+    completed: u64,
+    /// The `posted` count just after the latest RDMA READ or atomic: it has completed once
+    /// `completed` reaches it.
+    last_read: u64,
     /// Why requests on this queue pair can no longer succeed.
     failed: Option<Failure>,
     /// The queue pair was moved to the error state by us (a dead peer).
@@ -225,6 +233,9 @@ impl Link {
             in_flight: 0,
             done: VecDeque::new(),
             fence: false,
+            posted: 0,
+            completed: 0,
+            last_read: 0,
             failed: None,
             flushed: false,
             remote_addr: info.addr,
@@ -262,6 +273,7 @@ impl Link {
     /// Records a drained completion's status.
     fn complete(&mut self, status: u32) {
         self.in_flight -= 1;
+        self.completed += 1;
         self.done.push_back(status);
         if status != sys::ibv_wc_status::IBV_WC_SUCCESS && self.failed.is_none() {
             self.failed = Some(match peer_gone(status) {
@@ -442,6 +454,10 @@ impl ThreadNic for VerbsNic {
         if st.links[t].in_flight >= st.links[t].capacity || st.in_flight >= st.cq_capacity {
             self.wait_for_room(st, t)?;
         }
+        let software_fence = st.links[t].fence && self.shared.software_fence;
+        if software_fence {
+            self.wait_for_reads(st, t)?;
+        }
         let link = &mut st.links[t];
         let mut sge = sys::ibv_sge {
             addr: self.home.mem.words.addr() as u64 + local as u64 * WORD,
@@ -456,7 +472,7 @@ impl ThreadNic for VerbsNic {
         swr.num_sge = 1;
         swr.opcode = opcode;
         swr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
-        if link.fence {
+        if link.fence && !software_fence {
             swr.send_flags |= sys::ibv_send_flags::IBV_SEND_FENCE.0;
         }
         if atomic {
@@ -488,6 +504,10 @@ impl ThreadNic for VerbsNic {
         }
         link.fence = false;
         link.in_flight += 1;
+        link.posted += 1;
+        if opcode != sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE {
+            link.last_read = link.posted;
+        }
         st.in_flight += 1;
         Ok(())
     }
@@ -591,6 +611,33 @@ impl VerbsNic {
                 return Ok(());
             }
         }
+    }
+}
+
+impl VerbsNic {
+    /// The software fence: waits, draining completions, until every RDMA READ and atomic posted
+    /// on queue pair `t` has completed (the Fence flag's promise, kept by the poster).
+    fn wait_for_reads(&self, st: &mut State, t: usize) -> Result<()> {
+        let start = Instant::now();
+        let mut idle = 0u32;
+        while st.links[t].completed < st.links[t].last_read {
+            if let Some(reason) = self.shared.peers.dead(st.links[t].target) {
+                st.links[t].kill(reason);
+            }
+            if let Some(e) = st.links[t].failure() {
+                return Err(e);
+            }
+            if st.drain()? == 0 {
+                if start.elapsed() >= self.shared.timeout {
+                    return Err(Error::Timeout {
+                        what: TimeoutKind::Other("rfence (earlier reads and atomics)"),
+                        after: self.shared.timeout,
+                    });
+                }
+                pause(&mut idle, start);
+            }
+        }
+        Ok(())
     }
 }
 
