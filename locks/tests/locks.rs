@@ -1,19 +1,18 @@
-//! The lock API: smoke, FIFO order of tickets, timed acquisition, and checked misuse.
+//! The lock API: smoke, FIFO order of tickets, timed acquisition, and checked misuse. On the
+//! backend `LOCO_BACKEND` names (the soft NIC by default, a real device under
+//! `soft-roce-ci/run.sh`; see `loco_rdmawait::testing`), with fewer rounds on a device.
 
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::Duration;
 
 use loco_locks::{Error, Lock, LockGuard, NLock, RawLock, Result, SLock, WLock};
+use loco_rdmawait::testing::{self, runs};
 use loco_rdmawait::{Cluster, Ctx, NodeId, Schedule};
 
+/// A 3-node cluster: the soft NIC with `schedule`, or the device.
 fn cluster(schedule: Schedule) -> Cluster {
-    Cluster::builder()
-        .nodes(3)
-        .memory_per_node(1 << 14)
-        .soft(schedule)
-        .build()
-        .expect("cluster")
+    testing::cluster(3, 1 << 14, schedule).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// One of each lock kind on `c`, for `threads` threads.
@@ -265,12 +264,13 @@ fn fifo(schedule: Schedule, threads: usize, iters: usize) -> Result<()> {
 
 #[test]
 fn fifo_threaded() -> Result<()> {
-    fifo(Schedule::Threaded, 4, 50)
+    fifo(Schedule::Threaded, 4, runs(50, 50) as usize)
 }
 
 #[test]
 fn fifo_chaos() -> Result<()> {
-    for seed in 0..3 {
+    // On a device this is `fifo_threaded` again: once is enough.
+    for seed in 0..runs(3, 0) {
         fifo(Schedule::Chaos { seed }, 4, 50)?;
     }
     Ok(())
@@ -289,12 +289,8 @@ fn handles_are_send_and_sync() {
 /// critical section's puts towards every node have landed (read directly, no quiesce).
 #[test]
 fn slock_release_lands_every_put() -> Result<()> {
-    for seed in 0..500 {
-        let c = Cluster::builder()
-            .nodes(3)
-            .memory_per_node(4096)
-            .soft(Schedule::Chaos { seed })
-            .build()?;
+    for seed in 0..runs(500, 100) {
+        let c = testing::cluster(3, 4096, Schedule::Chaos { seed })?;
         let l = SLock::new(&c, NodeId(0), 1)?;
         let (x, y) = (c.alloc_word(NodeId(1))?, c.alloc_word(NodeId(2))?);
         let one = c.alloc_word(NodeId(0))?;

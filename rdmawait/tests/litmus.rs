@@ -1,9 +1,15 @@
-//! The paper's litmus tests of Figs. 2, 3, 5 and 7(a) (`shared/spec/litmus/`) on the soft NIC in
-//! `Chaos`: forbidden outcomes never appear in `RUNS` seeded runs, allowed weak ones do.
+//! The paper's litmus tests of Figs. 2, 3, 5 and 7(a) (`shared/spec/litmus/`), on the backend
+//! `LOCO_BACKEND` names: forbidden outcomes never appear, on every backend; on the soft NIC in
+//! `Chaos` (the default, `RUNS` seeded runs) the allowed weak ones do too. On a real device
+//! (`soft-roce-ci/run.sh`: `VERBS_RUNS` runs) every outcome must be an allowed one and the
+//! histograms are printed; a real NIC need not show the weak ones.
 
 mod common;
 
-use common::{chaos, histogram};
+use std::collections::BTreeSet;
+
+use common::{cluster, histogram, histogram_n, VERBS_RUNS};
+use loco_rdmawait::testing::{runs, shows_weak_outcomes};
 use loco_rdmawait::{NodeId, WorkId};
 
 const N0: NodeId = NodeId(0);
@@ -17,7 +23,7 @@ fn fig2(
     seed: u64,
     body: impl Fn(&loco_rdmawait::Ctx, &loco_rdmawait::Loc, &loco_rdmawait::Loc),
 ) -> u64 {
-    let c = chaos(2, seed);
+    let c = cluster(2, seed);
     let x = c.alloc_word(N0).unwrap();
     let y = c.alloc_word(N1).unwrap();
     {
@@ -49,11 +55,14 @@ fn fig2b_two_puts_one_poll_allowed() {
             ctx.raw().poll(N1).unwrap();
         })
     });
-    assert!(
-        h.contains_key(&1),
-        "the second put must be seen reading x late: {h:?}"
-    );
-    assert!(h.contains_key(&0), "{h:?}");
+    assert!(h.keys().all(|&y| y <= 1), "{h:?}");
+    if shows_weak_outcomes() {
+        assert!(
+            h.contains_key(&1),
+            "the second put must be seen reading x late: {h:?}"
+        );
+        assert!(h.contains_key(&0), "{h:?}");
+    }
 }
 
 #[test]
@@ -96,7 +105,7 @@ fn fig2e_earlier_put_other_wid_forbidden() {
 #[test]
 fn fig3_cpu_cas_is_atomic() {
     let h = histogram(|s| {
-        let c = chaos(1, s);
+        let c = cluster(1, s);
         let x = c.alloc_word(N0).unwrap();
         std::thread::scope(|sc| {
             sc.spawn(|| {
@@ -117,7 +126,7 @@ fn fig3_cpu_cas_is_atomic() {
 
 /// Fig. 5: store buffering through puts. `sync` is what each thread does after its put.
 fn fig5(seed: u64, gf: bool) -> (u64, u64) {
-    let c = chaos(2, seed);
+    let c = cluster(2, seed);
     let x = c.alloc_word(N0).unwrap();
     let one0 = c.alloc_word(N0).unwrap();
     let y = c.alloc_word(N1).unwrap();
@@ -155,10 +164,13 @@ fn fig5(seed: u64, gf: bool) -> (u64, u64) {
 #[test]
 fn fig5_sb_put_wait_allowed() {
     let h = histogram(|s| fig5(s, false));
-    assert!(
-        h.contains_key(&(0, 0)),
-        "store buffering through puts must be observable: {h:?}"
-    );
+    assert!(h.keys().all(|&(a, b)| a <= 1 && b <= 1), "{h:?}");
+    if shows_weak_outcomes() {
+        assert!(
+            h.contains_key(&(0, 0)),
+            "store buffering through puts must be observable: {h:?}"
+        );
+    }
 }
 
 #[test]
@@ -170,7 +182,7 @@ fn fig5_sb_put_gf_forbidden() {
 #[test]
 fn fig7a_lb_get_allowed() {
     let h = histogram(|s| {
-        let c = chaos(2, s);
+        let c = cluster(2, s);
         let a = c.alloc_word(N0).unwrap();
         let one = c.alloc_word(N0).unwrap();
         let x = c.alloc_word(N1).unwrap();
@@ -194,8 +206,51 @@ fn fig7a_lb_get_allowed() {
         c.quiesce().unwrap();
         (c.peek(&a).unwrap(), r0)
     });
+    assert!(h.keys().all(|&(a, r0)| a <= 1 && r0 <= 1), "{h:?}");
+    if shows_weak_outcomes() {
+        assert!(
+            h.contains_key(&(1, 1)),
+            "a later put must overtake a get's read: {h:?}"
+        );
+    }
+}
+
+/// Message passing over one queue pair: a put of the data then a put of the flag, towards the
+/// same node; a reader there that sees the flag sees the data (puts on a queue pair land in
+/// order, spec §3.3). Returns what the reader saw of the data, if it saw the flag.
+#[test]
+fn message_passing_on_one_queue_pair() {
+    let h = histogram_n(runs(2_000, VERBS_RUNS), |s| {
+        let c = cluster(2, s);
+        let data = c.alloc_word(N1).unwrap();
+        let flag = c.alloc_word(N1).unwrap();
+        let src = c.alloc_words(N0, 2).unwrap();
+        c.poke(&src.word(0).unwrap(), 42).unwrap();
+        c.poke(&src.word(1).unwrap(), 1).unwrap();
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                let ctx = c.context(N0).unwrap();
+                ctx.put(&data, &src.word(0).unwrap(), D1).unwrap();
+                ctx.put(&flag, &src.word(1).unwrap(), D1).unwrap();
+                ctx.wait(D1).unwrap();
+            });
+            sc.spawn(|| {
+                let ctx = c.context(N1).unwrap();
+                for _ in 0..10_000 {
+                    if ctx.load(&flag).unwrap() == 1 {
+                        return Some(ctx.load(&data).unwrap());
+                    }
+                    std::hint::spin_loop();
+                }
+                None
+            })
+            .join()
+            .unwrap()
+        })
+    });
+    let seen: BTreeSet<_> = h.keys().copied().collect();
     assert!(
-        h.contains_key(&(1, 1)),
-        "a later put must overtake a get's read: {h:?}"
+        seen.is_subset(&BTreeSet::from([None, Some(42)])),
+        "flag seen before data: {h:?}"
     );
 }

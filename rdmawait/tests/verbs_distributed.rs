@@ -7,7 +7,7 @@
 //! - two processes claiming the same node id are refused.
 #![cfg(feature = "verbs")]
 
-mod backend;
+mod common;
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
@@ -277,7 +277,7 @@ fn stamp(from: NodeId, to: NodeId) -> u64 {
 }
 
 fn run_child(role: &str) -> loco_rdmawait::Result<()> {
-    let config = backend::verbs_config();
+    let config = common::verbs_config();
     let n = std::env::var("LOCO_PEERS").unwrap().split(',').count();
     let cluster = Cluster::builder()
         .nodes(n)

@@ -1,31 +1,37 @@
-//! The paper's litmus tests of Figs. 6 and 7(b) (`shared/spec/litmus/`) on the soft NIC in
-//! `Chaos`: remote RMWs are atomic against each other only.
+//! The paper's litmus tests of Figs. 6 and 7(b) (`shared/spec/litmus/`): remote RMWs are atomic
+//! against each other only. On the backend `LOCO_BACKEND` names (`loco_rdmawait::testing`):
+//! forbidden outcomes never appear on any; on the soft NIC in `Chaos` (default, `RUNS` seeded
+//! runs) the allowed weak ones do too; on a device (`VERBS_RUNS` runs) every outcome must be
+//! allowed, and the histograms are printed.
 
 use std::collections::BTreeMap;
+use std::fmt::Debug;
 
+use loco_rdmawait::testing::{self, shows_weak_outcomes};
 use loco_rdmawait::{Cluster, NodeId, Schedule, WorkId};
 use loco_rdmawaitrmw::Rmw;
 
 const RUNS: u64 = 10_000;
+const VERBS_RUNS: u64 = 500;
 const N0: NodeId = NodeId(0);
 const N1: NodeId = NodeId(1);
 const N2: NodeId = NodeId(2);
 const D1: WorkId = WorkId::new(1);
 const D2: WorkId = WorkId::new(2);
 
+/// A cluster for one run: the soft NIC in `Chaos { seed }`, or the device.
 fn chaos(nodes: usize, seed: u64) -> Cluster {
-    Cluster::builder()
-        .nodes(nodes)
-        .memory_per_node(1024)
-        .soft(Schedule::Chaos { seed })
-        .build()
-        .unwrap()
+    testing::cluster(nodes, 1024, Schedule::Chaos { seed }).unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn histogram<O: Ord>(mut run: impl FnMut(u64) -> O) -> BTreeMap<O, u64> {
+fn histogram<O: Ord + Debug>(mut run: impl FnMut(u64) -> O) -> BTreeMap<O, u64> {
     let mut h = BTreeMap::new();
-    for seed in 0..RUNS {
+    for seed in 0..testing::runs(RUNS, VERBS_RUNS) {
         *h.entry(run(seed)).or_insert(0) += 1;
+    }
+    if !shows_weak_outcomes() {
+        let test = std::thread::current().name().unwrap_or("?").to_owned();
+        eprintln!("{test}: on {}: {h:?}", testing::backend());
     }
     h
 }
@@ -57,29 +63,37 @@ fn fig6(seed: u64, how: &str) -> u64 {
 #[test]
 fn fig6a_rcas_vs_cpu_store_allowed() {
     let h = histogram(|s| fig6(s, "store"));
-    assert!(
-        h.contains_key(&1),
-        "a CPU store must be seen lost inside a remote CAS: {h:?}"
-    );
+    assert!(h.keys().all(|x| [1, 2].contains(x)), "{h:?}");
+    if shows_weak_outcomes() {
+        assert!(
+            h.contains_key(&1),
+            "a CPU store must be seen lost inside a remote CAS: {h:?}"
+        );
+    }
 }
 
 #[test]
 fn fig6b_rcas_vs_put_allowed() {
     let h = histogram(|s| fig6(s, "put"));
-    assert!(
-        h.contains_key(&1),
-        "a put must be seen lost inside a remote CAS: {h:?}"
-    );
+    assert!(h.keys().all(|x| [1, 2].contains(x)), "{h:?}");
+    if shows_weak_outcomes() {
+        assert!(
+            h.contains_key(&1),
+            "a put must be seen lost inside a remote CAS: {h:?}"
+        );
+    }
 }
 
 #[test]
 fn fig6c_rcas_vs_rfaa_forbidden() {
     let h = histogram(|s| fig6(s, "faa"));
-    assert!(!h.contains_key(&1), "{h:?}");
-    assert!(
-        h.contains_key(&2) && h.contains_key(&3),
-        "both orders of the RMWs: {h:?}"
-    );
+    assert!(h.keys().all(|x| [2, 3].contains(x)), "{h:?}");
+    if shows_weak_outcomes() {
+        assert!(
+            h.contains_key(&2) && h.contains_key(&3),
+            "both orders of the RMWs: {h:?}"
+        );
+    }
 }
 
 /// Fig. 7: t0@n0 does an RMW or get of x@n1 (into a), then puts 1 into y@n1; t1@n1 loads y then
@@ -124,5 +138,8 @@ fn fig7b_lb_rfaa_forbidden() {
 fn fig7a_lb_get_allowed_here_too() {
     // The contrast with 7(b), in the same harness.
     let h = histogram(|s| fig7(s, false));
-    assert!(h.contains_key(&(1, 1)), "{h:?}");
+    assert!(h.keys().all(|&(a, r0)| a <= 1 && r0 <= 1), "{h:?}");
+    if shows_weak_outcomes() {
+        assert!(h.contains_key(&(1, 1)), "{h:?}");
+    }
 }

@@ -5,7 +5,8 @@
 //! Every run has 3 threads on 3 nodes and two objects on different nodes; every thread calls
 //! both, so each run gives two histories of 3 threads on 3 nodes. Counts (default suite):
 //! SC locations 2 × 2,000, hash map and queue 3,000 each: 10,000 checked histories, plus 2 × 100
-//! Threaded runs. `LOCO_SC_RUNS` scales them.
+//! Threaded runs. `LOCO_SC_RUNS` scales them. On a real device (`LOCO_BACKEND=verbs`):
+//! `DEVICE_RUNS` runs of each kind, and the control only reports what it found.
 //!
 //! A control shows the pipeline has teeth: a register made of plain `put` (not waited for) and
 //! `get` is caught not linearizable.
@@ -27,6 +28,8 @@ use rand_chacha::ChaCha8Rng;
 const NODES: [u16; 3] = [0, 1, 2];
 /// Operations per thread on each of the two objects.
 const OPS: usize = 2;
+/// Runs per test on a real device (`LOCO_BACKEND=verbs`): no schedules there, these are all.
+const DEVICE_RUNS: u64 = 200;
 
 fn assert_linearizable<M: Model>(model: &M, h: &[Call<M::Op, M::Ret>], what: &str, seed: u64)
 where
@@ -140,12 +143,12 @@ fn structures_run(schedule: Schedule, seed: u64) -> Histories {
 #[test]
 fn sc_locations_are_linearizable() {
     let model = Register::default();
-    for seed in 0..common::runs(2_000) {
+    for seed in 0..common::runs(2_000, DEVICE_RUNS) {
         for h in sc_run(Schedule::Chaos { seed }, seed) {
             assert_linearizable(&model, &h, "SC location (Chaos)", seed);
         }
     }
-    for seed in 0..common::runs(100).min(100) {
+    for seed in 0..common::runs(100, 0).min(100) {
         for h in sc_run(Schedule::Threaded, seed) {
             assert_linearizable(&model, &h, "SC location (Threaded)", seed);
         }
@@ -157,19 +160,19 @@ fn ported_structures_are_linearizable() {
     let (m0, q0) = initial();
     let (mm, qm) = (SequentialModel::new(&m0), SequentialModel::new(&q0));
     let mut full = 0;
-    for seed in 0..common::runs(3_000) {
+    for seed in 0..common::runs(3_000, DEVICE_RUNS) {
         let (mh, qh) = structures_run(Schedule::Chaos { seed }, seed);
         full += qh.iter().filter(|c| c.ret == QueueRet::Full).count();
         assert_linearizable(&mm, &mh, "hash map (Chaos)", seed);
         assert_linearizable(&qm, &qh, "queue (Chaos)", seed);
     }
-    for seed in 0..common::runs(100).min(100) {
+    for seed in 0..common::runs(100, 0).min(100) {
         let (mh, qh) = structures_run(Schedule::Threaded, seed);
         assert_linearizable(&mm, &mh, "hash map (Threaded)", seed);
         assert_linearizable(&qm, &qh, "queue (Threaded)", seed);
     }
     assert!(
-        full > 0 || common::runs(3_000) < 100,
+        full > 0 || common::runs(3_000, DEVICE_RUNS) < 100,
         "the queue never filled up"
     );
 }
@@ -198,7 +201,8 @@ fn soak_histories() {
 fn a_plain_put_get_register_is_caught() {
     const D: WorkId = WorkId::new(1);
     let mut caught = None;
-    for seed in 0..common::runs(2_000) {
+    let runs = common::runs(2_000, 10);
+    for seed in 0..runs {
         let c = common::chaos(3, seed);
         let x = c.alloc_word(NodeId(1)).unwrap();
         let bufs: Vec<_> = NODES
@@ -236,6 +240,11 @@ fn a_plain_put_get_register_is_caught() {
             caught = Some(seed);
             break;
         }
+    }
+    if !common::shows_weak_outcomes() {
+        // A device need not show it in a few runs.
+        eprintln!("plain register caught: {caught:?} (in {runs} runs)");
+        return;
     }
     assert!(
         caught.is_some(),

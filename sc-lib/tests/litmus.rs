@@ -4,6 +4,9 @@
 //! write does not make an earlier plain, un-waited `put` of the same thread visible: that weak
 //! outcome is observed.
 //!
+//! On a real device (`LOCO_BACKEND=verbs`, `soft-roce-ci/run.sh`): `DEVICE_RUNS` runs per shape,
+//! every outcome checked against the SC ones; the weak outcome of the last test is only counted.
+//!
 //! The allowed outcomes of each shape are computed by enumerating every interleaving of its
 //! threads' programs (sequential consistency by definition), not written by hand.
 
@@ -234,13 +237,15 @@ fn allowed_sets_are_the_textbook_ones() {
 
 const CHAOS_RUNS: u64 = 10_000;
 const THREADED_RUNS: u64 = 200;
+/// Runs per shape on a real device (no schedules there: these are all its runs).
+const DEVICE_RUNS: u64 = 200;
 
 #[test]
 fn message_passing_is_sc() {
     check(
         &MP,
-        common::runs(CHAOS_RUNS),
-        THREADED_RUNS.min(common::runs(THREADED_RUNS)),
+        common::runs(CHAOS_RUNS, DEVICE_RUNS),
+        THREADED_RUNS.min(common::runs(THREADED_RUNS, 0)),
     );
 }
 
@@ -248,19 +253,23 @@ fn message_passing_is_sc() {
 fn store_buffering_is_sc() {
     let seen = check(
         &SB,
-        common::runs(CHAOS_RUNS),
-        THREADED_RUNS.min(common::runs(THREADED_RUNS)),
+        common::runs(CHAOS_RUNS, DEVICE_RUNS),
+        THREADED_RUNS.min(common::runs(THREADED_RUNS, 0)),
     );
-    // The runs are not all alike: threads do interleave (both reads 1 needs real overlap).
-    assert!(seen.len() >= 2, "{seen:?}");
+    // The runs are not all alike: threads do interleave (both reads 1 needs real overlap). A
+    // device need not show it in a few runs.
+    assert!(
+        seen.len() >= 2 || !common::shows_weak_outcomes(),
+        "{seen:?}"
+    );
 }
 
 #[test]
 fn iriw_is_sc() {
     check(
         &IRIW,
-        common::runs(CHAOS_RUNS),
-        THREADED_RUNS.min(common::runs(THREADED_RUNS)),
+        common::runs(CHAOS_RUNS, DEVICE_RUNS),
+        THREADED_RUNS.min(common::runs(THREADED_RUNS, 0)),
     );
 }
 
@@ -268,15 +277,22 @@ fn iriw_is_sc() {
 fn cas_against_write_is_sc() {
     let seen = check(
         &CAS_WRITE,
-        common::runs(CHAOS_RUNS),
-        THREADED_RUNS.min(common::runs(THREADED_RUNS)),
+        common::runs(CHAOS_RUNS, DEVICE_RUNS),
+        THREADED_RUNS.min(common::runs(THREADED_RUNS, 0)),
     );
-    assert!(seen.len() >= 2, "{seen:?}");
+    assert!(
+        seen.len() >= 2 || !common::shows_weak_outcomes(),
+        "{seen:?}"
+    );
 }
 
 #[test]
 fn back_to_back_writes_keep_their_values() {
-    let seen = check(&WW, common::runs(1_000), 50.min(common::runs(50)));
+    let seen = check(
+        &WW,
+        common::runs(1_000, DEVICE_RUNS),
+        50.min(common::runs(50, 0)),
+    );
     assert!(seen.iter().all(|(_, m)| m == &[3, 4]), "{seen:?}");
 }
 
@@ -310,7 +326,8 @@ fn sc_write_does_not_publish_an_earlier_plain_put() {
     const FILLER: u64 = 48;
     let mut weak = 0;
     let mut seeds = 0;
-    for seed in 0..common::runs(2_000) {
+    let runs = common::runs(2_000, 10);
+    for seed in 0..runs {
         let c = common::chaos(3, seed);
         let y = c.alloc_word(NodeId(1)).unwrap();
         let filler = c.alloc_words(NodeId(1), FILLER).unwrap();
@@ -352,9 +369,9 @@ fn sc_write_does_not_publish_an_earlier_plain_put() {
             }
         }
     }
+    eprintln!("weak outcome seen {weak} times in {seeds} seeds (of {runs})");
     assert!(
-        weak > 0,
+        weak > 0 || !common::shows_weak_outcomes(),
         "y = 0 after x = 1 never observed in {seeds} seeds: the SC write seems to publish the put"
     );
-    eprintln!("weak outcome seen {weak} times in {seeds} seeds");
 }

@@ -103,7 +103,7 @@ fn a_user_defined_structure_is_linearizable() {
         items: vec![9],
     };
     let model = SequentialModel::new(&init);
-    for seed in 0..common::runs(300) {
+    for seed in 0..common::runs(300, 50) {
         let c = common::chaos(3, seed);
         let s = Ported::new_on(&c, NodeId((seed % 3) as u16), &init).unwrap();
         let rec = Recorder::new();
@@ -146,7 +146,8 @@ fn word_level_paths_agree_with_the_sequential_code() {
             .nodes(2)
             .memory_per_node(1 << 14)
             .soft(schedule)
-            .build()
+            .backend_from_env()
+            .and_then(|b| b.build())
             .unwrap();
         let ctx = c.context(NodeId(0)).unwrap();
         for buckets in [1, 3, 8] {

@@ -1,27 +1,27 @@
-//! Shared variables and the global fence on the soft backend.
+//! Shared variables and the global fence, on the backend `LOCO_BACKEND` names (the soft NIC by
+//! default, a real device under `soft-roce-ci/run.sh`; see `loco_rdmawait::testing`): forbidden
+//! outcomes are checked on every backend, allowed weak ones must show up on the soft NIC only.
 
 use std::thread;
 
+use loco_rdmawait::testing::{self, runs, shows_weak_outcomes};
 use loco_rdmawait::{Cluster, NodeId, Schedule, WorkId};
 use loco_sv::{GlobalFence, Result, SharedVar};
 
 const D: WorkId = WorkId::new(1);
 
+/// A cluster for one run: the soft NIC in `Chaos { seed }`, or the device.
 fn chaos(nodes: usize, seed: u64) -> Cluster {
-    Cluster::builder()
-        .nodes(nodes)
-        .memory_per_node(4096)
-        .soft(Schedule::Chaos { seed })
-        .build()
-        .expect("cluster")
+    cluster(nodes, Schedule::Chaos { seed })
+}
+
+fn cluster(nodes: usize, schedule: Schedule) -> Cluster {
+    testing::cluster(nodes, 4096, schedule).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]
 fn smoke() -> Result<()> {
-    let cluster = Cluster::builder()
-        .nodes(3)
-        .soft(Schedule::Threaded)
-        .build()?;
+    let cluster = cluster(3, Schedule::Threaded);
     let s = SharedVar::with_value(&cluster, 5)?;
     let ctx = cluster.context(NodeId(1))?;
     assert_eq!(s.load(&ctx)?, 5);
@@ -36,10 +36,10 @@ fn smoke() -> Result<()> {
 }
 
 /// After `gf(N)` every earlier put and broadcast towards N has landed, under every schedule the
-/// chaos NIC picks (no quiesce: memory is read directly).
+/// chaos NIC picks, and on a device (no quiesce: memory is read directly).
 #[test]
 fn gf_lands_puts_and_bcasts() -> Result<()> {
-    for seed in 0..2_000 {
+    for seed in 0..runs(2_000, 200) {
         let cluster = chaos(3, seed);
         let s = SharedVar::new(&cluster)?;
         let src = cluster.alloc_word(NodeId(0))?;
@@ -57,11 +57,13 @@ fn gf_lands_puts_and_bcasts() -> Result<()> {
     Ok(())
 }
 
-/// Without the fence the chaos NIC does leave puts in flight after a wait (Fig. 5's premise).
+/// Without the fence the chaos NIC does leave puts in flight after a wait (Fig. 5's premise). A
+/// device may or may not: there the count is only printed.
 #[test]
 fn wait_alone_does_not_land_puts() -> Result<()> {
     let mut in_flight = 0;
-    for seed in 0..500 {
+    let n = runs(500, 50);
+    for seed in 0..n {
         let cluster = chaos(2, seed);
         let src = cluster.alloc_word(NodeId(0))?;
         let dst = cluster.alloc_word(NodeId(1))?;
@@ -73,7 +75,11 @@ fn wait_alone_does_not_land_puts() -> Result<()> {
             in_flight += 1;
         }
     }
-    assert!(in_flight > 0, "a wait never left a put in flight");
+    if shows_weak_outcomes() {
+        assert!(in_flight > 0, "a wait never left a put in flight");
+    } else {
+        eprintln!("{in_flight} of {n} puts in flight after their wait");
+    }
     Ok(())
 }
 
@@ -106,7 +112,7 @@ fn sb(seed: u64, fence: bool) -> Result<(u64, u64)> {
 
 #[test]
 fn fig5_sb_put_gf_forbidden() -> Result<()> {
-    for seed in 0..10_000 {
+    for seed in 0..runs(10_000, 300) {
         assert_ne!(sb(seed, true)?, (0, 0), "seed {seed}: fig5-sb-put-gf");
     }
     Ok(())
@@ -114,9 +120,14 @@ fn fig5_sb_put_gf_forbidden() -> Result<()> {
 
 #[test]
 fn fig5_sb_put_wait_allowed() -> Result<()> {
-    let seen = (0..2_000).try_fold(0, |n, seed| {
-        Ok::<_, loco_sv::Error>(n + u32::from(sb(seed, false)? == (0, 0)))
+    let n = runs(2_000, 50);
+    let seen = (0..n).try_fold(0, |k, seed| {
+        Ok::<_, loco_sv::Error>(k + u32::from(sb(seed, false)? == (0, 0)))
     })?;
-    assert!(seen > 0, "fig5-sb-put-wait: weak outcome never seen");
+    if shows_weak_outcomes() {
+        assert!(seen > 0, "fig5-sb-put-wait: weak outcome never seen");
+    } else {
+        eprintln!("fig5-sb-put-wait: weak outcome in {seen} of {n} runs");
+    }
     Ok(())
 }

@@ -1,24 +1,28 @@
-//! Helpers shared by the integration tests: tiny clusters and one thread per context.
+//! Helpers shared by the integration tests: tiny clusters on the backend `LOCO_BACKEND` names
+//! (the soft NIC by default, a real device under `soft-roce-ci/run.sh`; see
+//! `loco_rdmawait::testing`), run counts, and one thread per context.
 
 #![allow(dead_code)]
 
 use std::time::Duration;
 
-use loco_rdmawait::{Cluster, Ctx, NodeId, Schedule};
+use loco_rdmawait::{testing, Cluster, Ctx, NodeId, Schedule};
 use loco_sc::Result;
 
 /// Registered memory per node of the test clusters: small, so that a run is cheap.
 pub const MEMORY: u64 = 4096;
 
-/// A small cluster of `nodes` nodes on the soft NIC with `schedule`.
+/// A small cluster of `nodes` nodes: the soft NIC with `schedule`, or the device. Panics with
+/// the backend's explanation when it cannot be built.
 pub fn cluster(nodes: usize, schedule: Schedule) -> Cluster {
     Cluster::builder()
         .nodes(nodes)
         .memory_per_node(MEMORY)
         .soft(schedule)
         .timeout(Duration::from_secs(20))
-        .build()
-        .expect("cluster")
+        .backend_from_env()
+        .and_then(|b| b.build())
+        .unwrap_or_else(|e| panic!("cannot build a {} test cluster: {e}", testing::backend()))
 }
 
 /// A small Chaos cluster of `nodes` nodes.
@@ -52,11 +56,17 @@ pub fn threads<R: Send>(
     })
 }
 
-/// Number of seeded runs: `full` normally, or what `LOCO_SC_RUNS` says (for quick local runs
-/// or longer soaks).
-pub fn runs(full: u64) -> u64 {
+/// Number of seeded runs: `soft` on the soft NIC, `device` on a real one, or what `LOCO_SC_RUNS`
+/// says (for quick local runs or longer soaks).
+pub fn runs(soft: u64, device: u64) -> u64 {
     std::env::var("LOCO_SC_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(full)
+        .unwrap_or_else(|| testing::runs(soft, device))
+}
+
+/// Whether allowed weak outcomes must show up (the soft NIC's `Chaos`); on a device only
+/// forbidden outcomes are checked.
+pub fn shows_weak_outcomes() -> bool {
+    testing::shows_weak_outcomes()
 }

@@ -1,0 +1,107 @@
+//! Many threads on remote RMWs, on the backend `LOCO_BACKEND` names (the soft NIC's `Threaded`
+//! schedule by default, a real device under `soft-roce-ci/run.sh`; see `loco_rdmawait::testing`):
+//! remote FAAs on contended counters lose no update, and a remote CAS spin lock gives mutual
+//! exclusion.
+
+use loco_rdmawait::{testing, Cluster, Loc, NodeId, Schedule, WorkId};
+use loco_rdmawaitrmw::Rmw;
+
+const N0: NodeId = NodeId(0);
+const N1: NodeId = NodeId(1);
+const N2: NodeId = NodeId(2);
+const D1: WorkId = WorkId::new(1);
+
+fn cluster(nodes: usize) -> Cluster {
+    testing::cluster(nodes, 128 * 1024, Schedule::Threaded).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Threads on every node do remote FAAs on counters on every node, loop-back included: no
+/// update is lost, and each counter handed out every old value exactly once.
+#[test]
+fn contended_remote_faa_counters_lose_no_update() {
+    let per_thread = testing::runs(300, 1_000);
+    let c = cluster(3);
+    let counters: Vec<Loc> = c.node_ids().map(|n| c.alloc_word(n).unwrap()).collect();
+    let threads = [N0, N1, N1, N2, N2, N0];
+    let rets: Vec<Loc> = threads
+        .iter()
+        .map(|&n| c.alloc_words(n, per_thread * 3).unwrap())
+        .collect();
+    std::thread::scope(|sc| {
+        for (t, &node) in threads.iter().enumerate() {
+            let (c, counters, ret) = (&c, &counters, rets[t]);
+            sc.spawn(move || {
+                let ctx = c.context(node).unwrap();
+                for i in 0..per_thread {
+                    for (k, counter) in counters.iter().enumerate() {
+                        let slot = ret.word(i * 3 + k as u64).unwrap();
+                        ctx.rfaa(counter, 1, &slot, D1).unwrap();
+                    }
+                    if i % 8 == 7 {
+                        ctx.wait(D1).unwrap();
+                    }
+                }
+                ctx.wait(D1).unwrap();
+            });
+        }
+    });
+    c.quiesce().unwrap();
+    let total = per_thread * threads.len() as u64;
+    for (k, counter) in counters.iter().enumerate() {
+        assert_eq!(c.peek(counter).unwrap(), total, "counter on n{k}");
+        let mut olds: Vec<u64> = Vec::new();
+        for r in &rets {
+            for i in 0..per_thread {
+                olds.push(c.peek(&r.word(i * 3 + k as u64).unwrap()).unwrap());
+            }
+        }
+        olds.sort_unstable();
+        assert_eq!(
+            olds,
+            (0..total).collect::<Vec<_>>(),
+            "old values of n{k}'s counter"
+        );
+    }
+}
+
+/// A remote CAS spin lock over a remote word protects a plain read-modify-write done with a get
+/// and a put: mutual exclusion through rcas, with rfence keeping the release after the update.
+#[test]
+fn rcas_lock_protects_a_get_put_increment() {
+    let rounds = testing::runs(100, 100);
+    let c = cluster(2);
+    let lock = c.alloc_word(N1).unwrap();
+    let value = c.alloc_word(N1).unwrap();
+    let threads = [N0, N0, N1];
+    std::thread::scope(|sc| {
+        for &node in &threads {
+            let (c, lock, value) = (&c, &lock, &value);
+            sc.spawn(move || {
+                let ctx = c.context(node).unwrap();
+                let old = c.alloc_word(node).unwrap();
+                let v = c.alloc_word(node).unwrap();
+                let zero = c.alloc_word(node).unwrap();
+                for _ in 0..rounds {
+                    loop {
+                        ctx.rcas(lock, 0, 1, &old, D1).unwrap();
+                        ctx.wait(D1).unwrap();
+                        if ctx.load(&old).unwrap() == 0 {
+                            break;
+                        }
+                        std::thread::yield_now();
+                    }
+                    ctx.get(&v, value, D1).unwrap();
+                    ctx.wait(D1).unwrap();
+                    let n = ctx.load(&v).unwrap();
+                    ctx.store(&v, n + 1).unwrap();
+                    ctx.put(value, &v, D1).unwrap();
+                    ctx.rfence(N1).unwrap();
+                    ctx.put(lock, &zero, D1).unwrap();
+                    ctx.wait(D1).unwrap();
+                }
+            });
+        }
+    });
+    c.quiesce().unwrap();
+    assert_eq!(c.peek(&value).unwrap(), rounds * threads.len() as u64);
+}
