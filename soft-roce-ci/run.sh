@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Build loco-rs's verbs test suite and run it on a real Soft-RoCE (rdma_rxe) device: natively
-# where the kernel has one (or can load rdma_rxe), else inside the qemu VM of vm.sh. Prints each
-# test binary's summary and a total, and exits with the suite's status (0: all passed).
+# Build loco-rs's verbs test suite and the backend-generic behavioural suites, and run them on a
+# real Soft-RoCE (rdma_rxe) device: natively where the kernel has one (or can load rdma_rxe), else
+# inside the qemu VM of vm.sh. Prints each test binary's summary and time and a total, and exits
+# with the suite's status (0: all passed).
 #
 # Usage: soft-roce-ci/run.sh [--native | --vm] [--no-example] [-- TEST-ARGS...]
 #   --native      run on this host's RDMA device (create rxe0 over a dummy netdev if there is
@@ -10,17 +11,23 @@
 #   --no-example  skip the multi-process runs of examples/distributed_counter
 #   TEST-ARGS     passed to every test binary (e.g. a name filter)
 #
-# What runs, with LOCO_TEST_BACKEND=verbs (so backend-generic tests use the device):
-#   - every integration-test binary whose target name starts with `verbs`, plus those matched by
-#     the regex in $LOCO_VERBS_TESTS (target names, e.g. '^(litmus|ordering)$'), of the packages
-#     in $LOCO_VERBS_PACKAGES (default: loco-rdmawait loco-rdmawaitrmw);
+# What runs, with LOCO_BACKEND=verbs (so the backend-generic tests, which build their clusters
+# with loco_rdmawait::testing / ClusterBuilder::backend_from_env, use the device):
+#   - of the packages in $LOCO_VERBS_PACKAGES (default: loco-rdmawait loco-rdmawaitrmw loco-sv
+#     loco-locks loco-sc), every integration-test binary whose target name starts with `verbs`
+#     (the verbs-only tests), plus the backend-generic ones matched by the regex in
+#     $LOCO_VERBS_TESTS (target names; default: $DEFAULT_TESTS below, i.e. the litmus shapes of
+#     rdmawait, rdmawaitrmw and sc, remote FAA contention, sv, the Fig. 8 shapes, the lock
+#     counters and API, SC linearizability and ported structures; empty: verbs-only targets);
 #   - examples/distributed_counter as 3 processes (exact totals), and again with one process
 #     killed mid-run (the others must fail with "peer n2 is not responding" within 15 s);
 #   - on a host without a device (VM path), first the `smoke` test on the host itself: it must
 #     fail, with the backend's explanation of how to get a device, not pass silently; and (as
 #     root) again with libibverbs masked: it must say what to install.
 # Device: LOCO_RDMA_DEVICE / LOCO_GID_INDEX if set (vm.sh sets rxe0 / 1), else the first active.
-# Cost: ~1-2 min to build with `verbs`, ~1.5 min in the VM under TCG (boot ~10 s).
+# Cost (2 cores, TCG): building with `verbs` takes ~4 min from a cold target directory (seconds
+# when cached); the VM run ~2.5 min (boot ~4 s; the backend-generic suites ~2 min of it, sized for
+# ~10-25 us per RDMA operation: keep the whole run under ~6 min when adding tests).
 set -euo pipefail
 # shellcheck source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -37,12 +44,12 @@ STATE_DIR=$ROOT/target/soft-roce-ci
 run_inside() {
     local list=$1 example=$2
     shift 3
-    export LOCO_TEST_BACKEND=verbs
+    export LOCO_BACKEND=verbs
     # The rendezvous of the multi-process tests uses localhost, which a fresh VM lacks.
     if [ "$(id -u)" -eq 0 ] && [ -e /sys/class/net/lo ]; then
         ip link set lo up 2>/dev/null || true
     fi
-    local passed=0 failed=0 ignored=0 bins=0 bad=() t0 out rc line
+    local passed=0 failed=0 ignored=0 bins=0 bad=() t0 t1 out rc line
     t0=$(now)
     echo "== verbs suite on ${LOCO_RDMA_DEVICE:-the first active RDMA device} ($(uname -r))"
     while IFS= read -r bin; do
@@ -50,10 +57,12 @@ run_inside() {
         bins=$((bins + 1))
         echo "-- ${bin##*/}"
         out=$(mktemp)
+        t1=$(now)
         set +e
         "$bin" --color=never "$@" 2>&1 | tee "$out"
         rc=${PIPESTATUS[0]}
         set -e
+        echo "   (${bin##*/}: exit $rc in $(elapsed "$t1") s)"
         line=$(grep -E '^test result:' "$out" | tail -n1 || true)
         if [ -n "$line" ]; then
             passed=$((passed + $(sed -n 's/.* \([0-9]*\) passed.*/\1/p' <<<"$line")))
@@ -197,10 +206,15 @@ fi
 t_build=$(now)
 mkdir -p "$STATE_DIR"
 list=$STATE_DIR/tests.list
+# The backend-generic test targets run on the device besides the verbs-only `verbs*` ones.
+DEFAULT_TESTS='^(litmus|contention|sv|fig8|counter|locks|linearizability|ported)$'
 filter='^verbs'
-[ -z "${LOCO_VERBS_TESTS:-}" ] || filter="$filter|${LOCO_VERBS_TESTS}"
+tests=${LOCO_VERBS_TESTS-$DEFAULT_TESTS}
+[ -z "$tests" ] || filter="$filter|$tests"
 pkgs=()
-for p in ${LOCO_VERBS_PACKAGES:-loco-rdmawait loco-rdmawaitrmw}; do pkgs+=(-p "$p"); done
+for p in ${LOCO_VERBS_PACKAGES:-loco-rdmawait loco-rdmawaitrmw loco-sv loco-locks loco-sc}; do
+    pkgs+=(-p "$p")
+done
 log "building the verbs test suite (cargo test ${pkgs[*]} --features loco-rdmawait/verbs --tests --no-run)"
 (cd "$ROOT" && cargo test "${pkgs[@]}" --features loco-rdmawait/verbs --tests --no-run \
     --message-format=json-render-diagnostics) >"$STATE_DIR/build.json" \
