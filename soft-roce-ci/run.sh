@@ -17,8 +17,9 @@
 #     loco-locks loco-sc), every integration-test binary whose target name starts with `verbs`
 #     (the verbs-only tests), plus the backend-generic ones matched by the regex in
 #     $LOCO_VERBS_TESTS (target names; default: $DEFAULT_TESTS below, i.e. the litmus shapes of
-#     rdmawait, rdmawaitrmw and sc, remote FAA contention, sv, the Fig. 8 shapes, the lock
-#     counters and API, SC linearizability and ported structures; empty: verbs-only targets);
+#     rdmawait, rdmawaitrmw and sc, remote RMW contention, the per-QP ordering property, sv, the
+#     Fig. 8 shapes, the lock counters and API, SC linearizability, ported structures, smoke and
+#     bad input; empty: verbs-only targets);
 #   - examples/distributed_counter as 3 processes (exact totals), and again with one process
 #     killed mid-run (the others must fail with "peer n2 is not responding" within 15 s);
 #   - on a host without a device (VM path), first the `smoke` test on the host itself: it must
@@ -207,7 +208,7 @@ t_build=$(now)
 mkdir -p "$STATE_DIR"
 list=$STATE_DIR/tests.list
 # The backend-generic test targets run on the device besides the verbs-only `verbs*` ones.
-DEFAULT_TESTS='^(litmus|contention|sv|fig8|counter|locks|linearizability|ported)$'
+DEFAULT_TESTS='^(litmus|contention|ordering|sv|fig8|counter|locks|linearizability|ported|smoke|bad_input)$'
 filter='^verbs'
 tests=${LOCO_VERBS_TESTS-$DEFAULT_TESTS}
 [ -z "$tests" ] || filter="$filter|$tests"
