@@ -64,7 +64,7 @@ struct Inner {
 /// | `LOCO_BACKEND` | backend |
 /// |---|---|
 /// | unset, empty, `soft` | [`BackendKind::Soft`]: the soft NIC, with the builder's [`Schedule`] |
-/// | `verbs` | [`BackendKind::Verbs`]: the ibverbs backend (feature `verbs`), configured by [`VerbsConfig::from_env`](crate::VerbsConfig::from_env) (`LOCO_RDMA_DEVICE`, `LOCO_GID_INDEX`, ...) |
+/// | `verbs` | [`BackendKind::Verbs`]: the ibverbs backend (feature `verbs`), configured by `VerbsConfig::from_env` (`LOCO_RDMA_DEVICE`, `LOCO_GID_INDEX`, ...) |
 ///
 /// `LOCO_TEST_BACKEND`, its former name, is read when `LOCO_BACKEND` is unset.
 ///
@@ -216,8 +216,8 @@ impl ClusterBuilder {
     }
 
     /// Use the backend `kind`: the soft NIC, with the schedule set by [`ClusterBuilder::soft`]
-    /// (this undoes an earlier [`ClusterBuilder::verbs`]), or the verbs backend configured by
-    /// [`VerbsConfig::from_env`](crate::VerbsConfig::from_env).
+    /// (this undoes an earlier `ClusterBuilder::verbs`), or the verbs backend configured by
+    /// `VerbsConfig::from_env`.
     ///
     /// Fails with [`Error::BackendNotBuilt`] for `verbs` in a build without the `verbs` feature,
     /// and with the verbs configuration's error when the environment's device settings do not

@@ -45,7 +45,7 @@ pub fn shows_weak_outcomes() -> bool {
 
 /// A cluster of `nodes` nodes with `bytes` of memory each on the backend `LOCO_BACKEND` names:
 /// the soft NIC with `schedule`, or the verbs backend as `LOCO_RDMA_DEVICE` and the other
-/// variables of [`VerbsConfig::from_env`](crate::VerbsConfig::from_env) say (the schedule is then
+/// variables of `VerbsConfig::from_env` say (the schedule is then
 /// ignored). Without a device the error says how to get one; without the `verbs` feature it is
 /// [`Error::BackendNotBuilt`](crate::Error::BackendNotBuilt).
 pub fn cluster(nodes: usize, bytes: u64, schedule: Schedule) -> Result<Cluster> {
