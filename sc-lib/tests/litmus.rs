@@ -240,22 +240,24 @@ const THREADED_RUNS: u64 = 200;
 /// Runs per shape on a real device (no schedules there: these are all its runs).
 const DEVICE_RUNS: u64 = 200;
 
-#[test]
-fn message_passing_is_sc() {
+/// [`check`] with the default run counts: `CHAOS_RUNS` Chaos seeds and `THREADED_RUNS` Threaded
+/// runs on the soft NIC, `DEVICE_RUNS` runs on a device.
+fn check_default(shape: &Shape) -> BTreeSet<Outcome> {
     check(
-        &MP,
+        shape,
         common::runs(CHAOS_RUNS, DEVICE_RUNS),
         THREADED_RUNS.min(common::runs(THREADED_RUNS, 0)),
-    );
+    )
+}
+
+#[test]
+fn message_passing_is_sc() {
+    check_default(&MP);
 }
 
 #[test]
 fn store_buffering_is_sc() {
-    let seen = check(
-        &SB,
-        common::runs(CHAOS_RUNS, DEVICE_RUNS),
-        THREADED_RUNS.min(common::runs(THREADED_RUNS, 0)),
-    );
+    let seen = check_default(&SB);
     // The runs are not all alike: threads do interleave (both reads 1 needs real overlap). A
     // device need not show it in a few runs.
     assert!(
@@ -266,20 +268,12 @@ fn store_buffering_is_sc() {
 
 #[test]
 fn iriw_is_sc() {
-    check(
-        &IRIW,
-        common::runs(CHAOS_RUNS, DEVICE_RUNS),
-        THREADED_RUNS.min(common::runs(THREADED_RUNS, 0)),
-    );
+    check_default(&IRIW);
 }
 
 #[test]
 fn cas_against_write_is_sc() {
-    let seen = check(
-        &CAS_WRITE,
-        common::runs(CHAOS_RUNS, DEVICE_RUNS),
-        THREADED_RUNS.min(common::runs(THREADED_RUNS, 0)),
-    );
+    let seen = check_default(&CAS_WRITE);
     assert!(
         seen.len() >= 2 || !common::shows_weak_outcomes(),
         "{seen:?}"
