@@ -244,18 +244,11 @@ fn cluster(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Cluster, RunError>
     let c = match cfg.backend {
         Backend::SoftChaos => b.soft(Schedule::Chaos { seed }).build(),
         Backend::SoftThreaded => b.soft(Schedule::Threaded).build(),
-        #[cfg(feature = "verbs")]
-        Backend::Verbs => {
-            let vc = loco_rdmawait::backend::verbs::VerbsConfig::from_env()
-                .map_err(|e| RunError::BackendUnavailable(e.to_string()))?;
-            b.verbs(vc).build()
-        }
-        #[cfg(not(feature = "verbs"))]
-        Backend::Verbs => {
-            return Err(RunError::BackendUnavailable(
-                "loco-litmus was built without the `verbs` feature".into(),
-            ))
-        }
+        // The device comes from the environment (`VerbsConfig::from_env`); a build without the
+        // `verbs` feature gets rdmawait's typed `BackendNotBuilt` error.
+        Backend::Verbs => b
+            .backend(loco_rdmawait::BackendKind::Verbs)
+            .and_then(loco_rdmawait::ClusterBuilder::build),
     };
     c.map_err(|e| RunError::BackendUnavailable(e.to_string()))
 }
