@@ -20,6 +20,8 @@
 #     rdmawait, rdmawaitrmw and sc, remote RMW contention, the per-QP ordering property, sv, the
 #     Fig. 8 shapes, the lock counters and API, SC linearizability, ported structures, smoke and
 #     bad input; empty: verbs-only targets);
+#   - `loco litmus run --backend verbs` over every tests/litmus/*.litmus ($LOCO_LITMUS_RUNS runs
+#     each, default 20): no outcome the model forbids may be observed;
 #   - examples/distributed_counter as 3 processes (exact totals), and again with one process
 #     killed mid-run (the others must fail with "peer n2 is not responding" within 15 s);
 #   - on a host without a device (VM path), first the `smoke` test on the host itself: it must
@@ -86,6 +88,14 @@ run_inside() {
             fi
         done
     fi
+    if [ -n "${LOCO_LITMUS_BIN:-}" ]; then
+        if litmus_on_device; then
+            passed=$((passed + 1))
+        else
+            failed=$((failed + 1))
+            bad+=("loco litmus run --backend verbs")
+        fi
+    fi
     case ${LOCO_NO_DEVICE_CHECK:-skipped} in
         ok) passed=$((passed + 1)); echo "-- no-device check (on the host, before the VM): ok" ;;
         failed) failed=$((failed + 1)); bad+=("no-device check (on the host)") ;;
@@ -102,6 +112,21 @@ run_inside() {
         return 1
     fi
     echo "   ok"
+}
+
+# The litmus runner on the device: every test of tests/litmus/ run for real on the verbs
+# backend, each outcome checked against the model (exit 0 iff no forbidden outcome is seen).
+litmus_on_device() {
+    local t0 rc
+    t0=$(now)
+    echo "-- loco litmus run --backend verbs --runs ${LOCO_LITMUS_RUNS:-20} tests/litmus/*.litmus"
+    set +e
+    "$LOCO_LITMUS_BIN" litmus run --backend verbs --runs "${LOCO_LITMUS_RUNS:-20}" \
+        "$ROOT"/tests/litmus/*.litmus 2>&1 | grep -E '^[^ ].* on verbs:|FORBIDDEN|error'
+    rc=${PIPESTATUS[0]}
+    set -e
+    echo "   litmus on the device: $([ "$rc" -eq 0 ] && echo ok || echo FAILED) (exit $rc in $(elapsed "$t0") s)"
+    [ "$rc" -eq 0 ]
 }
 
 # A base port for the example's rendezvous, unlikely to be taken.
@@ -236,6 +261,12 @@ if [ "$example" -eq 1 ]; then
         | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n1)
     [ -x "$ex_bin" ] || die "no distributed_counter executable in $STATE_DIR/example.json"
 fi
+(cd "$ROOT" && cargo build -p loco-cli --features verbs --message-format=json-render-diagnostics) \
+    >"$STATE_DIR/cli.json" || die "building the loco command with verbs failed"
+LOCO_LITMUS_BIN=$(grep '"executable":"[^"]*/loco"' "$STATE_DIR/cli.json" \
+    | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n1)
+[ -x "$LOCO_LITMUS_BIN" ] || die "no loco executable in $STATE_DIR/cli.json"
+export LOCO_LITMUS_BIN
 log "built $(wc -l <"$list") test binaries in $(elapsed "$t_build") s: $(xargs -n1 basename <"$list" | tr '\n' ' ')"
 
 # A usable device on this host? (an active port on any RDMA device)
