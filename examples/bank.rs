@@ -13,10 +13,13 @@
 //! cargo run --example bank -- --schedule chaos --transfers 100
 //! ```
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
+use common::Sched;
 use loco::prelude::*;
 use loco::sc::{Decoder, Encoder, LayoutError, Words};
 
@@ -44,13 +47,6 @@ struct Args {
     /// Seed of the chaos schedule and of the transfers.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum Sched {
-    Immediate,
-    Threaded,
-    Chaos,
 }
 
 /// A small xorshift generator: the transfers are reproducible from the seed.
@@ -145,11 +141,7 @@ impl Sequential for Ledger {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     assert!(args.accounts >= 2, "--accounts must be at least 2");
-    let schedule = match args.schedule {
-        Sched::Immediate => Schedule::Immediate,
-        Sched::Threaded => Schedule::Threaded,
-        Sched::Chaos => Schedule::Chaos { seed: args.seed },
-    };
+    let schedule = args.schedule.schedule(args.seed);
     let cluster = Cluster::builder()
         .nodes(args.nodes as usize)
         .soft(schedule)

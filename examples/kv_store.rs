@@ -13,9 +13,12 @@
 //! invariant at the end: every counter holds exactly the increments made to it, and every data key
 //! holds a value that some thread wrote. The map is linearizable, so no increment is ever lost.
 
+mod common;
+
 use std::time::Instant;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
+use common::Sched;
 use loco::prelude::*;
 
 #[derive(Parser)]
@@ -45,13 +48,6 @@ struct Args {
     /// Seed of the chaos schedule and of the operation mix.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum Sched {
-    Immediate,
-    Threaded,
-    Chaos,
 }
 
 /// What one thread did.
@@ -88,11 +84,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         args.buckets as u64 >= 2 * args.keys,
         "--buckets must be at least twice --keys"
     );
-    let schedule = match args.schedule {
-        Sched::Immediate => Schedule::Immediate,
-        Sched::Threaded => Schedule::Threaded,
-        Sched::Chaos => Schedule::Chaos { seed: args.seed },
-    };
+    let schedule = args.schedule.schedule(args.seed);
     let cluster = Cluster::builder()
         .nodes(args.nodes as usize)
         .soft(schedule)

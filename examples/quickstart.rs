@@ -6,9 +6,12 @@
 //! cargo run --example quickstart -- --schedule chaos --seed 7
 //! ```
 
+mod common;
+
 use std::time::Instant;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
+use common::Sched;
 use loco::prelude::*;
 
 #[derive(Parser)]
@@ -25,22 +28,11 @@ struct Args {
     faas: u64,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum Sched {
-    Immediate,
-    Threaded,
-    Chaos,
-}
-
 const NODES: usize = 3;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
-    let schedule = match args.schedule {
-        Sched::Immediate => Schedule::Immediate,
-        Sched::Threaded => Schedule::Threaded,
-        Sched::Chaos => Schedule::Chaos { seed: args.seed },
-    };
+    let schedule = args.schedule.schedule(args.seed);
     let cluster = Cluster::builder().nodes(NODES).soft(schedule).build()?;
     println!(
         "cluster: {NODES} nodes on the {} NIC ({schedule:?})",
