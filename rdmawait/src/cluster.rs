@@ -54,6 +54,8 @@ struct Inner {
     next: Mutex<Vec<(u64, u64)>>,
     timeout: Duration,
     extensions: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
+    /// Set by [`Cluster::shutdown`]: loops of the layers above (lock spins) check it.
+    shut_down: std::sync::atomic::AtomicBool,
 }
 
 /// The NIC backends a [`ClusterBuilder`] can be switched between at run time
@@ -289,6 +291,7 @@ impl Cluster {
                 next: Mutex::new(sizes_for_next),
                 timeout,
                 extensions: Mutex::new(HashMap::new()),
+                shut_down: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -423,8 +426,45 @@ impl Cluster {
         self.inner.backend.poke(node, w, value)
     }
 
+    /// Fails with [`Error::PeerDead`] naming `node` if the cluster considers it dead (see
+    /// [`Cluster::kill`] and, for a cluster spanning processes, the verbs backend's failure
+    /// detection); [`Error::UnknownNode`] if there is no such node.
+    pub fn check_alive(&self, node: NodeId) -> Result<()> {
+        self.check_node(node)?;
+        match self.inner.backend.dead(node) {
+            None => Ok(()),
+            Some(reason) => Err(Error::PeerDead { node, reason }),
+        }
+    }
+
+    /// Whether `node` exists and is not known to be dead.
+    pub fn is_alive(&self, node: NodeId) -> bool {
+        self.check_alive(node).is_ok()
+    }
+
+    /// Fault injection: `node` dies, as if its process had been killed (`kill -9`). From then on
+    /// [`Cluster::check_alive`] reports it, and operations that depend on it fail with
+    /// [`Error::PeerDead`] naming it. Supported by the soft NIC; other backends fail with
+    /// [`Error::Backend`].
+    pub fn kill(&self, node: NodeId) -> Result<()> {
+        self.check_node(node)?;
+        tracing::warn!(target: "loco::rdmawait", cluster = self.inner.id, %node, "fault injection: node killed");
+        self.inner.backend.kill(node)
+    }
+
+    /// Fails with [`Error::Shutdown`] once [`Cluster::shutdown`] was called: loops that only
+    /// read local memory (a lock's spin) check it so that a shutdown frees them.
+    pub fn check_open(&self) -> Result<()> {
+        if self.inner.shut_down.load(Ordering::SeqCst) {
+            Err(Error::Shutdown)
+        } else {
+            Ok(())
+        }
+    }
+
     /// Stops the NICs: later posts fail with [`Error::Shutdown`].
     pub fn shutdown(&self) {
+        self.inner.shut_down.store(true, Ordering::SeqCst);
         self.inner.backend.shutdown();
     }
 
@@ -573,6 +613,30 @@ mod tests {
             c.alloc_word(NodeId(2)).is_err(),
             "64 bytes per node, as set"
         );
+    }
+
+    #[test]
+    fn killed_nodes_are_reported_dead_and_shutdown_is_seen() {
+        let c = Cluster::builder().nodes(3).build().unwrap();
+        assert!(c.check_alive(NodeId(1)).is_ok() && c.is_alive(NodeId(2)));
+        c.kill(NodeId(1)).unwrap();
+        let e = c.check_alive(NodeId(1)).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                Error::PeerDead {
+                    node: NodeId(1),
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(c.is_alive(NodeId(0)) && !c.is_alive(NodeId(1)));
+        assert!(matches!(c.kill(NodeId(3)), Err(Error::UnknownNode { .. })));
+        assert!(!c.is_alive(NodeId(9)));
+        assert!(c.check_open().is_ok());
+        c.shutdown();
+        assert!(matches!(c.check_open(), Err(Error::Shutdown)));
     }
 
     #[cfg(not(feature = "verbs"))]

@@ -103,6 +103,22 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn poke(&self, node: NodeId, word: usize, value: u64) -> Result<()>;
     /// Stops the NICs; later posts fail with [`Error::Shutdown`](crate::Error::Shutdown).
     fn shutdown(&self);
+    /// Why `node` is considered dead (its process was killed, it was partitioned away, it stopped
+    /// answering), or `None` while it is alive. Once dead, a node stays dead for this backend
+    /// (a restarted process rejoins as a new incarnation).
+    fn dead(&self, node: NodeId) -> Option<String> {
+        let _ = node;
+        None
+    }
+    /// Fault injection: makes `node` dead, as if its process had been killed. Backends that
+    /// cannot simulate it fail with [`Error::Backend`](crate::Error::Backend).
+    fn kill(&self, node: NodeId) -> Result<()> {
+        Err(crate::Error::Backend {
+            backend: self.name(),
+            message: format!("cannot kill {node}: this backend has no fault injection"),
+            source: None,
+        })
+    }
 }
 
 /// One thread's view of the NICs: its queue pairs (one per target node) and its completion queue,

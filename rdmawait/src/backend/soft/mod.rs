@@ -56,6 +56,8 @@ pub(crate) struct Fabric {
     /// Remote-atomic locks of the `Immediate` and `Threaded` NICs (Chaos keeps its own).
     rmw_locks: Vec<AtomicBool>,
     shutdown: AtomicBool,
+    /// Per node: why it is dead (fault injection, [`Backend::kill`]), or `None`.
+    dead: Vec<parking_lot::Mutex<Option<String>>>,
 }
 
 impl Fabric {
@@ -66,6 +68,7 @@ impl Fabric {
                 .collect(),
             rmw_locks: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
             shutdown: AtomicBool::new(false),
+            dead: (0..nodes).map(|_| parking_lot::Mutex::new(None)).collect(),
         }
     }
 
@@ -216,6 +219,22 @@ impl Backend for SoftBackend {
 
     fn poke(&self, node: NodeId, word: usize, value: u64) -> Result<()> {
         self.fabric.write(node.index(), word, value);
+        Ok(())
+    }
+
+    fn dead(&self, node: NodeId) -> Option<String> {
+        self.fabric.dead.get(node.index())?.lock().clone()
+    }
+
+    fn kill(&self, node: NodeId) -> Result<()> {
+        let Some(d) = self.fabric.dead.get(node.index()) else {
+            return Err(Error::UnknownNode {
+                node,
+                nodes: self.nodes(),
+            });
+        };
+        d.lock()
+            .get_or_insert_with(|| "killed by fault injection".to_owned());
         Ok(())
     }
 

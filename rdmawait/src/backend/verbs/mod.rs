@@ -556,6 +556,10 @@ impl Backend for VerbsBackend {
         Ok(())
     }
 
+    fn dead(&self, node: NodeId) -> Option<String> {
+        self.shared.peers.dead(node)
+    }
+
     fn shutdown(&self) {
         self.shared.shutdown.store(true, SeqCst);
     }
