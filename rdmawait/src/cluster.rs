@@ -191,9 +191,14 @@ impl ClusterBuilder {
         self
     }
 
-    /// Registered memory per node in bytes, rounded up to whole words (default 1 MiB).
+    /// Registered memory per node in bytes, rounded up to whole words (default 1 MiB). A size
+    /// the backend cannot allocate makes [`ClusterBuilder::build`] fail.
     pub fn memory_per_node(mut self, bytes: u64) -> Self {
-        self.memory = bytes.div_ceil(WORD) * WORD;
+        // Sizes within a word of u64::MAX round down instead (build refuses them anyway).
+        self.memory = bytes
+            .div_ceil(WORD)
+            .checked_mul(WORD)
+            .unwrap_or(u64::MAX / WORD * WORD);
         self
     }
 
@@ -204,6 +209,8 @@ impl ClusterBuilder {
     }
 
     /// Timeout of [`Ctx::wait`], [`Ctx::raw`] polls and [`Cluster::quiesce`] (default 30 s).
+    /// [`Duration::MAX`] (or any timeout beyond what the clock can represent) means no timeout:
+    /// those calls then wait as long as needed (a shutdown or a dead peer still ends them).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -251,10 +258,22 @@ impl ClusterBuilder {
     }
 
     /// Builds the cluster on the soft backend (or the verbs backend, if chosen).
+    ///
+    /// Fails with [`Error::Backend`] for 0 or more than 65535 nodes, for memory that cannot be
+    /// allocated (on the soft NIC: more than [`MAX_SOFT_MEMORY`](crate::MAX_SOFT_MEMORY) over
+    /// all nodes, or more than the machine gives; nothing is touched before the allocation
+    /// succeeds), and when an engine thread cannot be started.
     pub fn build(self) -> Result<Cluster> {
+        let words = usize::try_from(self.memory / WORD).map_err(|_| Error::Backend {
+            backend: "soft",
+            message: format!(
+                "{} bytes of registered memory per node do not fit this machine's address space",
+                self.memory
+            ),
+            source: None,
+        })?;
         #[cfg(feature = "verbs")]
         if let Some(config) = self.verbs {
-            let words = (self.memory / WORD) as usize;
             return crate::backend::verbs::build_cluster(self.nodes, words, self.timeout, config);
         }
         if self.nodes == 0 || self.nodes > u16::MAX as usize {
@@ -264,8 +283,7 @@ impl ClusterBuilder {
                 source: None,
             });
         }
-        let words = (self.memory / WORD) as usize;
-        let backend = SoftBackend::new(self.nodes, words, self.schedule);
+        let backend = SoftBackend::try_new(self.nodes, words, self.schedule)?;
         Ok(Cluster::with_backend(Box::new(backend), self.timeout))
     }
 }
@@ -280,7 +298,7 @@ impl Cluster {
     pub fn with_backend(backend: Box<dyn Backend>, timeout: Duration) -> Cluster {
         let n = backend.nodes();
         let sizes: Vec<u64> = (0..n)
-            .map(|i| backend.words(NodeId(i as u16)) as u64 * WORD)
+            .map(|i| (backend.words(NodeId(i as u16)) as u64).saturating_mul(WORD))
             .collect();
         let sizes_for_next = sizes.iter().map(|&s| (0, s)).collect();
         Cluster {
@@ -321,6 +339,14 @@ impl Cluster {
         self.inner.timeout
     }
 
+    /// Registered memory of `node` in words (0 for an unknown node).
+    pub(crate) fn words_of(&self, node: NodeId) -> usize {
+        self.inner
+            .sizes
+            .get(node.index())
+            .map_or(0, |&b| usize::try_from(b / WORD).unwrap_or(usize::MAX))
+    }
+
     /// Checks that `node` exists.
     pub fn check_node(&self, node: NodeId) -> Result<()> {
         if node.index() < self.nodes() {
@@ -356,17 +382,19 @@ impl Cluster {
 
     fn alloc_in(&self, node: NodeId, bytes: u64, private: bool) -> Result<Loc> {
         self.check_node(node)?;
-        let len = bytes.div_ceil(WORD) * WORD;
         let mut next = self.inner.next.lock();
         let (low, high) = &mut next[node.index()];
         let free = *high - *low;
-        if len > free {
-            return Err(Error::OutOfMemory {
-                node,
-                requested: len,
-                free,
-            });
-        }
+        let len = match bytes.div_ceil(WORD).checked_mul(WORD) {
+            Some(len) if len <= free => len,
+            _ => {
+                return Err(Error::OutOfMemory {
+                    node,
+                    requested: bytes,
+                    free,
+                })
+            }
+        };
         let at = if private {
             *high -= len;
             *high
@@ -384,11 +412,15 @@ impl Cluster {
 
     /// Allocates `n` zeroed words on `node`.
     pub fn alloc_words(&self, node: NodeId, n: u64) -> Result<Loc> {
-        self.alloc(node, n * WORD)
+        // More than u64::MAX bytes is out of memory as surely as u64::MAX bytes.
+        self.alloc(node, n.saturating_mul(WORD))
     }
 
     /// Binds a thread context to `node`: one queue pair towards every node and one completion
     /// queue. Create one per thread; a context is not shared between threads.
+    ///
+    /// Fails with [`Error::PeerDead`] if `node` itself is dead; dead *other* nodes do not matter
+    /// here (operations towards them fail when they are made).
     pub fn context(&self, node: NodeId) -> Result<Ctx> {
         self.check_node(node)?;
         let nic = self.inner.backend.open(node)?;
@@ -399,6 +431,9 @@ impl Cluster {
     /// Blocks until every posted operation of every thread has fully taken effect in memory,
     /// with the cluster's default timeout. Use it before inspecting final values with
     /// [`Cluster::peek`].
+    ///
+    /// Work towards or from a dead node does not count (it failed); after [`Cluster::shutdown`]
+    /// a quiesce that would block fails with [`Error::Shutdown`].
     pub fn quiesce(&self) -> Result<()> {
         self.inner.backend.quiesce(self.inner.timeout)
     }
@@ -446,6 +481,23 @@ impl Cluster {
     /// [`Cluster::check_alive`] reports it, and operations that depend on it fail with
     /// [`Error::PeerDead`] naming it. Supported by the soft NIC; other backends fail with
     /// [`Error::Backend`].
+    ///
+    /// # Failures (soft NIC)
+    /// - **Detected**: immediately, by every call made after `kill` returns, on every schedule.
+    /// - **Towards the dead node**: posts (`put`, `get`, `rfence`, RMWs, and so `bcast` and `gf`)
+    ///   fail at once with `PeerDead`, posting nothing. Requests posted earlier that had not
+    ///   reached it when it died complete in error, as on a real NIC: the `wait` or `poll` for
+    ///   them fails with `PeerDead` instead of blocking (one that is already blocked returns),
+    ///   and a `wait` then forgets every other pending request towards that node. Requests
+    ///   that had completed before the kill are still reported as completed.
+    /// - **On the dead node**: every operation of its contexts fails with `PeerDead`, and no new
+    ///   context opens there; [`Cluster::peek`] and [`Cluster::poke`] of its memory fail too.
+    ///   Its RMWs that held another node's remote-atomic lock release it.
+    /// - **Unaffected**: everything between live nodes, including `wait`s of a thread that also
+    ///   has requests towards the dead node (under other work ids), and [`Cluster::quiesce`],
+    ///   which no longer waits for failed work.
+    /// - **Not recovered**: a dead node stays dead for the cluster's lifetime; what its threads
+    ///   held (locks, half-done updates) is the business of the layers above.
     pub fn kill(&self, node: NodeId) -> Result<()> {
         self.check_node(node)?;
         tracing::warn!(target: "loco::rdmawait", cluster = self.inner.id, %node, "fault injection: node killed");
@@ -462,7 +514,9 @@ impl Cluster {
         }
     }
 
-    /// Stops the NICs: later posts fail with [`Error::Shutdown`].
+    /// Stops the NICs: later posts fail with [`Error::Shutdown`], and so does every wait, poll
+    /// or quiesce that would block (one already blocked returns promptly). Completions that are
+    /// already there are still delivered.
     pub fn shutdown(&self) {
         self.inner.shut_down.store(true, Ordering::SeqCst);
         self.inner.backend.shutdown();

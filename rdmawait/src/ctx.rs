@@ -216,7 +216,12 @@ impl Ctx {
     }
 
     /// `wait(d)`, giving up with [`Error::Timeout`] after `timeout` (nothing is lost: a timed-out
-    /// wait can be repeated).
+    /// wait can be repeated). [`Duration::MAX`] waits as long as needed; [`Duration::ZERO`]
+    /// returns at once, with `Timeout` if the operations are not complete yet.
+    ///
+    /// Fails with [`Error::PeerDead`] if one of the operations goes towards a node that died
+    /// before it got there (see [`Cluster::kill`]): the operations pending towards that node are
+    /// then all forgotten (they failed). Operations towards live nodes are not affected.
     ///
     /// Implemented over polls (spec §5, Fig. 16): it polls the queue pairs towards every node
     /// with unpolled operations tagged `d`, and every polled operation leaves the bookkeeping of
@@ -238,7 +243,14 @@ impl Ctx {
                         });
                     }
                     Err(e) => {
-                        t.pop();
+                        match &e {
+                            // The node is gone for good: every request still pending towards
+                            // it failed (later posts towards it fail at once).
+                            Error::PeerDead { node, .. } if node.index() == n => {
+                                *t = Track::default();
+                            }
+                            _ => t.pop(),
+                        }
                         tracing::debug!(target: "loco::rdmawait", node = %self.node, %wid, error = %e, "wait failed");
                         return Err(e);
                     }
@@ -261,10 +273,18 @@ impl Ctx {
     }
 
     /// Posts a work request towards `target`, tagged `wid` (for layers that add operations, such
-    /// as `loco-rdmawaitrmw`). Addresses are checked by the backend's memory sizes only: callers
-    /// check locality and alignment with [`Cluster::check`] first.
+    /// as `loco-rdmawaitrmw`). Every word range of `wr` is checked against the memory of its node
+    /// (local words: this thread's node; remote words: `target`), failing with
+    /// [`Error::OutOfRange`]; which words a layer may touch is its own business (check
+    /// locations with [`Cluster::check`] first).
     pub fn post(&self, target: NodeId, wr: WorkRequest, wid: WorkId) -> Result<()> {
         self.cluster.check_node(target)?;
+        wr.check_ranges(
+            self.node,
+            self.cluster.words_of(self.node),
+            target,
+            self.cluster.words_of(target),
+        )?;
         let mut inner = self.inner.borrow_mut();
         tracing::trace!(target: "loco::rdmawait", from = %self.node, to = %target, ?wr, %wid, "post");
         if let Err(e) = inner.nic.post(target, wr) {

@@ -124,29 +124,37 @@ impl Loc {
         self.len / WORD
     }
 
-    /// Word `i` of this location.
+    /// Word `i` of this location ([`Error::OutOfRange`] past its end, for any `i`).
     pub fn word(&self, i: u64) -> Result<Loc> {
-        self.slice(i * WORD, WORD)
+        match i.checked_mul(WORD) {
+            Some(offset) => self.slice(offset, WORD),
+            None => Err(self.out_of_range(u64::MAX, WORD)),
+        }
     }
 
-    /// `len` bytes from byte `offset` within this location.
+    /// `len` bytes from byte `offset` within this location ([`Error::Misaligned`] or
+    /// [`Error::OutOfRange`] otherwise, for any arguments). A zero-length slice is allowed.
     pub fn slice(&self, offset: u64, len: u64) -> Result<Loc> {
         if offset % WORD != 0 || len % WORD != 0 {
             return Err(Error::Misaligned {
-                offset: self.offset + offset,
+                offset: self.offset.saturating_add(offset),
                 len,
             });
         }
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len => {
-                Ok(Loc::new(self.cluster, self.node, self.offset + offset, len))
+        match (offset.checked_add(len), self.offset.checked_add(offset)) {
+            (Some(end), Some(at)) if end <= self.len => {
+                Ok(Loc::new(self.cluster, self.node, at, len))
             }
-            _ => Err(Error::OutOfRange {
-                node: self.node,
-                offset: self.offset.saturating_add(offset),
-                len,
-                size: self.offset + self.len,
-            }),
+            _ => Err(self.out_of_range(offset, len)),
+        }
+    }
+
+    fn out_of_range(&self, offset: u64, len: u64) -> Error {
+        Error::OutOfRange {
+            node: self.node,
+            offset: self.offset.saturating_add(offset),
+            len,
+            size: self.offset.saturating_add(self.len),
         }
     }
 
@@ -160,9 +168,18 @@ impl Loc {
             });
         }
         match self.offset.checked_add(self.len) {
-            Some(end) if end <= size_bytes => {
-                Ok(((self.offset / WORD) as usize, (self.len / WORD) as usize))
-            }
+            Some(end) if end <= size_bytes => match (
+                usize::try_from(self.offset / WORD),
+                usize::try_from(self.len / WORD),
+            ) {
+                (Ok(first), Ok(words)) => Ok((first, words)),
+                _ => Err(Error::OutOfRange {
+                    node: self.node,
+                    offset: self.offset,
+                    len: self.len,
+                    size: size_bytes,
+                }),
+            },
             _ => Err(Error::OutOfRange {
                 node: self.node,
                 offset: self.offset,

@@ -46,7 +46,13 @@
 //!
 //! # Errors
 //! Only those of the rdmawait layer ([`Error::Rdma`]): unknown nodes, locations of another
-//! cluster, timeouts, failed completions.
+//! cluster, timeouts, failed completions, dead peers.
+//!
+//! # Failures
+//! A dead node (see `Cluster::kill`) is reported as `PeerDead` naming it by `bcast` and `gf`
+//! whose set contains it, checked before anything is posted; a `gf` whose node dies while it
+//! waits returns `PeerDead` too, and one towards live nodes only is unaffected. What the dead
+//! node's copy of a shared variable held is lost; the other copies keep their values.
 
 #![forbid(unsafe_code)]
 
@@ -130,7 +136,8 @@ impl SharedVar {
     /// `bcast(s, N, d)`: puts the local copy to the copies on every node of `nodes`, in the order
     /// given, tagged `d`. The calling thread's own node is skipped: its copy is the source.
     ///
-    /// Every node is checked before anything is posted. The puts read the local copy when the NIC
+    /// Every node is checked (it exists, [`Error::Rdma`] `UnknownNode`; it is alive, `PeerDead`
+    /// naming it) before anything is posted. The puts read the local copy when the NIC
     /// gets to them (Fig. 2); `wait(d)` waits until they have, [`GlobalFence::gf`] until they have
     /// landed.
     pub fn bcast(
@@ -144,7 +151,11 @@ impl SharedVar {
         let targets = nodes
             .into_iter()
             .filter(|&n| n != me)
-            .map(|n| self.copy(n))
+            .map(|n| {
+                let copy = self.copy(n)?;
+                ctx.cluster().check_alive(n)?;
+                Ok(copy)
+            })
             .collect::<Result<Vec<_>>>()?;
         for dst in &targets {
             ctx.put(dst, &src, wid)?;
@@ -158,7 +169,9 @@ pub trait GlobalFence {
     /// `gf(N)`: blocks until every earlier operation of this thread towards the nodes of `nodes`
     /// has fully completed, remote writes included (see the [crate docs](crate)).
     ///
-    /// Every node is checked before anything is posted; an empty set returns at once.
+    /// Every node is checked before anything is posted (unknown: `UnknownNode`; dead: `PeerDead`
+    /// naming it); an empty set returns at once. A node of the set that dies during the fence
+    /// makes it fail with `PeerDead` naming that node, instead of blocking.
     fn gf(&self, nodes: impl IntoIterator<Item = NodeId>) -> Result<()>;
 
     /// `gf(all)`: the global fence towards every node of the cluster.
@@ -197,7 +210,7 @@ impl GlobalFence for Ctx {
         let st = gf_thread(self)?;
         let nodes = nodes.into_iter().collect::<Vec<_>>();
         for &n in &nodes {
-            self.cluster().check_node(n)?;
+            self.cluster().check_alive(n)?;
         }
         if nodes.is_empty() {
             return Ok(());

@@ -8,8 +8,9 @@
 //! Backends: [`soft`] (an in-process NIC that executes the operational model of spec §4, the
 //! default) and, with the `verbs` feature, the ibverbs backend.
 //!
-//! Addresses here are word indices into a node's registered memory, already checked by the caller
-//! ([`Ctx`](crate::Ctx) checks range, alignment and locality before posting).
+//! Addresses here are word indices into a node's registered memory. [`Ctx`](crate::Ctx) checks
+//! range, alignment and locality before posting; a backend must still refuse (not index) a word
+//! outside a node's memory, since [`ThreadNic`] is public too ([`WorkRequest::check_ranges`]).
 
 use std::fmt;
 use std::time::Duration;
@@ -72,6 +73,56 @@ impl WorkRequest {
     /// Whether the request produces a completion (everything but [`WorkRequest::Fence`]).
     pub fn completes(&self) -> bool {
         !matches!(self, WorkRequest::Fence)
+    }
+
+    /// Checks every word range of the request: its local words against the `local_words` words
+    /// of the posting thread's node `from`, its remote words against the `remote_words` words of
+    /// the target node `to`. Fails with [`Error::OutOfRange`](crate::Error::OutOfRange) (byte
+    /// offsets, saturated) on a range that leaves the node's memory or whose end overflows.
+    pub fn check_ranges(
+        &self,
+        from: NodeId,
+        local_words: usize,
+        to: NodeId,
+        remote_words: usize,
+    ) -> Result<()> {
+        match *self {
+            WorkRequest::Write {
+                local,
+                remote,
+                words,
+            }
+            | WorkRequest::Read {
+                local,
+                remote,
+                words,
+            } => {
+                Self::check_range(from, local, words, local_words)?;
+                Self::check_range(to, remote, words, remote_words)
+            }
+            WorkRequest::CompareSwap { remote, local, .. }
+            | WorkRequest::FetchAdd { remote, local, .. } => {
+                Self::check_range(from, local, 1, local_words)?;
+                Self::check_range(to, remote, 1, remote_words)
+            }
+            WorkRequest::Fence => Ok(()),
+        }
+    }
+
+    /// Checks that words `first .. first + count` lie within `size` words of `node`.
+    pub(crate) fn check_range(node: NodeId, first: usize, count: usize, size: usize) -> Result<()> {
+        match first.checked_add(count) {
+            Some(end) if end <= size => Ok(()),
+            _ => {
+                let bytes = |w: usize| (w as u64).saturating_mul(crate::WORD);
+                Err(crate::Error::OutOfRange {
+                    node,
+                    offset: bytes(first),
+                    len: bytes(count),
+                    size: bytes(size),
+                })
+            }
+        }
     }
 }
 

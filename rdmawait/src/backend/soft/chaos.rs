@@ -15,16 +15,16 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::Fabric;
+use super::{deadline, expired, Fabric};
 use crate::backend::{ThreadNic, WorkRequest};
 use crate::error::TimeoutKind;
-use crate::model::{Entry, Memory, Qp, Step};
+use crate::model::{Entry, LocalItem, Memory, Qp, Step};
 use crate::{Error, NodeId, Result};
 
 /// Probabilities that a call takes no random step at all (so work stays pending across calls);
@@ -78,6 +78,12 @@ struct State {
     p_idle: f64,
     /// This run's pick from [`P_MORE`].
     p_more: f64,
+    /// The fabric's fault epoch last seen by [`State::sync_faults`].
+    epoch: u64,
+    /// Per node: dead, as of `epoch`.
+    dead: Vec<bool>,
+    /// Per node: stalled (and not dead), as of `epoch`.
+    stalled: Vec<bool>,
 }
 
 /// Number of action kinds.
@@ -99,7 +105,66 @@ impl Memory for Mem<'_> {
     }
 }
 
+/// Whether `qp` holds its target's remote-atomic lock (an RMW between its read and its write).
+fn holds_lock(qp: &Qp) -> bool {
+    qp.pipe.iter().any(|e| matches!(e, Entry::Atomic { .. })) || qp.br.iter().any(|w| w.atomic)
+}
+
 impl State {
+    /// Applies the kills and stalls made since the last call: the work of threads on a dead
+    /// node is discarded, and so is every request towards a dead node that has not reached it
+    /// (store buffer, pipe, remote write buffer); local writes already on their way stay. A
+    /// discarded RMW that held a remote-atomic lock releases it, so that RMWs of the survivors
+    /// never wait for a dead thread.
+    fn sync_faults(&mut self, fabric: &Fabric) {
+        let epoch = fabric.epoch.load(std::sync::atomic::Ordering::SeqCst);
+        if epoch == self.epoch {
+            return;
+        }
+        self.epoch = epoch;
+        let mut newly_dead = false;
+        for n in 0..self.dead.len() {
+            let dead = fabric.is_dead(n);
+            newly_dead |= dead && !self.dead[n];
+            self.dead[n] = dead;
+            self.stalled[n] = fabric.is_stalled(n) && !dead;
+        }
+        if !newly_dead {
+            return;
+        }
+        let State {
+            threads,
+            locks,
+            dead,
+            ..
+        } = self;
+        for slot in threads.iter_mut() {
+            let Some(th) = slot else { continue };
+            if dead[th.node] {
+                th.sb.clear();
+                for qp in &mut th.qps {
+                    if holds_lock(qp) {
+                        locks[qp.remote_node] = false;
+                    }
+                    *qp = Qp::new(qp.local_node, qp.remote_node);
+                }
+            } else {
+                th.sb
+                    .retain(|i| !matches!(i, SbItem::Post { target, .. } if dead[*target]));
+                for qp in th.qps.iter_mut().filter(|qp| dead[qp.remote_node]) {
+                    if holds_lock(qp) {
+                        locks[qp.remote_node] = false;
+                    }
+                    qp.pipe.clear();
+                    qp.br.clear();
+                }
+            }
+            if !th.alive && th.settled() {
+                *slot = None;
+            }
+        }
+    }
+
     fn collect_actions(&mut self) {
         self.actions.clear();
         for (t, th) in self.threads.iter().enumerate() {
@@ -108,6 +173,9 @@ impl State {
                 self.actions.push(Action::Flush(t));
             }
             for (n, qp) in th.qps.iter().enumerate() {
+                if self.stalled[th.node] || self.stalled[n] {
+                    continue;
+                }
                 self.steps.clear();
                 qp.steps(&self.locks, &mut self.steps);
                 self.actions
@@ -265,7 +333,7 @@ pub(super) struct Chaos {
 
 impl Chaos {
     pub(super) fn new(fabric: Arc<Fabric>, seed: u64) -> Self {
-        let nodes = fabric.mem.len();
+        let nodes = fabric.nodes();
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let bias = std::array::from_fn(|_| BIASES[rng.random_range(0..BIASES.len())]);
         let p_idle = P_IDLE[rng.random_range(0..P_IDLE.len())];
@@ -281,13 +349,16 @@ impl Chaos {
                 bias,
                 p_idle,
                 p_more,
+                epoch: 0,
+                dead: vec![false; nodes],
+                stalled: vec![false; nodes],
             }),
         }
     }
 
     pub(super) fn open(this: &Arc<Chaos>, node: usize) -> ChaosNic {
-        let nodes = this.fabric.mem.len();
-        let mut st = this.state.lock();
+        let nodes = this.fabric.nodes();
+        let mut st = this.lock();
         let th = ThreadState {
             node,
             alive: true,
@@ -311,29 +382,42 @@ impl Chaos {
         }
     }
 
+    /// The state, with the faults made since its last use applied.
+    fn lock(&self) -> parking_lot::MutexGuard<'_, State> {
+        let mut st = self.state.lock();
+        st.sync_faults(&self.fabric);
+        st
+    }
+
     pub(super) fn quiesce(&self, timeout: Duration) -> Result<()> {
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline(timeout);
         loop {
-            let mut st = self.state.lock();
-            for _ in 0..64 {
-                if !st.step(&self.fabric, false) {
+            {
+                let mut st = self.lock();
+                let mut stepped = 0;
+                while stepped < 64 && st.step(&self.fabric, false) {
+                    stepped += 1;
+                }
+                // Nothing enabled: done, unless work is held back by a stall.
+                if stepped < 64 && st.threads.iter().flatten().all(ThreadState::settled) {
                     return Ok(());
                 }
             }
-            drop(st);
-            if Instant::now() >= deadline {
+            self.fabric.check_open()?;
+            if expired(deadline) {
                 return Err(Error::Timeout {
                     what: TimeoutKind::Quiesce,
                     after: timeout,
                 });
             }
+            std::thread::yield_now();
         }
     }
 
     /// Runs `f` on the state after the call's random steps; maybe yields afterwards.
     fn call<T>(&self, f: impl FnOnce(&mut State, &Fabric) -> T) -> T {
         let (out, yield_now) = {
-            let mut st = self.state.lock();
+            let mut st = self.lock();
             st.churn(&self.fabric);
             let out = f(&mut st, &self.fabric);
             let y = st.rng.random_bool(P_YIELD);
@@ -354,42 +438,64 @@ pub(super) struct ChaosNic {
     node: usize,
 }
 
+impl ChaosNic {
+    /// Checks that the thread's node is alive and `word` is in its memory.
+    fn word(&self, word: usize) -> Result<()> {
+        self.chaos.fabric.check_alive(self.node)?;
+        self.chaos.fabric.check_word(self.node, word)
+    }
+}
+
 impl ThreadNic for ChaosNic {
     fn post(&mut self, target: NodeId, wr: WorkRequest) -> Result<()> {
-        self.chaos.fabric.check_open()?;
-        let id = self.id;
-        self.chaos.call(|st, _| {
+        let (id, node) = (self.id, self.node);
+        self.chaos.fabric.check_post(node, target, &wr)?;
+        self.chaos.call(|st, fabric| {
+            // Again under the lock: a kill since the first check has been applied by now, and a
+            // later one will discard this request.
+            fabric.check_alive(node)?;
+            fabric.check_alive(target.index())?;
             st.thread(id).sb.push_back(SbItem::Post {
                 target: target.index(),
                 wr,
-            })
-        });
-        Ok(())
+            });
+            Ok(())
+        })
     }
 
     fn poll(&mut self, target: NodeId, timeout: Duration) -> Result<()> {
-        let (id, t) = (self.id, target.index());
-        let deadline = Instant::now() + timeout;
+        let (id, node) = (self.id, self.node);
+        let t = self.chaos.fabric.check_node(target)?;
+        let deadline = deadline(timeout);
         let chaos = &self.chaos;
         let mut first = true;
         loop {
             {
-                let mut st = chaos.state.lock();
+                let mut st = chaos.lock();
+                chaos.fabric.check_alive(node)?;
                 if first {
                     st.churn(&chaos.fabric);
                     first = false;
                 }
                 // A poll keeps the NIC going until its notice is at the head of the buffer.
+                let dead = st.dead[t];
                 for _ in 0..64 {
-                    if st.thread(id).qps[t].take_notice().is_some() {
+                    let qp = &mut st.thread(id).qps[t];
+                    if qp.take_notice().is_some() {
                         return Ok(());
+                    }
+                    // Towards a dead node, only requests whose notice is already on its way
+                    // complete; the others were discarded (they complete in error).
+                    if dead && !qp.bl.iter().any(|i| matches!(i, LocalItem::Notice(_))) {
+                        return chaos.fabric.check_alive(t);
                     }
                     if !st.step_own(&chaos.fabric, id) {
                         break;
                     }
                 }
             }
-            if Instant::now() >= deadline {
+            chaos.fabric.check_open()?;
+            if expired(deadline) {
                 return Err(Error::Timeout {
                     what: TimeoutKind::Poll(target),
                     after: timeout,
@@ -400,6 +506,7 @@ impl ThreadNic for ChaosNic {
     }
 
     fn load(&mut self, word: usize) -> Result<u64> {
+        self.word(word)?;
         let id = self.id;
         Ok(self.chaos.call(|st, fabric| {
             let th = st.thread(id);
@@ -412,6 +519,7 @@ impl ThreadNic for ChaosNic {
     }
 
     fn store(&mut self, word: usize, value: u64) -> Result<()> {
+        self.word(word)?;
         let id = self.id;
         self.chaos
             .call(|st, _| st.thread(id).sb.push_back(SbItem::Store { word, value }));
@@ -419,6 +527,7 @@ impl ThreadNic for ChaosNic {
     }
 
     fn cas(&mut self, word: usize, expected: u64, new: u64) -> Result<u64> {
+        self.word(word)?;
         let (id, node) = (self.id, self.node);
         Ok(self.chaos.call(|st, fabric| {
             st.flush_all(fabric, id);
@@ -427,6 +536,7 @@ impl ThreadNic for ChaosNic {
     }
 
     fn mfence(&mut self) -> Result<()> {
+        self.chaos.fabric.check_alive(self.node)?;
         let id = self.id;
         self.chaos.call(|st, fabric| st.flush_all(fabric, id));
         Ok(())
@@ -435,10 +545,12 @@ impl ThreadNic for ChaosNic {
 
 impl Drop for ChaosNic {
     fn drop(&mut self) {
-        let mut st = self.chaos.state.lock();
+        let mut st = self.chaos.lock();
         // The NIC goes on while the thread does whatever comes after its last call.
         st.churn(&self.chaos.fabric);
-        let th = st.thread(self.id);
+        let Some(th) = st.threads.get_mut(self.id).and_then(Option::as_mut) else {
+            return;
+        };
         th.alive = false;
         th.qps.iter_mut().for_each(Qp::drop_notices);
         if th.settled() {

@@ -13,18 +13,52 @@
 //! `Chaos` runs the rules of [`crate::model`] over the whole cluster (store buffers, queue-pair
 //! pipes, remote and local write buffers, remote-atomic locks), choosing among enabled steps with a
 //! seeded RNG; it is what makes the weak outcomes of the litmus tests observable.
+//!
+//! # Bad input
+//! Nothing a caller passes makes the soft NIC panic, abort or hang: every word index (of a
+//! [`WorkRequest`], a CPU access, a peek or poke) is checked against its node's memory
+//! ([`Error::OutOfRange`]), unknown nodes are [`Error::UnknownNode`], memory that cannot be
+//! allocated is an error of [`SoftBackend::try_new`] (at most [`MAX_SOFT_MEMORY`] in all,
+//! allocated zeroed by the OS without being touched), an engine thread the OS refuses is an
+//! error with its `io::Error` as source, and a timeout too large for the clock
+//! ([`Duration::MAX`]) means "no deadline". The remote-atomic lock of `Immediate`/`Threaded` is
+//! released even if a panic unwinds through an RMW.
+//!
+//! # Failures
+//! [`Backend::kill`] (through [`Cluster::kill`](crate::Cluster::kill)) makes a node dead, as if
+//! its process had been killed; the soft NIC detects it **immediately** (the next call of any
+//! thread sees it) and nothing is recovered: a dead node stays dead.
+//!
+//! | what | after `kill(n)` |
+//! |---|---|
+//! | post towards `n` (put, get, rfence, RMW) | fails at once with [`Error::PeerDead`] naming `n`; nothing is posted |
+//! | request towards `n` posted earlier, not executed yet | never executes; its poll (and so `wait`) fails with `PeerDead` (`Threaded`: the engine drops it; `Chaos`: it is discarded from the store buffer, pipe and remote write buffer) |
+//! | request towards `n` already completed | its completion is delivered as usual (`Immediate` executes everything at post time, so only this case exists there) |
+//! | any call of a thread on `n` (post, poll, load, store, cas, mfence), opening a context on `n`, peek/poke of `n` | fails with `PeerDead` naming `n` |
+//! | an RMW of a thread on `n` holding another node's remote-atomic lock (`Chaos`) | discarded; the lock is released |
+//! | `quiesce` | does not wait for work from or towards `n` |
+//! | everything between live nodes | unchanged |
+//!
+//! This is what a real NIC does once it has given up on a peer (a request towards it completes
+//! in error), except that the soft NIC knows at post time and says so there.
+//!
+//! After [`Backend::shutdown`], every poll, wait or quiesce that would block returns
+//! [`Error::Shutdown`] promptly (completions already there are still delivered); the engine
+//! threads of `Threaded` stop and are joined when the backend is dropped (an engine that
+//! panicked is logged, not propagated: nothing panics in `Drop`).
 
 mod chaos;
 mod threaded;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_utils::Backoff;
 
 use super::{Backend, ThreadNic, WorkRequest};
-use crate::{Error, NodeId, Result};
+use crate::mem::Words;
+use crate::{Error, NodeId, Result, WORD};
 
 /// When the soft NIC executes posted work (see the [module docs](self)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -49,35 +83,91 @@ pub enum Schedule {
     },
 }
 
-/// Registered memory of every node, shared by all NICs.
+/// Most registered memory a soft cluster may have, over all its nodes: 1 TiB. The soft NIC's
+/// memory is ordinary heap memory of this process; asking for more is a caller's mistake, refused
+/// with [`Error::Backend`] before anything is allocated.
+pub const MAX_SOFT_MEMORY: u64 = 1 << 40;
+
+/// A deadline `timeout` from now, or `None` (no deadline) when it lies beyond what [`Instant`]
+/// can represent: a caller that passes [`Duration::MAX`] asked to wait as long as needed.
+pub(crate) fn deadline(timeout: Duration) -> Option<Instant> {
+    Instant::now().checked_add(timeout)
+}
+
+/// Whether `deadline` has passed.
+pub(crate) fn expired(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
+}
+
+/// Registered memory of every node, shared by all NICs, with the nodes' fault state.
 #[derive(Debug)]
 pub(crate) struct Fabric {
-    mem: Vec<Box<[AtomicU64]>>,
+    mem: Vec<Words>,
     /// Remote-atomic locks of the `Immediate` and `Threaded` NICs (Chaos keeps its own).
     rmw_locks: Vec<AtomicBool>,
     shutdown: AtomicBool,
+    /// Per node: whether it is dead (fast path of [`Fabric::check_alive`]).
+    dead: Vec<AtomicBool>,
     /// Per node: why it is dead (fault injection, [`Backend::kill`]), or `None`.
-    dead: Vec<parking_lot::Mutex<Option<String>>>,
+    reasons: Vec<parking_lot::Mutex<Option<String>>>,
+    /// Per node: whether its NIC traffic is held back ([`SoftBackend::stall`]).
+    stalled: Vec<AtomicBool>,
+    /// Bumped on every change of `dead` or `stalled`, so that `Chaos` re-reads them only then.
+    epoch: AtomicU64,
 }
 
 impl Fabric {
-    fn new(nodes: usize, words: usize) -> Self {
-        Fabric {
-            mem: (0..nodes)
-                .map(|_| (0..words).map(|_| AtomicU64::new(0)).collect())
-                .collect(),
+    /// `nodes` nodes of `words` zeroed words each, allocated fallibly (a size the machine cannot
+    /// give is an error, not an abort). Pages are zeroed by the allocator, not touched here.
+    fn new(nodes: usize, words: usize) -> Result<Self> {
+        let total = u64::try_from(words)
+            .ok()
+            .and_then(|w| w.checked_mul(WORD))
+            .and_then(|b| b.checked_mul(nodes as u64));
+        match total {
+            Some(t) if t <= MAX_SOFT_MEMORY => {}
+            _ => {
+                return Err(soft_error(format!(
+                    "{nodes} nodes of {words} words is more registered memory than the soft NIC \
+                     allows ({MAX_SOFT_MEMORY} bytes in all)"
+                )))
+            }
+        }
+        let mut mem = Vec::new();
+        mem.try_reserve_exact(nodes)
+            .map_err(|e| soft_error(format!("cannot allocate {nodes} nodes: {e}")))?;
+        for _ in 0..nodes {
+            mem.push(Words::zeroed(words).map_err(|_| {
+                soft_error(format!(
+                    "cannot allocate {words} words of registered memory per node"
+                ))
+            })?);
+        }
+        Ok(Fabric {
+            mem,
             rmw_locks: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
             shutdown: AtomicBool::new(false),
-            dead: (0..nodes).map(|_| parking_lot::Mutex::new(None)).collect(),
-        }
+            dead: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
+            reasons: (0..nodes).map(|_| parking_lot::Mutex::new(None)).collect(),
+            stalled: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
+            epoch: AtomicU64::new(0),
+        })
+    }
+
+    fn nodes(&self) -> usize {
+        self.mem.len()
+    }
+
+    fn words(&self, node: usize) -> usize {
+        self.mem.get(node).map_or(0, Words::len)
     }
 
     fn read(&self, node: usize, word: usize) -> u64 {
-        self.mem[node][word].load(SeqCst)
+        self.mem[node].as_slice()[word].load(SeqCst)
     }
 
     fn write(&self, node: usize, word: usize, v: u64) {
-        self.mem[node][word].store(v, SeqCst)
+        self.mem[node].as_slice()[word].store(v, SeqCst)
     }
 
     fn check_open(&self) -> Result<()> {
@@ -88,9 +178,70 @@ impl Fabric {
         }
     }
 
+    fn is_shut_down(&self) -> bool {
+        self.shutdown.load(SeqCst)
+    }
+
+    /// The node's index, or [`Error::UnknownNode`].
+    fn check_node(&self, node: NodeId) -> Result<usize> {
+        if node.index() < self.nodes() {
+            Ok(node.index())
+        } else {
+            Err(Error::UnknownNode {
+                node,
+                nodes: self.nodes(),
+            })
+        }
+    }
+
+    /// Checks that `word` lies in `node`'s memory (a node index already checked).
+    fn check_word(&self, node: usize, word: usize) -> Result<()> {
+        WorkRequest::check_range(NodeId(node as u16), word, 1, self.words(node))
+    }
+
+    fn is_dead(&self, node: usize) -> bool {
+        self.dead.get(node).is_some_and(|d| d.load(SeqCst))
+    }
+
+    fn is_stalled(&self, node: usize) -> bool {
+        self.stalled.get(node).is_some_and(|d| d.load(SeqCst))
+    }
+
+    /// [`Error::PeerDead`] naming `node` if it was killed.
+    fn check_alive(&self, node: usize) -> Result<()> {
+        if !self.is_dead(node) {
+            return Ok(());
+        }
+        let reason = self.reasons[node]
+            .lock()
+            .clone()
+            .unwrap_or_else(|| "killed".to_owned());
+        Err(Error::PeerDead {
+            node: NodeId(node as u16),
+            reason,
+        })
+    }
+
+    /// What every post checks: the cluster is open, both ends are alive, the target exists and
+    /// every word range of `wr` lies in the memory of its node.
+    fn check_post(&self, from: usize, target: NodeId, wr: &WorkRequest) -> Result<usize> {
+        self.check_open()?;
+        self.check_alive(from)?;
+        let to = self.check_node(target)?;
+        wr.check_ranges(
+            NodeId(from as u16),
+            self.words(from),
+            target,
+            self.words(to),
+        )?;
+        self.check_alive(to)?;
+        Ok(to)
+    }
+
     /// Executes `wr` from `from` towards `to` completely, each phase in order (one valid schedule
     /// of the model). Remote RMWs hold `to`'s remote-atomic lock between their read and their
     /// write, and nothing else takes it: CPU stores and puts may still land in between (spec §3.4).
+    /// The request's ranges were checked at post time.
     fn execute(&self, from: usize, to: usize, wr: WorkRequest) {
         match wr {
             WorkRequest::Write {
@@ -129,6 +280,14 @@ impl Fabric {
     }
 
     fn rmw(&self, node: usize, word: usize, f: impl FnOnce(u64) -> Option<u64>) -> u64 {
+        /// Releases the remote-atomic lock when dropped, also while unwinding: a panic between
+        /// the read and the write must not leave the lock taken and every later RMW spinning.
+        struct Unlock<'a>(&'a AtomicBool);
+        impl Drop for Unlock<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, SeqCst);
+            }
+        }
         let lock = &self.rmw_locks[node];
         let backoff = Backoff::new();
         while lock
@@ -137,12 +296,20 @@ impl Fabric {
         {
             backoff.snooze();
         }
+        let _unlock = Unlock(lock);
         let old = self.read(node, word);
         if let Some(new) = f(old) {
             self.write(node, word, new);
         }
-        lock.store(false, SeqCst);
         old
+    }
+}
+
+fn soft_error(message: String) -> Error {
+    Error::Backend {
+        backend: "soft",
+        message,
+        source: None,
     }
 }
 
@@ -163,16 +330,48 @@ enum Engine {
 
 impl SoftBackend {
     /// A soft cluster of `nodes` nodes with `words` words of registered memory each.
+    ///
+    /// # Panics
+    /// If the memory cannot be allocated or an engine thread cannot be started; use
+    /// [`SoftBackend::try_new`] (what [`ClusterBuilder::build`](crate::ClusterBuilder::build)
+    /// does) to get these as errors.
     pub fn new(nodes: usize, words: usize, schedule: Schedule) -> Self {
-        let fabric = Arc::new(Fabric::new(nodes, words));
+        match Self::try_new(nodes, words, schedule) {
+            Ok(b) => b,
+            Err(e) => panic!("soft NIC: {e}"),
+        }
+    }
+
+    /// A soft cluster of `nodes` nodes with `words` words of registered memory each.
+    ///
+    /// Fails with [`Error::Backend`] when the memory cannot be allocated (more than
+    /// [`MAX_SOFT_MEMORY`] in all, or more than the machine gives: nothing is touched before the
+    /// allocation succeeds), and, under [`Schedule::Threaded`], when an engine thread cannot be
+    /// started (the OS error is the source; the engines already started are stopped).
+    pub fn try_new(nodes: usize, words: usize, schedule: Schedule) -> Result<Self> {
+        let fabric = Arc::new(Fabric::new(nodes, words)?);
         let engine = match schedule {
             Schedule::Immediate => Engine::Immediate,
-            Schedule::Threaded => Engine::Threaded(threaded::Engines::start(&fabric)),
+            Schedule::Threaded => Engine::Threaded(threaded::Engines::start(&fabric)?),
             Schedule::Chaos { seed } => {
                 Engine::Chaos(Arc::new(chaos::Chaos::new(fabric.clone(), seed)))
             }
         };
-        SoftBackend { fabric, engine }
+        Ok(SoftBackend { fabric, engine })
+    }
+
+    /// Fault injection for tests: while `stalled`, the NIC traffic from and to `node` is held
+    /// back, as by a network partition that no failure detector has noticed yet. Requests are
+    /// accepted but not executed, and polls for them block (until their timeout, a
+    /// [`Backend::kill`] of the node, which fails them, or the end of the stall). Only the
+    /// asynchronous schedules ([`Schedule::Threaded`] and [`Schedule::Chaos`]) honour it:
+    /// [`Schedule::Immediate`] executes every request at post time.
+    #[doc(hidden)]
+    pub fn stall(&self, node: NodeId, stalled: bool) -> Result<()> {
+        let n = self.fabric.check_node(node)?;
+        self.fabric.stalled[n].store(stalled, SeqCst);
+        self.fabric.epoch.fetch_add(1, SeqCst);
+        Ok(())
     }
 }
 
@@ -182,16 +381,17 @@ impl Backend for SoftBackend {
     }
 
     fn nodes(&self) -> usize {
-        self.fabric.mem.len()
+        self.fabric.nodes()
     }
 
     fn words(&self, node: NodeId) -> usize {
-        self.fabric.mem.get(node.index()).map_or(0, |m| m.len())
+        self.fabric.words(node.index())
     }
 
     fn open(&self, node: NodeId) -> Result<Box<dyn ThreadNic>> {
         self.fabric.check_open()?;
-        let n = node.index();
+        let n = self.fabric.check_node(node)?;
+        self.fabric.check_alive(n)?;
         Ok(match &self.engine {
             Engine::Immediate => Box::new(ImmediateNic {
                 cpu: DirectCpu {
@@ -214,27 +414,38 @@ impl Backend for SoftBackend {
     }
 
     fn peek(&self, node: NodeId, word: usize) -> Result<u64> {
-        Ok(self.fabric.read(node.index(), word))
+        let n = self.fabric.check_node(node)?;
+        self.fabric.check_word(n, word)?;
+        self.fabric.check_alive(n)?;
+        Ok(self.fabric.read(n, word))
     }
 
     fn poke(&self, node: NodeId, word: usize, value: u64) -> Result<()> {
-        self.fabric.write(node.index(), word, value);
+        let n = self.fabric.check_node(node)?;
+        self.fabric.check_word(n, word)?;
+        self.fabric.check_alive(n)?;
+        self.fabric.write(n, word, value);
         Ok(())
     }
 
     fn dead(&self, node: NodeId) -> Option<String> {
-        self.fabric.dead.get(node.index())?.lock().clone()
+        self.fabric
+            .check_alive(node.index())
+            .err()
+            .map(|e| match e {
+                Error::PeerDead { reason, .. } => reason,
+                other => other.to_string(),
+            })
     }
 
     fn kill(&self, node: NodeId) -> Result<()> {
-        let Some(d) = self.fabric.dead.get(node.index()) else {
-            return Err(Error::UnknownNode {
-                node,
-                nodes: self.nodes(),
-            });
-        };
-        d.lock()
+        let n = self.fabric.check_node(node)?;
+        self.fabric.reasons[n]
+            .lock()
             .get_or_insert_with(|| "killed by fault injection".to_owned());
+        self.fabric.dead[n].store(true, SeqCst);
+        self.fabric.epoch.fetch_add(1, SeqCst);
+        tracing::debug!(target: "loco::rdmawait", %node, "soft NIC: node dead");
         Ok(())
     }
 
@@ -249,6 +460,9 @@ impl Backend for SoftBackend {
 impl Drop for SoftBackend {
     fn drop(&mut self) {
         self.shutdown();
+        if let Engine::Threaded(e) = &mut self.engine {
+            e.join();
+        }
     }
 }
 
@@ -263,16 +477,20 @@ struct ImmediateNic {
 impl ThreadNic for ImmediateNic {
     fn post(&mut self, target: NodeId, wr: WorkRequest) -> Result<()> {
         let DirectCpu { fabric, node } = &self.cpu;
-        fabric.check_open()?;
-        fabric.execute(*node, target.index(), wr);
+        let to = fabric.check_post(*node, target, &wr)?;
+        fabric.execute(*node, to, wr);
         if wr.completes() {
-            self.unpolled[target.index()] += 1;
+            self.unpolled[to] += 1;
         }
         Ok(())
     }
 
     fn poll(&mut self, target: NodeId, _timeout: Duration) -> Result<()> {
-        let c = &mut self.unpolled[target.index()];
+        // Everything executed at post time: a completion of a request towards a node that died
+        // since is still delivered, as from a real NIC's completion queue.
+        self.cpu.alive()?;
+        let t = self.cpu.fabric.check_node(target)?;
+        let c = &mut self.unpolled[t];
         if *c == 0 {
             return Err(Error::NothingPending { node: target });
         }
@@ -281,21 +499,19 @@ impl ThreadNic for ImmediateNic {
     }
 
     fn load(&mut self, word: usize) -> Result<u64> {
-        Ok(self.cpu.load(word))
+        self.cpu.load(word)
     }
 
     fn store(&mut self, word: usize, value: u64) -> Result<()> {
-        self.cpu.store(word, value);
-        Ok(())
+        self.cpu.store(word, value)
     }
 
     fn cas(&mut self, word: usize, expected: u64, new: u64) -> Result<u64> {
-        Ok(self.cpu.cas(word, expected, new))
+        self.cpu.cas(word, expected, new)
     }
 
     fn mfence(&mut self) -> Result<()> {
-        self.cpu.mfence();
-        Ok(())
+        self.cpu.mfence()
     }
 }
 
@@ -309,26 +525,44 @@ struct DirectCpu {
 }
 
 impl DirectCpu {
-    fn load(&self, word: usize) -> u64 {
-        self.fabric.read(self.node, word)
+    /// [`Error::PeerDead`] once the thread's own node was killed: its process is gone.
+    fn alive(&self) -> Result<()> {
+        self.fabric.check_alive(self.node)
     }
 
-    fn store(&self, word: usize, value: u64) {
-        self.fabric.write(self.node, word, value)
+    /// Checks that the thread's node is alive and `word` is in its memory.
+    fn word(&self, word: usize) -> Result<()> {
+        self.alive()?;
+        self.fabric.check_word(self.node, word)
+    }
+
+    fn load(&self, word: usize) -> Result<u64> {
+        self.word(word)?;
+        Ok(self.fabric.read(self.node, word))
+    }
+
+    fn store(&self, word: usize, value: u64) -> Result<()> {
+        self.word(word)?;
+        self.fabric.write(self.node, word, value);
+        Ok(())
     }
 
     /// Atomic on memory; ignores the remote-atomic lock (spec §4).
-    fn cas(&self, word: usize, expected: u64, new: u64) -> u64 {
-        cpu_cas(&self.fabric, self.node, word, expected, new)
+    fn cas(&self, word: usize, expected: u64, new: u64) -> Result<u64> {
+        self.word(word)?;
+        Ok(cpu_cas(&self.fabric, self.node, word, expected, new))
     }
 
-    fn mfence(&self) {
+    fn mfence(&self) -> Result<()> {
+        self.alive()?;
         std::sync::atomic::fence(SeqCst);
+        Ok(())
     }
 }
 
+/// CPU compare-and-swap on a word already checked.
 fn cpu_cas(fabric: &Fabric, node: usize, word: usize, expected: u64, new: u64) -> u64 {
-    match fabric.mem[node][word].compare_exchange(expected, new, SeqCst, SeqCst) {
+    match fabric.mem[node].as_slice()[word].compare_exchange(expected, new, SeqCst, SeqCst) {
         Ok(v) | Err(v) => v,
     }
 }

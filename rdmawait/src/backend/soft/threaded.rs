@@ -7,14 +7,15 @@
 //! not depend on the OS scheduling the engine thread, which on a machine with fewer cores than
 //! busy threads would otherwise cost a time slice per completion.
 
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
-use super::{DirectCpu, Fabric};
+use super::{deadline, expired, DirectCpu, Fabric};
 use crate::backend::{ThreadNic, WorkRequest};
 use crate::error::TimeoutKind;
 use crate::{Error, NodeId, Result};
@@ -45,22 +46,47 @@ struct NodeQueue {
     node: usize,
     rx: Receiver<Job>,
     /// Held while taking *and* executing a request, so requests execute one at a time in order.
-    exec: Mutex<()>,
+    /// Holds the head request when it is held back by a stall ([`super::SoftBackend::stall`]).
+    exec: Mutex<Option<Job>>,
+    /// Whether `exec` holds a request.
+    held: AtomicBool,
 }
 
 impl NodeQueue {
-    /// Executes the next request if there is one and nobody else is executing; true if it did.
+    fn has_work(&self) -> bool {
+        !self.rx.is_empty() || self.held.load(SeqCst)
+    }
+
+    /// Executes the next request if there is one and nobody else is executing; true if it did
+    /// (or dropped it: a request from or to a dead node completes in error, without touching
+    /// memory).
     fn run_one(&self, fabric: &Fabric, inflight: &AtomicU64, block: bool) -> bool {
         let guard = if block {
             Some(self.exec.lock())
         } else {
             self.exec.try_lock()
         };
-        let Some(_guard) = guard else { return false };
-        let Ok(job) = self.rx.try_recv() else {
-            return false;
+        let Some(mut head) = guard else { return false };
+        let job = match head.take() {
+            Some(job) => job,
+            None => match self.rx.try_recv() {
+                Ok(job) => job,
+                Err(_) => return false,
+            },
         };
-        fabric.execute(self.node, job.to, job.wr);
+        let (from, to) = (self.node, job.to);
+        if fabric.is_dead(from) || fabric.is_dead(to) {
+            self.held.store(false, SeqCst);
+            inflight.fetch_sub(1, SeqCst);
+            return true;
+        }
+        if fabric.is_stalled(from) || fabric.is_stalled(to) {
+            *head = Some(job);
+            self.held.store(true, SeqCst);
+            return false;
+        }
+        self.held.store(false, SeqCst);
+        fabric.execute(from, to, job.wr);
         if job.wr.completes() {
             job.done.fetch_add(1, SeqCst);
         }
@@ -76,37 +102,60 @@ pub(super) struct Engines {
     queues: Vec<Arc<NodeQueue>>,
     /// Requests posted and not yet executed, over all nodes.
     inflight: Arc<AtomicU64>,
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl Engines {
-    pub(super) fn start(fabric: &Arc<Fabric>) -> Self {
+    /// Starts one engine per node. If the OS refuses a thread, the engines already started are
+    /// stopped and joined, and the error is returned.
+    pub(super) fn start(fabric: &Arc<Fabric>) -> Result<Self> {
         let inflight = Arc::new(AtomicU64::new(0));
-        let (senders, queues) = (0..fabric.mem.len())
-            .map(|node| {
-                let (tx, rx) = crossbeam_channel::unbounded();
-                let queue = Arc::new(NodeQueue {
-                    node,
-                    rx,
-                    exec: Mutex::new(()),
-                });
-                let (fabric, inflight, q) = (fabric.clone(), inflight.clone(), queue.clone());
-                std::thread::Builder::new()
-                    .name(format!("loco-nic-n{node}"))
-                    .spawn(move || run(&fabric, &q, &inflight))
-                    .expect("spawning a NIC engine thread");
-                (tx, queue)
-            })
-            .unzip();
-        Engines {
+        let nodes = fabric.nodes();
+        let (mut senders, mut queues, mut threads) = (
+            Vec::with_capacity(nodes),
+            Vec::with_capacity(nodes),
+            Vec::with_capacity(nodes),
+        );
+        for node in 0..nodes {
+            let (tx, rx) = crossbeam_channel::unbounded();
+            let queue = Arc::new(NodeQueue {
+                node,
+                rx,
+                exec: Mutex::new(None),
+                held: AtomicBool::new(false),
+            });
+            let (f, inf, q) = (fabric.clone(), inflight.clone(), queue.clone());
+            let spawned = std::thread::Builder::new()
+                .name(format!("loco-nic-n{node}"))
+                .spawn(move || run(&f, &q, &inf));
+            match spawned {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    fabric.shutdown.store(true, SeqCst);
+                    for t in threads {
+                        let _ = t.join();
+                    }
+                    return Err(Error::Backend {
+                        backend: "soft",
+                        message: format!("cannot start the NIC engine thread of n{node}"),
+                        source: Some(e),
+                    });
+                }
+            }
+            senders.push(tx);
+            queues.push(queue);
+        }
+        Ok(Engines {
             senders: Mutex::new(Some(senders)),
             queues,
             inflight,
-        }
+            threads,
+        })
     }
 
     pub(super) fn open(&self, fabric: &Arc<Fabric>, node: usize) -> Result<ThreadedNic> {
         let tx = self.senders.lock().as_ref().ok_or(Error::Shutdown)?[node].clone();
-        let nodes = fabric.mem.len();
+        let nodes = fabric.nodes();
         Ok(ThreadedNic {
             cpu: DirectCpu {
                 fabric: fabric.clone(),
@@ -120,15 +169,26 @@ impl Engines {
         })
     }
 
-    /// Stops accepting work; the engines exit once their queues are drained.
+    /// Stops accepting work; the engines exit once they can make no more progress.
     pub(super) fn stop(&self) {
         self.senders.lock().take();
     }
 
+    /// Joins the engine threads (after [`Engines::stop`] and the fabric's shutdown). An engine
+    /// that panicked is not an error here: dropping a cluster never panics.
+    pub(super) fn join(&mut self) {
+        for t in self.threads.drain(..) {
+            if t.join().is_err() {
+                tracing::error!(target: "loco::rdmawait", "a soft NIC engine thread panicked");
+            }
+        }
+    }
+
     pub(super) fn quiesce(&self, fabric: &Fabric, timeout: Duration) -> Result<()> {
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline(timeout);
         while self.inflight.load(SeqCst) != 0 {
-            if Instant::now() >= deadline {
+            fabric.check_open()?;
+            if expired(deadline) {
                 return Err(Error::Timeout {
                     what: TimeoutKind::Quiesce,
                     after: timeout,
@@ -151,12 +211,13 @@ fn run(fabric: &Fabric, queue: &NodeQueue, inflight: &AtomicU64) {
     let mut idle_since: Option<Instant> = None;
     let mut sleep = Duration::from_micros(10);
     loop {
-        if !queue.rx.is_empty() && queue.run_one(fabric, inflight, true) {
+        if queue.has_work() && queue.run_one(fabric, inflight, true) {
             idle_since = None;
             sleep = Duration::from_micros(10);
             continue;
         }
-        if fabric.shutdown.load(SeqCst) && queue.rx.is_empty() {
+        // After a shutdown, what could still run has run (the line above): stop.
+        if fabric.is_shut_down() {
             return;
         }
         let since = *idle_since.get_or_insert_with(Instant::now);
@@ -184,8 +245,7 @@ pub(super) struct ThreadedNic {
 
 impl ThreadNic for ThreadedNic {
     fn post(&mut self, target: NodeId, wr: WorkRequest) -> Result<()> {
-        self.cpu.fabric.check_open()?;
-        let t = target.index();
+        let t = self.cpu.fabric.check_post(self.cpu.node, target, &wr)?;
         self.inflight.fetch_add(1, SeqCst);
         let job = Job {
             to: t,
@@ -200,13 +260,26 @@ impl ThreadNic for ThreadedNic {
     }
 
     fn poll(&mut self, target: NodeId, timeout: Duration) -> Result<()> {
-        let t = target.index();
+        let fabric = self.cpu.fabric.clone();
+        let t = fabric.check_node(target)?;
         let want = self.polled[t] + 1;
         let mut spins = 0u32;
         let mut deadline = None;
-        while self.done[t].load(SeqCst) < want {
+        loop {
+            self.cpu.alive()?;
+            if self.done[t].load(SeqCst) >= want {
+                break;
+            }
+            // Not executed yet: if the target died, it never will be (the engine drops it).
+            if let Err(e) = fabric.check_alive(t) {
+                self.polled[t] = want;
+                return Err(e);
+            }
+            if fabric.is_shut_down() {
+                return Err(Error::Shutdown);
+            }
             // Help first: yielding on a busy machine can cost a whole time slice.
-            if self.queue.run_one(&self.cpu.fabric, &self.inflight, false) {
+            if self.queue.run_one(&fabric, &self.inflight, false) {
                 continue;
             }
             if spins < SPINS_BEFORE_YIELD {
@@ -214,8 +287,7 @@ impl ThreadNic for ThreadedNic {
                 std::hint::spin_loop();
                 continue;
             }
-            let d = *deadline.get_or_insert_with(|| Instant::now() + timeout);
-            if Instant::now() >= d {
+            if expired(*deadline.get_or_insert_with(|| super::deadline(timeout))) {
                 return Err(Error::Timeout {
                     what: TimeoutKind::Poll(target),
                     after: timeout,
@@ -228,20 +300,18 @@ impl ThreadNic for ThreadedNic {
     }
 
     fn load(&mut self, word: usize) -> Result<u64> {
-        Ok(self.cpu.load(word))
+        self.cpu.load(word)
     }
 
     fn store(&mut self, word: usize, value: u64) -> Result<()> {
-        self.cpu.store(word, value);
-        Ok(())
+        self.cpu.store(word, value)
     }
 
     fn cas(&mut self, word: usize, expected: u64, new: u64) -> Result<u64> {
-        Ok(self.cpu.cas(word, expected, new))
+        self.cpu.cas(word, expected, new)
     }
 
     fn mfence(&mut self) -> Result<()> {
-        self.cpu.mfence();
-        Ok(())
+        self.cpu.mfence()
     }
 }
