@@ -435,7 +435,13 @@ impl Cluster {
     /// Work towards or from a dead node does not count (it failed); after [`Cluster::shutdown`]
     /// a quiesce that would block fails with [`Error::Shutdown`].
     pub fn quiesce(&self) -> Result<()> {
-        self.inner.backend.quiesce(self.inner.timeout)
+        self.quiesce_timeout(self.inner.timeout)
+    }
+
+    /// [`Cluster::quiesce`] with its own timeout ([`Duration::MAX`]: as long as needed;
+    /// [`Duration::ZERO`]: only checks).
+    pub fn quiesce_timeout(&self, timeout: Duration) -> Result<()> {
+        self.inner.backend.quiesce(timeout)
     }
 
     /// Reads the word at `loc` directly from node memory, bypassing NICs and store buffers (for

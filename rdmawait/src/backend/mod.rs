@@ -196,3 +196,42 @@ pub trait ThreadNic: Send + fmt::Debug {
     /// CPU memory fence: drains the store buffer.
     fn mfence(&mut self) -> Result<()>;
 }
+
+/// A shared backend is a backend: keep an `Arc` of a backend you give to
+/// [`Cluster::with_backend`](crate::Cluster::with_backend), to reach its own methods later (e.g.
+/// the soft NIC's fault injection in tests).
+impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
+    fn nodes(&self) -> usize {
+        (**self).nodes()
+    }
+    fn words(&self, node: NodeId) -> usize {
+        (**self).words(node)
+    }
+    fn is_local(&self, node: NodeId) -> bool {
+        (**self).is_local(node)
+    }
+    fn open(&self, node: NodeId) -> Result<Box<dyn ThreadNic>> {
+        (**self).open(node)
+    }
+    fn quiesce(&self, timeout: Duration) -> Result<()> {
+        (**self).quiesce(timeout)
+    }
+    fn peek(&self, node: NodeId, word: usize) -> Result<u64> {
+        (**self).peek(node, word)
+    }
+    fn poke(&self, node: NodeId, word: usize, value: u64) -> Result<()> {
+        (**self).poke(node, word, value)
+    }
+    fn shutdown(&self) {
+        (**self).shutdown()
+    }
+    fn dead(&self, node: NodeId) -> Option<String> {
+        (**self).dead(node)
+    }
+    fn kill(&self, node: NodeId) -> Result<()> {
+        (**self).kill(node)
+    }
+}

@@ -566,3 +566,36 @@ fn cpu_cas(fabric: &Fabric, node: usize, word: usize, expected: u64, new: u64) -
         Ok(v) | Err(v) => v,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_inside_an_rmw_releases_the_remote_atomic_lock() {
+        let f = Fabric::new(1, 4).unwrap();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            f.rmw(0, 1, |_| panic!("inside the remote-atomic lock"))
+        }));
+        assert!(r.is_err());
+        assert!(!f.rmw_locks[0].load(SeqCst), "the lock was released");
+        assert_eq!(f.rmw(0, 1, |v| Some(v + 5)), 0);
+        assert_eq!(f.read(0, 1), 5);
+    }
+
+    #[test]
+    fn memory_sizes_are_checked_before_allocation() {
+        assert!(Fabric::new(2, 0).is_ok());
+        assert!(Fabric::new(1, usize::MAX).is_err());
+        assert!(Fabric::new(usize::MAX, 1).is_err());
+        let too_big = (MAX_SOFT_MEMORY / WORD) as usize + 1;
+        assert!(Fabric::new(1, too_big).is_err());
+    }
+
+    #[test]
+    fn huge_timeouts_mean_no_deadline() {
+        assert_eq!(deadline(Duration::MAX), None);
+        assert!(!expired(None));
+        assert!(expired(deadline(Duration::ZERO)));
+    }
+}
