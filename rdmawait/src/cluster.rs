@@ -264,8 +264,16 @@ impl ClusterBuilder {
     /// all nodes, or more than the machine gives; nothing is touched before the allocation
     /// succeeds), and when an engine thread cannot be started.
     pub fn build(self) -> Result<Cluster> {
+        #[cfg(feature = "verbs")]
+        let backend = if self.verbs.is_some() {
+            "verbs"
+        } else {
+            "soft"
+        };
+        #[cfg(not(feature = "verbs"))]
+        let backend = "soft";
         let words = usize::try_from(self.memory / WORD).map_err(|_| Error::Backend {
-            backend: "soft",
+            backend,
             message: format!(
                 "{} bytes of registered memory per node do not fit this machine's address space",
                 self.memory

@@ -30,7 +30,20 @@
 //!
 //! # Errors
 //! Every operation returns [`Result`]; bad locations (misaligned, out of range, foreign, not
-//! local), unknown nodes, timeouts, failed completions and shut-down clusters are [`Error`]s.
+//! local), unknown nodes, timeouts, failed completions, dead peers and shut-down clusters are
+//! [`Error`]s. No value a caller passes makes the library panic, abort or hang: raw
+//! [`WorkRequest`]s given to [`Ctx::post`] are range-checked, sizes and offsets near `u64::MAX`
+//! are checked arithmetic, memory that cannot be allocated is an error of
+//! [`ClusterBuilder::build`], and a [`Duration::MAX`](std::time::Duration::MAX) timeout means
+//! "as long as needed".
+//!
+//! # Failures
+//! A node can die ([`Cluster::kill`] injects it on the soft NIC; the verbs backend detects dead
+//! peers). From then on every call that depends on it fails with [`Error::PeerDead`] naming it,
+//! a blocked `wait` or `poll` included, while calls between live nodes keep working; a dead
+//! node is never recovered. [`Cluster::kill`] and the [soft NIC's docs](backend::soft) say
+//! exactly what fails and when. [`Cluster::shutdown`] frees every blocked call with
+//! [`Error::Shutdown`].
 //!
 //! # Observability
 //! Posts, completions, waits and errors are `tracing` events under the target
