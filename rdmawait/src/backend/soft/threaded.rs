@@ -109,6 +109,17 @@ impl Engines {
     /// Starts one engine per node. If the OS refuses a thread, the engines already started are
     /// stopped and joined, and the error is returned.
     pub(super) fn start(fabric: &Arc<Fabric>) -> Result<Self> {
+        Self::start_with(fabric, |builder, f| builder.spawn(f))
+    }
+
+    /// [`Engines::start`] with the thread spawner given (tests make it fail).
+    fn start_with(
+        fabric: &Arc<Fabric>,
+        mut spawn: impl FnMut(
+            std::thread::Builder,
+            Box<dyn FnOnce() + Send>,
+        ) -> std::io::Result<JoinHandle<()>>,
+    ) -> Result<Self> {
         let inflight = Arc::new(AtomicU64::new(0));
         let nodes = fabric.nodes();
         let (mut senders, mut queues, mut threads) = (
@@ -125,9 +136,10 @@ impl Engines {
                 held: AtomicBool::new(false),
             });
             let (f, inf, q) = (fabric.clone(), inflight.clone(), queue.clone());
-            let spawned = std::thread::Builder::new()
-                .name(format!("loco-nic-n{node}"))
-                .spawn(move || run(&f, &q, &inf));
+            let spawned = spawn(
+                std::thread::Builder::new().name(format!("loco-nic-n{node}")),
+                Box::new(move || run(&f, &q, &inf)),
+            );
             match spawned {
                 Ok(t) => threads.push(t),
                 Err(e) => {
@@ -313,5 +325,38 @@ impl ThreadNic for ThreadedNic {
 
     fn mfence(&mut self) -> Result<()> {
         self.cpu.mfence()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_engine_the_os_refuses_is_an_error_and_the_others_stop() {
+        let fabric = Arc::new(Fabric::new(3, 4).unwrap());
+        let mut started = 0;
+        let r = Engines::start_with(&fabric, |builder, f| {
+            if started == 2 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::WouldBlock,
+                    "no more threads",
+                ));
+            }
+            started += 1;
+            builder.spawn(f)
+        });
+        let Err(Error::Backend {
+            backend: "soft",
+            message,
+            source: Some(e),
+        }) = r
+        else {
+            panic!("expected a backend error with its source, got {r:?}");
+        };
+        assert!(message.contains("n2"), "{message}");
+        assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock);
+        // The two engines that did start were stopped and joined (start_with returned).
+        assert!(fabric.is_shut_down());
     }
 }
