@@ -100,8 +100,9 @@
 //! - A weak or strong lock's dead holder is not skipped (its release is a broadcast from the
 //!   holder's node; no announcement to read): its waiters get `Timeout`.
 //! - A ticket given up while [`MARKS`] (16) or more tickets before it are still
-//!   unserved cannot be marked at once; the mark is **owed** and paid by the thread's next call
-//!   on the lock (or [`Lock::leave`]).
+//!   unserved cannot be marked at once; the mark is **owed**, kept in the lock handle, and paid
+//!   by the next thread of the same process that calls the lock or waits for it. If no thread of
+//!   that process uses the lock again, the ticket blocks.
 //! - Skipping a dead holder trusts the failure detector: a node reported dead must have stopped
 //!   (fail-stop), and its last writes must have landed or been dropped. A partitioned node that
 //!   wakes up inside its critical section breaks mutual exclusion (a lease would be needed).

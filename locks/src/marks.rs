@@ -11,8 +11,11 @@
 //! exclusion and the publication guarantees survive.
 //!
 //! The ring has room for the marks of the `K` tickets after the one the lock is released to; a
-//! thread that gives up a ticket further back than that cannot mark it yet and **owes** the mark
-//! (kept in its per-thread state, paid on its next call on the lock).
+//! ticket given up further back than that cannot be marked yet: the mark is **owed**, kept in
+//! the lock handle ([`Debts`], shared by the threads of the process) and paid by the next thread
+//! of the process that calls the lock or waits for it.
+
+use std::sync::Mutex;
 
 use loco_rdmawait::{Ctx, Loc, WorkId};
 use loco_rdmawaitrmw::Rmw;
@@ -78,4 +81,33 @@ pub(crate) fn mark(
     ctx.rcas(&w, m, u + 1, scratch, wid)?;
     d.wait(ctx, wid)?;
     Ok(ctx.load(scratch)? == m)
+}
+
+/// Tickets given up whose marks could not be written yet (see the module docs): paid by any
+/// thread of the process that uses the lock next.
+#[derive(Debug, Default)]
+pub(crate) struct Debts(Mutex<Vec<u64>>);
+
+impl Debts {
+    pub(crate) fn push(&self, u: u64) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(u);
+    }
+
+    /// Tries `pay` on every owed ticket; keeps those it could not pay.
+    pub(crate) fn pay(&self, mut pay: impl FnMut(u64) -> bool) {
+        let owed: Vec<u64> = {
+            let mut v = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            if v.is_empty() {
+                return;
+            }
+            std::mem::take(&mut *v)
+        };
+        let left: Vec<u64> = owed.into_iter().filter(|&u| !pay(u)).collect();
+        if !left.is_empty() {
+            self.0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(left);
+        }
+    }
 }

@@ -27,7 +27,8 @@ const NL_ACQ: WorkId = WorkId::internal(0x4C4B_0011);
 const NL_REL: WorkId = WorkId::internal(0x4C4B_0012);
 
 /// How long a thread that gives a ticket up spends marking it (beyond the caller's deadline):
-/// a few round trips to the lock's node. If that does not suffice, the mark is owed.
+/// a few round trips to the lock's node. If that does not suffice, the mark is owed (see
+/// [`marks::Debts`]).
 pub(crate) const ABANDON_BUDGET: Duration = Duration::from_millis(500);
 
 /// How often a stalled waiter looks for an abandoned or dead ticket (a round trip to n, plus one
@@ -48,6 +49,7 @@ pub struct RawNLock {
     rel: Loc,
     held: Loc,
     ab: Loc,
+    debts: marks::Debts,
 }
 
 impl RawNLock {
@@ -64,6 +66,7 @@ impl RawNLock {
             rel,
             held,
             ab,
+            debts: Default::default(),
         })
     }
 
@@ -188,6 +191,7 @@ impl RawNLock {
             self.cluster.check_alive(self.node())?;
             if looked.elapsed() >= LOOK_EVERY {
                 looked = std::time::Instant::now();
+                self.pay_debts(ctx, me);
                 if self.pass_on(ctx, me, raw, d)? {
                     continue;
                 }
@@ -201,21 +205,28 @@ impl RawNLock {
 
     /// Gives ticket `u` up: if the lock is already released to it, pass it on at once;
     /// otherwise leave its abandon mark. Takes at most [`ABANDON_BUDGET`]; on failure the mark
-    /// is owed and retried by the thread's next call on the lock.
+    /// is owed (paid by the process's next caller).
     fn abandon(&self, ctx: &Ctx, me: &ThreadLock, u: u64) {
         let d = Deadline::after(ABANDON_BUDGET);
         match self.try_abandon(ctx, me, u, &d) {
             Ok(true) => {
-                me.owed.set(None);
                 tracing::debug!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = u, "nlock: ticket abandoned");
             }
-            Ok(false) => me.owed.set(Some(u)),
+            Ok(false) => self.debts.push(u),
             Err(e) => {
-                me.owed.set(Some(u));
+                self.debts.push(u);
                 tracing::warn!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = u, error = %e,
-                    "nlock: could not mark an abandoned ticket; retried on this thread's next call");
+                    "nlock: could not mark an abandoned ticket; owed to the next caller");
             }
         }
+    }
+
+    /// Marks the tickets given up earlier in this process that could not be marked then.
+    fn pay_debts(&self, ctx: &Ctx, me: &ThreadLock) {
+        self.debts.pay(|u| {
+            let d = Deadline::after(ABANDON_BUDGET);
+            matches!(self.try_abandon(ctx, me, u, &d), Ok(true))
+        });
     }
 
     fn try_abandon(&self, ctx: &Ctx, me: &ThreadLock, u: u64, d: &Deadline) -> Result<bool> {
@@ -260,7 +271,8 @@ impl RawNLock {
         Ok(true)
     }
 
-    /// Pays what an earlier call left behind: the ticket of an FAA that timed out, an owed mark.
+    /// Pays what earlier calls left behind: the ticket of this thread's FAA that timed out, the
+    /// process's owed marks.
     fn settle(&self, ctx: &Ctx, me: &ThreadLock, d: &Deadline) -> Result<()> {
         if me.pending_faa.get() || me.pending_cas.get().is_some() {
             Self::wait_acq(ctx, me, d)?;
@@ -271,9 +283,8 @@ impl RawNLock {
             if ours {
                 self.abandon(ctx, me, u);
             }
-        } else if let Some(u) = me.owed.get() {
-            self.abandon(ctx, me, u);
         }
+        self.pay_debts(ctx, me);
         Ok(())
     }
 

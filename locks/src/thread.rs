@@ -85,8 +85,6 @@ pub(crate) struct ThreadLock {
     pub(crate) poisoned: Cell<bool>,
     /// The last value the thread stored in its `rel` slot (wlock).
     pub(crate) last_rel: Cell<u64>,
-    /// A ticket this thread gave up but could not mark abandoned yet (retried on its next call).
-    pub(crate) owed: Cell<Option<u64>>,
     /// The ticket FAA timed out: its result will land in `word` later; the next call reads it
     /// and abandons that ticket.
     pub(crate) pending_faa: Cell<bool>,
@@ -129,7 +127,6 @@ impl ThreadLock {
             held: Cell::new(None),
             poisoned: Cell::new(false),
             last_rel: Cell::new(0),
-            owed: Cell::new(None),
             pending_faa: Cell::new(false),
             pending_cas: Cell::new(None),
             dirty: Cell::new(false),
@@ -147,10 +144,6 @@ impl Drop for ThreadLock {
                 "a context was dropped while holding a lock: the lock stays held until its node is reported dead");
             // Keep the slot and words: the hold is not over.
             return;
-        }
-        if let Some(t) = self.owed.get() {
-            tracing::warn!(target: "loco::locks", ticket = t, node = %self.word.node(),
-                "a context was dropped owing an abandon mark: that ticket blocks the lock");
         }
         let dirty = self.dirty.get() || self.pending_faa.get() || self.pending_cas.get().is_some();
         if let Some(d) = &self.on_drop {
@@ -268,11 +261,6 @@ impl Spin {
             round: 0,
             start: Instant::now(),
         }
-    }
-
-    /// How long this spin has lasted.
-    pub(crate) fn elapsed(&self) -> Duration {
-        self.start.elapsed()
     }
 
     /// Waits for a ticket lock's turn with `ahead` holders still before us: proportional

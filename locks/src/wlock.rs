@@ -45,6 +45,7 @@ pub struct RawWLock {
     ab: Loc,
     rel: Vec<SharedVar>,
     pool: Arc<SlotPool>,
+    debts: marks::Debts,
 }
 
 /// `rel` slots handed back by dropped contexts (process-local), with the last value their
@@ -92,6 +93,7 @@ impl RawWLock {
             ab,
             rel,
             pool: Arc::default(),
+            debts: Default::default(),
         })
     }
 
@@ -263,6 +265,7 @@ impl RawWLock {
                 Err(high) => {
                     if looked.elapsed() >= LOOK_EVERY && high.wrapping_sub(t) >= 1 << 62 {
                         looked = Instant::now();
+                        self.pay_debts(ctx, me);
                         if let Some(raw) = Self::copy_of(ctx, me, high)? {
                             if self.forward(ctx, me, raw, d)? {
                                 continue;
@@ -282,16 +285,23 @@ impl RawWLock {
         let d = Deadline::after(ABANDON_BUDGET);
         match self.try_abandon(ctx, me, u, &d) {
             Ok(true) => {
-                me.owed.set(None);
                 tracing::debug!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = u, "wlock: ticket abandoned");
             }
-            Ok(false) => me.owed.set(Some(u)),
+            Ok(false) => self.debts.push(u),
             Err(e) => {
-                me.owed.set(Some(u));
+                self.debts.push(u);
                 tracing::warn!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = u, error = %e,
-                    "wlock: could not mark an abandoned ticket; retried on this thread's next call");
+                    "wlock: could not mark an abandoned ticket; owed to the next caller");
             }
         }
+    }
+
+    /// Marks the tickets given up earlier in this process that could not be marked then.
+    fn pay_debts(&self, ctx: &Ctx, me: &ThreadLock) {
+        self.debts.pay(|u| {
+            let d = Deadline::after(ABANDON_BUDGET);
+            matches!(self.try_abandon(ctx, me, u, &d), Ok(true))
+        });
     }
 
     fn try_abandon(&self, ctx: &Ctx, me: &ThreadLock, u: u64, d: &Deadline) -> Result<bool> {
@@ -331,9 +341,8 @@ impl RawWLock {
             if ours {
                 self.abandon(ctx, me, u);
             }
-        } else if let Some(u) = me.owed.get() {
-            self.abandon(ctx, me, u);
         }
+        self.pay_debts(ctx, me);
         Ok(())
     }
 
