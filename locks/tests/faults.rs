@@ -41,7 +41,6 @@ trait AnyLock: Send + Sync {
     fn try_for(&self, ctx: &loco_rdmawait::Ctx, t: Duration) -> Result<u64>;
     fn hold_forever(&self, ctx: &loco_rdmawait::Ctx) -> Result<u64>;
     fn release(&self, ctx: &loco_rdmawait::Ctx) -> Result<()>;
-    fn leave(&self, ctx: &loco_rdmawait::Ctx) -> Result<()>;
 }
 
 impl<R: RawLock + 'static> AnyLock for Lock<R> {
@@ -79,9 +78,6 @@ impl<R: RawLock + 'static> AnyLock for Lock<R> {
     }
     fn release(&self, ctx: &loco_rdmawait::Ctx) -> Result<()> {
         self.raw().release(ctx)
-    }
-    fn leave(&self, ctx: &loco_rdmawait::Ctx) -> Result<()> {
-        Lock::leave(self, ctx)
     }
 }
 

@@ -24,7 +24,7 @@ fn op(t: usize, k: u64) -> RegisterOp {
     match (t as u64 * 7 + k) % 4 {
         0 => RegisterOp::Read,
         1 => RegisterOp::Write(1 + (t as u64 * 5 + k) % 3),
-        2 => RegisterOp::Cas((k % 3) as u64, 1 + k % 3),
+        2 => RegisterOp::Cas(k % 3, 1 + k % 3),
         _ => RegisterOp::Faa(1),
     }
 }
