@@ -34,8 +34,8 @@ pub enum Error {
         /// The timeout that expired.
         after: Duration,
     },
-    /// More threads used a weak or strong lock than it was created for (its `rel[*]` array is
-    /// full).
+    /// More threads use a weak or strong lock at once than it was created for (its `rel[*]`
+    /// array is full; slots of dropped contexts come back, see the crate's Failures section).
     #[error("the lock admits at most {max} threads, and all their slots are taken")]
     TooManyThreads {
         /// The bound chosen at creation.

@@ -28,7 +28,7 @@ fn cluster(schedule: Schedule, timeout: Duration) -> Cluster {
 
 fn schedules() -> Vec<Schedule> {
     let mut s = vec![Schedule::Threaded];
-    s.extend((1..=4).map(|seed| Schedule::Chaos { seed }));
+    s.extend((1..=8).map(|seed| Schedule::Chaos { seed }));
     s
 }
 
@@ -226,7 +226,7 @@ fn abandoned_tickets_are_passed_threaded() -> Result<()> {
 
 #[test]
 fn abandoned_tickets_are_passed_chaos() -> Result<()> {
-    for seed in 1..=4 {
+    for seed in 1..=10 {
         abandon_storm(Schedule::Chaos { seed })?;
     }
     Ok(())
