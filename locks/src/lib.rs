@@ -77,6 +77,8 @@
 //! | a holder does not release | [`Lock::acquire`] gives up with [`Error::Timeout`] after the cluster's timeout ([`Cluster::timeout`]); [`Lock::acquire_timeout`] / [`Lock::acquire_until`] after the caller's, within a small margin |
 //! | an acquire gives up or fails after taking its ticket | the ticket is **abandoned**: marked so that the next thread to find the lock released to it passes it on; nothing blocks later tickets |
 //! | the holder's node dies (node lock) | a waiter that finds the lock released to a ticket entered by a node reported dead ([`Cluster::check_alive`]) skips that ticket; the next holder is told ([`LockGuard::was_poisoned`]) |
+//! | a waiter's node dies (node lock) | the same, for a ticket its node announced waiting for (after 1 ms of waiting); the next holder is told, conservatively |
+//! | the calling thread's own node is reported dead | its waiting acquire stops with `PeerDead` naming that node, writing nothing |
 //! | the lock's own node dies (node lock) | every acquire fails with [`PeerDead`](loco_rdmawait::Error::PeerDead) naming it |
 //! | a guard is dropped while its thread panics | the release is **poisoned**: the next holder is told ([`LockGuard::was_poisoned`]) |
 //! | [`Cluster::shutdown`] | threads blocked in any acquire return `Shutdown` within a spin round |
@@ -92,11 +94,11 @@
 //! release clears it. The lock stays usable.
 //!
 //! **Not recovered** (documented limits):
-//! - A thread that dies *waiting* (its node dies after taking a ticket and before entering)
-//!   leaves a ticket nobody can attribute to it: later waiters give up with `Timeout` (their own
-//!   tickets are abandoned correctly, so the lock works again only once that ticket is passed).
-//!   Likewise a ticket taken by an FAA whose completion never arrives in a context that is then
-//!   dropped.
+//! - A node lock's waiter that dies within its first millisecond of waiting (before announcing
+//!   its ticket), or while another thread of its node also waits (one `waiting` word per node
+//!   keeps only the latest announcement), leaves a ticket nobody can attribute: later waiters
+//!   give up with `Timeout` (their own tickets are abandoned correctly). Likewise a ticket taken
+//!   by an FAA whose completion never arrives, in a context that is then dropped.
 //! - A weak or strong lock's dead holder is not skipped (its release is a broadcast from the
 //!   holder's node; no announcement to read): its waiters get `Timeout`.
 //! - A ticket given up while [`MARKS`] (16) or more tickets before it are still
@@ -265,16 +267,19 @@ pub type SLock = Lock<RawSLock>;
 /// ```
 ///
 /// # Failures: the protocol
-/// Words on n: `tkt`, `rel`, `held[k]` per node k, and a ring of abandon marks `ab[K]`. `rel`
-/// holds the ticket the lock is released to, plus a poison bit.
+/// Words on n: `tkt`, `rel`, `held[k]` and `waiting[k]` per node k, and a ring of abandon marks
+/// `ab[K]`. `rel` holds the ticket the lock is released to, plus a poison bit.
 /// - A thread that enters with ticket t announces it: `put(held[me], loc)` (`loc` = t+1), not
-///   waited for; it lands before its release's `put(rel)` (same queue pair, in order).
+///   waited for; it lands before its release's `put(rel)` (same queue pair, in order). A thread
+///   that has waited 1 ms announces its ticket the same way in `waiting[me]` (slow path only).
 /// - A thread that gives ticket u up (timeout, error) writes `ab[u mod K] = u+1` with a remote
 ///   CAS, then reads `rel`; if the lock was handed to it meanwhile it passes it on itself with
 ///   `rcas(rel, u, u+1)`.
 /// - A waiter that reads `rel = r` (not its ticket) and finds `ab[r mod K] = r+1`, or finds a
-///   node k reported dead with `held[k] = r+1`, does `rcas(rel, r, r+1)` (setting the poison bit
-///   for a dead holder) and reads again; `try_acquire` does the same before giving up.
+///   node k reported dead with `held[k]` or `waiting[k]` = r+1, does `rcas(rel, r, r+1)`
+///   (setting the poison bit for a dead node's ticket) and reads again; `try_acquire` does the
+///   same before giving up. A thread whose own node is reported dead stops waiting at once and
+///   writes nothing more, so a ticket skipped as dead is never entered.
 ///
 /// Why mutual exclusion survives: `rel` is written by a put only by the holder of ticket
 /// `rel`'s value, and by a CAS only from a value r whose ticket will never enter (marked

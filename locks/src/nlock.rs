@@ -6,6 +6,7 @@
 //! | `tkt` | node n | remote FAA (acquire), remote CAS (`try_acquire`) | remote FAA/CAS |
 //! | `rel` | node n | put of the releaser's `loc` (= its ticket + 1, maybe with the poison bit); remote CAS of a thread passing an abandoned or dead ticket on | gets of the waiting threads; that CAS |
 //! | `held[k]`, one per node | node n | put of `loc` by a thread of node k that entered | a waiter that found node k dead |
+//! | `waiting[k]`, one per node | node n | put of a waiter of node k after 1 ms of waiting (its ticket + 1) | a waiter that found node k dead |
 //! | `ab[K]` | node n | remote CAS of a thread that gave its ticket up | gets of the waiting threads |
 //! | `loc` | per thread, its own node | the FAA's / gets' local writes, then `store(loc, t+1)` | the thread; the release and `held` puts |
 
@@ -48,6 +49,7 @@ pub struct RawNLock {
     tkt: Loc,
     rel: Loc,
     held: Loc,
+    waiting: Loc,
     ab: Loc,
     debts: marks::Debts,
 }
@@ -58,6 +60,7 @@ impl RawNLock {
         let tkt = cluster.alloc_word(node)?;
         let rel = cluster.alloc_word(node)?;
         let held = cluster.alloc_words(node, cluster.nodes() as u64)?;
+        let waiting = cluster.alloc_words(node, cluster.nodes() as u64)?;
         let ab = cluster.alloc_words(node, MARKS)?;
         Ok(RawNLock {
             id: next_lock_id(),
@@ -65,6 +68,7 @@ impl RawNLock {
             tkt,
             rel,
             held,
+            waiting,
             ab,
             debts: Default::default(),
         })
@@ -137,16 +141,20 @@ impl RawNLock {
         let mut poison = marks::poisoned(raw);
         let mut dead = None;
         if !marks::is_marked(ctx, &self.ab, r, &me.scratch, NL_ACQ, d)? {
-            // Only a dead node's thread is skipped: a live holder is waited for.
-            for k in self.cluster.node_ids() {
+            // Only a dead node's thread is skipped: a live holder is waited for. Ticket r is
+            // that thread's if node k announced entering with it (`held[k]`), or waiting for
+            // it (`waiting[k]`, announced after a millisecond of waiting).
+            'nodes: for k in self.cluster.node_ids() {
                 if self.cluster.is_alive(k) {
                     continue;
                 }
-                ctx.get(&me.scratch, &self.held.word(k.index() as u64)?, NL_ACQ)?;
-                Self::wait_acq(ctx, me, d)?;
-                if marks::ticket(ctx.load(&me.scratch)?) == r + 1 {
-                    dead = Some(k);
-                    break;
+                for words in [&self.held, &self.waiting] {
+                    ctx.get(&me.scratch, &words.word(k.index() as u64)?, NL_ACQ)?;
+                    Self::wait_acq(ctx, me, d)?;
+                    if marks::ticket(ctx.load(&me.scratch)?) == r + 1 {
+                        dead = Some(k);
+                        break 'nodes;
+                    }
                 }
             }
             if dead.is_none() {
@@ -177,6 +185,7 @@ impl RawNLock {
     fn wait_turn(&self, ctx: &Ctx, me: &ThreadLock, t: u64, d: &Deadline) -> Result<bool> {
         let mut spin = Spin::new();
         let mut looked = std::time::Instant::now();
+        let mut announced = false;
         loop {
             let raw = self.read_rel(ctx, me, &me.word, d)?;
             let r = marks::ticket(raw);
@@ -189,8 +198,19 @@ impl RawNLock {
                 return Err(Error::Skipped { ticket: t });
             }
             self.cluster.check_alive(self.node())?;
+            // A thread of a node reported dead stops here (as its process would have), leaving
+            // its ticket for the others to skip.
+            self.cluster.check_alive(ctx.node())?;
             if looked.elapsed() >= LOOK_EVERY {
                 looked = std::time::Instant::now();
+                if !announced {
+                    // Slow path only: a waiter that dies from now on can be skipped.
+                    ctx.store(&me.note, t + 1)?;
+                    let w = self.waiting.word(ctx.node().index() as u64)?;
+                    ctx.put(&w, &me.note, NL_REL)?;
+                    me.unreaped.set(true);
+                    announced = true;
+                }
                 self.pay_debts(ctx, me);
                 if self.pass_on(ctx, me, raw, d)? {
                     continue;
@@ -305,6 +325,12 @@ impl RawNLock {
         match self.wait_turn(ctx, &me, t, d) {
             Ok(poisoned) => self.enter(ctx, &me, t, poisoned),
             Err(e @ Error::Skipped { .. }) => Err(e),
+            // Our own node is dead: it can write nothing (the others skip the ticket).
+            Err(Error::Rdma(loco_rdmawait::Error::PeerDead { node, reason }))
+                if node == ctx.node() =>
+            {
+                Err(Error::Rdma(loco_rdmawait::Error::PeerDead { node, reason }))
+            }
             Err(e) => {
                 self.abandon(ctx, &me, t);
                 Err(e)

@@ -71,9 +71,10 @@ pub(crate) trait OnDrop: std::fmt::Debug {
 pub(crate) struct ThreadLock {
     /// The thread's private word on its own node: `turn` (wlock) or `loc` (nlock).
     pub(crate) word: Loc,
-    /// A second private word: the destination of the abandon and recovery operations, and (nlock)
-    /// the source of the `held` announcement's node id.
+    /// A second private word: the destination of the abandon and recovery operations.
     pub(crate) scratch: Loc,
+    /// A third private word: the source of the node lock's `waiting` announcement.
+    pub(crate) note: Loc,
     /// The thread's slot in the `rel[*]` array (wlock); 0 for an nlock.
     pub(crate) slot: usize,
     /// The local copies of every `rel[*]` (wlock); empty for an nlock.
@@ -117,11 +118,21 @@ impl ThreadLock {
                 return Err(e);
             }
         };
+        let note = match pool.take(ctx.cluster(), ctx.node()) {
+            Ok(w) => w,
+            Err(e) => {
+                pool.give(word);
+                pool.give(scratch);
+                return Err(e);
+            }
+        };
         ctx.store(&word, 0)?;
         ctx.store(&scratch, 0)?;
+        ctx.store(&note, 0)?;
         Ok(ThreadLock {
             word,
             scratch,
+            note,
             slot,
             rels,
             held: Cell::new(None),
@@ -152,6 +163,7 @@ impl Drop for ThreadLock {
         if !dirty && !self.unreaped.get() {
             self.pool.give(self.word);
             self.pool.give(self.scratch);
+            self.pool.give(self.note);
         }
     }
 }

@@ -265,6 +265,8 @@ impl RawWLock {
                 Err(high) => {
                     if looked.elapsed() >= LOOK_EVERY && high.wrapping_sub(t) >= 1 << 62 {
                         looked = Instant::now();
+                        // A thread of a node reported dead stops (as its process would have).
+                        self.cluster.check_alive(ctx.node())?;
                         self.pay_debts(ctx, me);
                         if let Some(raw) = Self::copy_of(ctx, me, high)? {
                             if self.forward(ctx, me, raw, d)? {
@@ -368,6 +370,11 @@ impl RawWLock {
         let t = ctx.load(&me.word)?;
         match self.wait_turn(ctx, &me, t, d) {
             Ok(raw) => Ok(self.enter(ctx, &me, t, raw)),
+            Err(Error::Rdma(loco_rdmawait::Error::PeerDead { node, reason }))
+                if node == ctx.node() =>
+            {
+                Err(Error::Rdma(loco_rdmawait::Error::PeerDead { node, reason }))
+            }
             Err(e) => {
                 self.abandon(ctx, &me, t);
                 Err(e)

@@ -446,3 +446,58 @@ fn private_words_come_back() -> Result<()> {
     }
     Ok(())
 }
+
+/// A thread that dies while *waiting* (its node is killed after it took a ticket and announced
+/// it): its thread stops with `PeerDead` naming its own node, and a later waiter skips its
+/// ticket once the holder releases (told, conservatively, that the lock may be poisoned).
+#[test]
+fn a_dead_waiter_is_skipped() -> Result<()> {
+    for s in [Schedule::Threaded, Schedule::Chaos { seed: 5 }] {
+        let c = cluster(s, BOUND);
+        let l = NLock::new(&c, NodeId(2))?;
+        let holder = c.context(NodeId(0))?;
+        let g = l.acquire(&holder)?;
+        let t0 = LockGuard::ticket(&g);
+        let (l1, c1) = (l.clone(), c.clone());
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            let r = c1
+                .context(NodeId(1))
+                .map_err(Error::from)
+                .and_then(|ctx| l1.acquire(&ctx).map(|g| LockGuard::ticket(&g)));
+            let _ = tx.send(r);
+        });
+        thread::sleep(Duration::from_millis(50)); // it waits, and announces its ticket
+        c.kill(NodeId(1))?;
+        let r = rx
+            .recv_timeout(BOUND)
+            .expect("the dead node's waiter did not stop");
+        assert!(
+            matches!(
+                r,
+                Err(Error::Rdma(loco_rdmawait::Error::PeerDead {
+                    node: NodeId(1),
+                    ..
+                }))
+            ),
+            "{r:?}"
+        );
+        let (l0, c0) = (l.clone(), c.clone());
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            let r = c0.context(NodeId(0)).map_err(Error::from).and_then(|ctx| {
+                let g = l0.acquire(&ctx)?;
+                Ok((LockGuard::ticket(&g), LockGuard::was_poisoned(&g)))
+            });
+            let _ = tx.send(r);
+        });
+        thread::sleep(Duration::from_millis(5));
+        LockGuard::release(g)?;
+        let (t, poisoned) = rx
+            .recv_timeout(BOUND)
+            .expect("the dead waiter's ticket blocked")?;
+        assert_eq!(t, t0 + 2, "{s:?}");
+        assert!(poisoned);
+    }
+    Ok(())
+}
