@@ -190,6 +190,8 @@ impl RawNLock {
             let raw = self.read_rel(ctx, me, &me.word, d)?;
             let r = marks::ticket(raw);
             if r == t {
+                // A thread of a node reported dead does not enter (the others may skip it).
+                self.cluster.check_alive(ctx.node())?;
                 return Ok(marks::poisoned(raw));
             }
             if r.wrapping_sub(t) < 1 << 62 {
