@@ -243,12 +243,14 @@ enum LockWords {
         rel: Vec<Option<Vec<Option<usize>>>>,
         strong: bool,
     },
-    /// nlock@n: `tkt` and `rel` on n, a private `loc` word per thread.
+    /// nlock@n: `tkt` and `rel` on n, a private `loc` word per thread, and the `held[k]`
+    /// announcement words on n (per node of the test; loco-locks' `held` array).
     Node {
         node: usize,
         tkt: usize,
         rel: usize,
         loc: Vec<Option<usize>>,
+        held: Vec<Option<usize>>,
     },
 }
 
@@ -420,6 +422,21 @@ pub(crate) fn lower(test: &Test) -> Program {
 fn nlock_words(lay: &mut Layout, test: &Test, node: usize, name: &str, used: &[bool]) -> LockWords {
     let tkt = lay.alloc(node, format!("tkt_{name}"), 0);
     let rel = lay.alloc(node, format!("rel_{name}"), 0);
+    // The abandon marks (`ab[K]`) are not laid out: no litmus thread gives a ticket up, so they
+    // stay 0 and the waiters' reads of them never change the outcome (see `acquire`).
+    let mut held = vec![None; test.cluster_nodes()];
+    for th in test
+        .threads
+        .iter()
+        .zip(used)
+        .filter(|(_, u)| **u)
+        .map(|(t, _)| t)
+    {
+        let k = th.node.index();
+        if held[k].is_none() {
+            held[k] = Some(lay.alloc(node, format!("held_{name}[{}]", th.node), 0));
+        }
+    }
     let loc = test
         .threads
         .iter()
@@ -433,6 +450,7 @@ fn nlock_words(lay: &mut Layout, test: &Test, node: usize, name: &str, used: &[b
         tkt,
         rel,
         loc,
+        held,
     }
 }
 
@@ -711,6 +729,14 @@ impl Lowering<'_> {
     }
 }
 
+/// A lock's acquire, as loco-locks runs it when no thread gives a ticket up or dies.
+///
+/// The failure paths of loco-locks (a waiter that finds the lock released to an abandoned
+/// ticket, or to a ticket entered by a dead node, passes it on) are not lowered: a litmus thread
+/// never gives a ticket up and no node dies, so the abandon marks stay 0, the dead-holder check
+/// reads nothing, and those branches are never taken; the reads they would add change no value
+/// any thread computes. What is lowered is everything the protocols write on the way: the
+/// node lock's `held` announcement included.
 fn acquire(e: &mut Emit, lock: &LockWords, t: usize, text: &str) {
     match lock {
         LockWords::Ticket {
@@ -760,6 +786,7 @@ fn acquire(e: &mut Emit, lock: &LockWords, t: usize, text: &str) {
             tkt,
             rel,
             loc,
+            held,
         } => {
             let loc = loc[t].expect("loc word of a user");
             let op = PostOp::Rfaa {
@@ -799,6 +826,18 @@ fn acquire(e: &mut Emit, lock: &LockWords, t: usize, text: &str) {
                     val: Val::reg_plus(r, 1),
                 },
                 format!("{text}: store(loc, t+1)"),
+            );
+            // The hold's announcement for waiters that find this node dead (never waited).
+            let me = e.code.node;
+            let op = PostOp::Put {
+                local: loc,
+                remote: held[me].expect("held word of a user's node"),
+            };
+            e.post(
+                *node,
+                op,
+                tags::NLOCK,
+                format!("{text}: put(held[me], loc)"),
             );
         }
     }

@@ -27,18 +27,27 @@ pub enum Error {
     /// is not the thread's current hold).
     #[error("this thread does not hold the lock")]
     NotHeld,
-    /// A timed acquire did not get the lock in time. No ticket was taken: nothing is left behind.
+    /// An acquire did not get the lock in time (the cluster's timeout, or the caller's). Nothing
+    /// is left behind: a ticket it took is abandoned (marked so that later tickets pass it).
     #[error("lock not acquired within {after:?}")]
     Timeout {
         /// The timeout that expired.
         after: Duration,
     },
-    /// More threads used a weak or strong lock than it was created for (its `rel[*]` array is
-    /// full).
+    /// More threads use a weak or strong lock at once than it was created for (its `rel[*]`
+    /// array is full; slots of dropped contexts come back, see the crate's Failures section).
     #[error("the lock admits at most {max} threads, and all their slots are taken")]
     TooManyThreads {
         /// The bound chosen at creation.
         max: usize,
+    },
+    /// The calling thread's ticket was passed over while it waited: another thread skipped it
+    /// because this thread's node was reported dead (see the lock types' "Failures"
+    /// sections). The thread does not hold the lock; it may acquire again.
+    #[error("ticket {ticket} was skipped while waiting (this node was reported dead)")]
+    Skipped {
+        /// The ticket that was skipped.
+        ticket: u64,
     },
     /// A lock was created with room for no thread.
     #[error("a lock needs room for at least one thread")]

@@ -46,7 +46,9 @@
 //! ```
 //!
 //! # Guarantees (spec §5, Fig. 8)
-//! All three give **mutual exclusion** and serve tickets in order (FIFO). They differ in what a
+//! All three give **mutual exclusion** and serve tickets in order (FIFO: [`Lock::acquire`],
+//! [`Lock::acquire_timeout`] and [`Lock::acquire_until`]; [`Lock::try_acquire_for`] is not FIFO,
+//! it takes a ticket only when the lock is free). They differ in what a
 //! release makes visible to the next holder:
 //! - [`WLock`]: CPU accesses of the critical section (Fig. 8a), not its remote operations: a put
 //!   may land after the release, after the next holder has read the old value (Fig. 8b).
@@ -60,11 +62,63 @@
 //!
 //! # Errors
 //! Misuse is checked, always and cheaply: acquiring a lock the thread holds is
-//! [`Error::AlreadyHeld`], releasing one it does not hold is [`Error::NotHeld`], more threads than
-//! a weak or strong lock was made for is [`Error::TooManyThreads`]. A timed acquire that runs out
-//! is [`Error::Timeout`]. Everything else comes from the layers below ([`Error::Rdma`]).
+//! [`Error::AlreadyHeld`], releasing one it does not hold is [`Error::NotHeld`], more threads at
+//! once than a weak or strong lock was made for is [`Error::TooManyThreads`]. An acquire that
+//! runs out of time is [`Error::Timeout`]. Everything else comes from the layers below
+//! ([`Error::Rdma`]: [`PeerDead`](loco_rdmawait::Error::PeerDead) naming a dead node,
+//! [`Shutdown`](loco_rdmawait::Error::Shutdown) after [`Cluster::shutdown`], ...).
 //!
-//! # Implementation
+//! # Failures
+//! The paper's model has no failures; these are the locks' answers to them. Mutual exclusion and
+//! each lock's publication guarantee (Fig. 8) are kept in every case below, except where said.
+//!
+//! | what happens | what the locks do |
+//! |---|---|
+//! | a holder does not release | [`Lock::acquire`] gives up with [`Error::Timeout`] after the cluster's timeout ([`Cluster::timeout`]); [`Lock::acquire_timeout`] / [`Lock::acquire_until`] after the caller's, within a small margin |
+//! | an acquire gives up or fails after taking its ticket | the ticket is **abandoned**: marked so that the next thread to find the lock released to it passes it on; nothing blocks later tickets |
+//! | the holder's node dies (node lock) | a waiter that finds the lock released to a ticket entered by a node reported dead ([`Cluster::check_alive`]) skips that ticket; the next holder is told ([`LockGuard::was_poisoned`]) |
+//! | a waiter's node dies (node lock) | the same, for a ticket its node announced waiting for (after 1 ms of waiting); the next holder is told, conservatively |
+//! | the calling thread's own node is reported dead | its waiting acquire stops with `PeerDead` naming that node, writing nothing |
+//! | the lock's own node dies (node lock) | every acquire fails with [`PeerDead`](loco_rdmawait::Error::PeerDead) naming it |
+//! | a guard is dropped while its thread panics | the release is **poisoned**: the next holder is told ([`LockGuard::was_poisoned`]) |
+//! | [`Cluster::shutdown`] | threads blocked in any acquire return `Shutdown` within a spin round |
+//! | a context is dropped | its weak/strong lock `rel` slot and private words go back (see below) |
+//!
+//! **How fast.** A waiter looks for abandoned or dead tickets once per millisecond of waiting (one extra read of a mark, and one read of a `held` word per
+//! dead node); a dead node is noticed as fast as [`Cluster::check_alive`] reports it (the soft
+//! NIC at once after [`Cluster::kill`]; the verbs backend after its failure detector).
+//! Abandoning a ticket costs the giving-up thread at most a few round trips, bounded by 0.5 s.
+//!
+//! **Poisoning** is std-style but reported once: the lock protects remote memory, not a Rust
+//! value, so the next holder (the only one that can repair the state) is told, and its normal
+//! release clears it. The lock stays usable.
+//!
+//! **Not recovered** (documented limits):
+//! - A node lock's waiter that dies within its first millisecond of waiting (before announcing
+//!   its ticket), or while another thread of its node also waits (one `waiting` word per node
+//!   keeps only the latest announcement), leaves a ticket nobody can attribute: later waiters
+//!   give up with `Timeout` (their own tickets are abandoned correctly). Likewise a ticket taken
+//!   by an FAA whose completion never arrives, in a context that is then dropped.
+//! - A weak or strong lock's dead holder is not skipped (its release is a broadcast from the
+//!   holder's node; no announcement to read): its waiters get `Timeout`.
+//! - A ticket given up while [`MARKS`] (16) or more tickets before it are still
+//!   unserved cannot be marked at once; the mark is **owed**, kept in the lock handle, and paid
+//!   by the next thread of the same process that calls the lock or waits for it. If no thread of
+//!   that process uses the lock again, the ticket blocks.
+//! - Skipping a dead holder trusts the failure detector: a node reported dead must have stopped
+//!   (fail-stop), and its last writes must have landed or been dropped. A partitioned node that
+//!   wakes up inside its critical section breaks mutual exclusion (a lease would be needed).
+//!
+//! **Contexts come and go.** A weak or strong lock's `rel` slot goes back to the lock (for the
+//! process's next thread) when the context is dropped or calls [`Lock::leave`]; the new owner
+//! first checks that the old owner's last release value has landed on every live node, so no
+//! late put of the old owner can overwrite its releases. Private words
+//! ([`Cluster::alloc_private`] has no `free`) go back to a per-node pool kept by this crate (a
+//! [`Cluster`] extension) when no operation can still read or write them: always after
+//! [`Lock::leave`]; on a plain drop unless a release put of the node lock or a timed-out wait is
+//! outstanding (then they are leaked, two words, which is safe).
+//!
+//! //! # Implementation
 //! Each lock runs the paper's protocol over `loco-sv` and `loco-rdmawaitrmw`, and nothing else:
 //! no process-local mutex stands in for it, so the soft backend exercises exactly what runs over
 //! verbs. Per-thread state (ticket, private words, `rel` slot) lives in the thread's [`Ctx`]. The
@@ -87,11 +141,15 @@
 
 mod error;
 mod lock;
+mod marks;
 mod nlock;
 mod thread;
 mod wlock;
 
 use loco_rdmawait::{Cluster, NodeId};
+
+/// Words in a lock's ring of abandon marks (see [Failures](crate#failures)).
+pub const MARKS: u64 = marks::MARKS;
 
 pub use error::{Error, Result};
 pub use lock::{Lock, LockGuard, RawLock, RawLockTimed};
@@ -129,6 +187,20 @@ pub use wlock::{RawSLock, RawWLock};
 /// loco_locks::WLockGuard::release(g)?;
 /// # Ok::<(), loco_locks::Error>(())
 /// ```
+///
+/// # Failures: the protocol
+/// A ring of abandon marks `ab[K]` next to the ticket dispenser. A thread that gives ticket u up
+/// marks `ab[u mod K] = u+1` (remote CAS), then, if some local `rel` copy already reads u,
+/// releases u+1 itself (`store(rel[me], u+1); bcast`) without entering. A waiter whose local
+/// copies have shown highest ticket r (< its own) for 1 ms reads `ab[r mod K]`; if r is marked,
+/// it **forwards**: `store(rel[me], r+1); bcast`. Several forwarders publish the same value in
+/// their own slots, which is harmless: a release value is a permission for one ticket, and r+1
+/// is that ticket's whatever its copy count. A forward happens only after the release to r was
+/// observed (the previous holder left) and r's thread stopped for good (it marks only after it
+/// stopped waiting), so at most one thread is ever inside; the forwarded release is issued after
+/// the observed one, so Fig. 8a (and for the [`SLock`], 8e: its `gf(all)` came before the
+/// observed release) carries over to the next holder. Dead holders are not skipped (see the
+/// crate's [Failures](crate#failures)).
 pub type WLock = Lock<RawWLock>;
 
 /// The **strong lock** (spec §5 slock): the weak lock, with a global fence towards every node
@@ -193,6 +265,37 @@ pub type SLock = Lock<RawSLock>;
 /// }
 /// # Ok::<(), loco_locks::Error>(())
 /// ```
+///
+/// # Failures: the protocol
+/// Words on n: `tkt`, `rel`, `held[k]` and `waiting[k]` per node k, and a ring of abandon marks
+/// `ab[K]`. `rel` holds the ticket the lock is released to, plus a poison bit.
+/// - A thread that enters with ticket t announces it: `put(held[me], loc)` (`loc` = t+1), not
+///   waited for; it lands before its release's `put(rel)` (same queue pair, in order). A thread
+///   that has waited 1 ms announces its ticket the same way in `waiting[me]` (slow path only).
+/// - A thread that gives ticket u up (timeout, error) writes `ab[u mod K] = u+1` with a remote
+///   CAS, then reads `rel`; if the lock was handed to it meanwhile it passes it on itself with
+///   `rcas(rel, u, u+1)`.
+/// - A waiter that reads `rel = r` (not its ticket) and finds `ab[r mod K] = r+1`, or finds a
+///   node k reported dead with `held[k]` or `waiting[k]` = r+1, does `rcas(rel, r, r+1)`
+///   (setting the poison bit for a dead node's ticket) and reads again; `try_acquire` does the
+///   same before giving up. A thread whose own node is reported dead stops waiting at once and
+///   writes nothing more, so a ticket skipped as dead is never entered.
+///
+/// Why mutual exclusion survives: `rel` is written by a put only by the holder of ticket
+/// `rel`'s value, and by a CAS only from a value r whose ticket will never enter (marked
+/// abandoned after its thread stopped waiting, or entered on a dead node). While `rel = r` with
+/// such an r, nobody else writes `rel` (no holder exists), and CASes are atomic against each
+/// other (Fig. 6), so exactly one CAS moves r to r+1 and a stale one fails; no put can land
+/// between the CAS's read and write, because a put needs a holder, which needs the CAS's write
+/// first. The race where the lock reaches u exactly as u gives up: its thread marks first, then
+/// reads `rel`; if it reads u it CASes u→u+1; a waiter that read u before the mark landed reads
+/// again later; either one CAS wins or the lock has already moved on. `rel` only grows, and a
+/// ticket is passed on only if it is never entered.
+///
+/// Why Fig. 8f survives: the thread that passes r on read `rel = r` first — the same read the
+/// next holder makes in the plain protocol — and everything it and the next holder do comes
+/// after that read completed (waits), so what the releaser's `rfence(n); put(rel)` published is
+/// visible to the next holder as before.
 pub type NLock = Lock<RawNLock>;
 
 /// The guard of a [`WLock`].

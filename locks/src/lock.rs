@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use loco_rdmawait::Ctx;
 
-use crate::thread::Spin;
+use crate::thread::{Deadline, Spin};
 use crate::{Error, Result};
 
 /// The protocol of a lock: its words on the network and its per-thread state, nothing else.
@@ -22,11 +22,10 @@ use crate::{Error, Result};
 /// [`Error::AlreadyHeld`], releasing one it does not hold is [`Error::NotHeld`].
 pub trait RawLock: Send + Sync + fmt::Debug {
     /// Blocks until the calling thread holds the lock; returns its ticket. Tickets are served in
-    /// the order they are taken (FIFO). Blocks forever if the holder never releases (a warning is
-    /// logged once the cluster's timeout has passed).
+    /// the order they are taken (FIFO). Gives up with [`Error::Timeout`] after the cluster's
+    /// timeout ([`Cluster::timeout`](loco_rdmawait::Cluster::timeout)); see
+    /// [`RawLock::acquire_until`].
     ///
-    /// A network error after the ticket was taken (say, a wait that timed out because a node
-    /// died) leaves that ticket unserved: the lock is then as stuck as with a holder that died.
     /// Misuse errors are checked before anything is posted and leave the lock untouched.
     fn acquire(&self, ctx: &Ctx) -> Result<u64>;
 
@@ -39,6 +38,59 @@ pub trait RawLock: Send + Sync + fmt::Debug {
 
     /// The ticket of the calling thread's current hold, if it holds the lock.
     fn held(&self, ctx: &Ctx) -> Result<Option<u64>>;
+
+    /// [`RawLock::acquire`], giving up at `deadline` with [`Error::Timeout`]. **FIFO**: it takes
+    /// a ticket and waits for its turn; if it gives up (timeout, shutdown, error) the ticket is
+    /// **abandoned**: marked so that later tickets are not blocked by it (see the lock types'
+    /// "Failures" sections). Every internal wait uses the time left, so the call returns within
+    /// a small margin of `deadline` (at most one more round of a few round trips, bounded by half
+    /// a second, to mark the ticket).
+    ///
+    /// The default implementation (for locks outside this crate) polls
+    /// [`RawLock::try_acquire_until`] and is not FIFO.
+    fn acquire_until(&self, ctx: &Ctx, deadline: Instant) -> Result<u64> {
+        let after = deadline.saturating_duration_since(Instant::now());
+        let mut spin = Spin::new();
+        loop {
+            if let Some(t) = self.try_acquire_until(ctx, deadline)? {
+                return Ok(t);
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout { after });
+            }
+            spin.wait(ctx.cluster())?;
+        }
+    }
+
+    /// [`RawLock::try_acquire`], with every internal wait bounded by `deadline`.
+    fn try_acquire_until(&self, ctx: &Ctx, deadline: Instant) -> Result<Option<u64>> {
+        let _ = deadline;
+        self.try_acquire(ctx)
+    }
+
+    /// Releases the lock held by the calling thread, telling the next holder that the critical
+    /// section did not finish (poisoning; used by a guard dropped during a panic).
+    fn release_poisoned(&self, ctx: &Ctx) -> Result<()> {
+        self.release(ctx)
+    }
+
+    /// Whether the calling thread's current hold was handed over by a critical section that did
+    /// not finish: a guard dropped while its thread panicked, or a holder whose node died (its
+    /// ticket skipped). `false` when the thread does not hold the lock.
+    fn poisoned(&self, ctx: &Ctx) -> Result<bool> {
+        let _ = ctx;
+        Ok(false)
+    }
+
+    /// The calling thread is done with the lock: pays what it owes (marks of abandoned
+    /// tickets), reaps its outstanding release operations, and hands its per-thread state back
+    /// at once (a weak lock's `rel` slot, private words). Dropping the context does the same,
+    /// except that words an operation may still read or write are then leaked rather than
+    /// recycled. Fails with [`Error::AlreadyHeld`] while the thread holds the lock.
+    fn leave(&self, ctx: &Ctx) -> Result<()> {
+        let _ = ctx;
+        Ok(())
+    }
 }
 
 /// Timed acquisition, for every [`RawLock`].
@@ -46,21 +98,25 @@ pub trait RawLockTimed: RawLock {
     /// Tries to take the lock until `timeout` has passed; returns the ticket, or
     /// [`Error::Timeout`].
     ///
-    /// A ticket lock cannot hand a ticket back, so this never takes one that it might abandon: it
-    /// retries [`RawLock::try_acquire`] (take a ticket only when the lock is free) with backoff.
-    /// It is therefore **not FIFO**: under steady contention by blocking acquirers it can time out
-    /// even though the lock keeps changing hands.
+    /// It never takes a ticket while the lock is held: it retries [`RawLock::try_acquire`] (take
+    /// a ticket only when the lock is free) with backoff, every internal wait bounded by the time
+    /// left. It is therefore **not FIFO**: under steady contention by blocking acquirers it can
+    /// time out even though the lock keeps changing hands. For a FIFO timed acquire, use
+    /// [`RawLock::acquire_until`] ([`Lock::acquire_timeout`]).
     fn try_acquire_for(&self, ctx: &Ctx, timeout: Duration) -> Result<u64> {
-        let deadline = Instant::now() + timeout;
-        let mut spin = Spin::new(timeout.saturating_add(ctx.cluster().timeout()));
+        let deadline = Deadline::after(timeout);
+        let mut spin = Spin::new();
         loop {
-            if let Some(t) = self.try_acquire(ctx)? {
-                return Ok(t);
+            match self.try_acquire_until(ctx, deadline.end()) {
+                Ok(Some(t)) => return Ok(t),
+                Ok(None) => {}
+                Err(Error::Timeout { .. }) => return Err(Error::Timeout { after: timeout }),
+                Err(e) => return Err(e),
             }
-            if Instant::now() >= deadline {
+            if deadline.expired() {
                 return Err(Error::Timeout { after: timeout });
             }
-            spin.wait("try_acquire_for");
+            spin.wait(ctx.cluster())?;
         }
     }
 }
@@ -101,7 +157,7 @@ impl<R: RawLock> Lock<R> {
     /// releases it when dropped.
     pub fn acquire<'a>(&'a self, ctx: &'a Ctx) -> Result<LockGuard<'a, R>> {
         let ticket = self.raw.acquire(ctx)?;
-        Ok(LockGuard::new(self.raw(), ctx, ticket))
+        Ok(self.guard(ctx, ticket))
     }
 
     /// Takes the lock only if it is free now (see [`RawLock::try_acquire`]).
@@ -109,7 +165,7 @@ impl<R: RawLock> Lock<R> {
         Ok(self
             .raw
             .try_acquire(ctx)?
-            .map(|ticket| LockGuard::new(self.raw(), ctx, ticket)))
+            .map(|ticket| self.guard(ctx, ticket)))
     }
 
     /// Tries to take the lock for at most `timeout`; fails with [`Error::Timeout`] (see
@@ -120,7 +176,46 @@ impl<R: RawLock> Lock<R> {
         timeout: Duration,
     ) -> Result<LockGuard<'a, R>> {
         let ticket = self.raw.try_acquire_for(ctx, timeout)?;
-        Ok(LockGuard::new(self.raw(), ctx, ticket))
+        Ok(self.guard(ctx, ticket))
+    }
+
+    /// Blocks until the calling thread holds the lock, for at most `timeout` (see
+    /// [`RawLock::acquire_until`]: FIFO; a ticket given up on timeout is abandoned, never left
+    /// blocking later ones). `Duration::MAX` is accepted (no practical limit).
+    pub fn acquire_timeout<'a>(
+        &'a self,
+        ctx: &'a Ctx,
+        timeout: Duration,
+    ) -> Result<LockGuard<'a, R>> {
+        let d = Deadline::after(timeout);
+        match self.raw.acquire_until(ctx, d.end()) {
+            Ok(ticket) => Ok(self.guard(ctx, ticket)),
+            Err(Error::Timeout { .. }) => Err(Error::Timeout { after: timeout }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Blocks until the calling thread holds the lock, or until `deadline` (see
+    /// [`RawLock::acquire_until`]: FIFO).
+    pub fn acquire_until<'a>(
+        &'a self,
+        ctx: &'a Ctx,
+        deadline: Instant,
+    ) -> Result<LockGuard<'a, R>> {
+        let ticket = self.raw.acquire_until(ctx, deadline)?;
+        Ok(self.guard(ctx, ticket))
+    }
+
+    /// The calling thread is done with the lock: its per-thread state goes back now (see
+    /// [`RawLock::leave`]).
+    pub fn leave(&self, ctx: &Ctx) -> Result<()> {
+        self.raw.leave(ctx)
+    }
+
+    fn guard<'a>(&'a self, ctx: &'a Ctx, ticket: u64) -> LockGuard<'a, R> {
+        let mut g = LockGuard::new(self.raw(), ctx, ticket);
+        g.poisoned = self.raw.poisoned(ctx).unwrap_or(false);
+        g
     }
 
     /// Whether the calling thread holds the lock.
@@ -153,6 +248,7 @@ pub struct LockGuard<'a, R: RawLock> {
     ctx: &'a Ctx,
     ticket: u64,
     done: bool,
+    poisoned: bool,
 }
 
 impl<'a, R: RawLock> LockGuard<'a, R> {
@@ -162,6 +258,7 @@ impl<'a, R: RawLock> LockGuard<'a, R> {
             ctx,
             ticket,
             done: false,
+            poisoned: false,
         }
     }
 
@@ -179,6 +276,15 @@ impl<'a, R: RawLock> LockGuard<'a, R> {
         guard.ticket
     }
 
+    /// Whether the critical section before this one did not finish (poisoning, std-style but
+    /// reported once): the previous holder's guard was dropped while its thread panicked, or the
+    /// previous holder's node died and its ticket was skipped. The lock protects remote memory,
+    /// not a Rust value, so the holder decides what to repair; releasing normally clears it for
+    /// the next holder.
+    pub fn was_poisoned(guard: &Self) -> bool {
+        guard.poisoned
+    }
+
     /// The context of the holding thread.
     pub fn ctx(guard: &Self) -> &'a Ctx {
         guard.ctx
@@ -188,7 +294,13 @@ impl<'a, R: RawLock> LockGuard<'a, R> {
         if self.raw.held(self.ctx)? != Some(self.ticket) {
             return Err(Error::NotHeld);
         }
-        self.raw.release(self.ctx)
+        if std::thread::panicking() {
+            tracing::warn!(target: "loco::locks", ticket = self.ticket, node = %self.ctx.node(),
+                "a lock guard was dropped during a panic: the next holder is told (poisoned)");
+            self.raw.release_poisoned(self.ctx)
+        } else {
+            self.raw.release(self.ctx)
+        }
     }
 }
 
@@ -209,6 +321,7 @@ impl<R: RawLock> fmt::Debug for LockGuard<'_, R> {
             .field("lock", &self.raw)
             .field("node", &self.ctx.node())
             .field("ticket", &self.ticket)
+            .field("poisoned", &self.poisoned)
             .finish()
     }
 }

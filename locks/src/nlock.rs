@@ -1,36 +1,57 @@
-//! The node lock (Fig. 13, centralised ticket lock on one node).
+//! The node lock (Fig. 13, centralised ticket lock on one node), with abandon marks and
+//! holder announcements for failures.
 //!
 //! | word | where | written by | read by |
 //! |---|---|---|---|
 //! | `tkt` | node n | remote FAA (acquire), remote CAS (`try_acquire`) | remote FAA/CAS |
-//! | `rel` | node n | put of the releaser's `loc` (= its ticket + 1) | gets of the waiting threads |
-//! | `loc` | per thread, its own node | the FAA's / gets' local writes, then `store(loc, t+1)` | the thread; the release put |
+//! | `rel` | node n | put of the releaser's `loc` (= its ticket + 1, maybe with the poison bit); remote CAS of a thread passing an abandoned or dead ticket on | gets of the waiting threads; that CAS |
+//! | `held[k]`, one per node | node n | put of `loc` by a thread of node k that entered | a waiter that found node k dead |
+//! | `waiting[k]`, one per node | node n | put of a waiter of node k after 1 ms of waiting (its ticket + 1) | a waiter that found node k dead |
+//! | `ab[K]` | node n | remote CAS of a thread that gave its ticket up | gets of the waiting threads |
+//! | `loc` | per thread, its own node | the FAA's / gets' local writes, then `store(loc, t+1)` | the thread; the release and `held` puts |
 
 use std::rc::Rc;
+use std::time::Duration;
 
 use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, WorkId};
 use loco_rdmawaitrmw::Rmw;
 
-use crate::thread::{next_lock_id, thread_lock, Spin, ThreadLock};
+use crate::marks::{self, MARKS, POISON};
+use crate::thread::{next_lock_id, thread_lock, Deadline, Spin, ThreadLock};
 use crate::{Error, RawLock, Result};
 
-/// Work id of the node lock's acquire operations (FAA, CAS, polling gets).
+/// Work id of the node lock's acquire operations (FAA, CAS, polling gets, marks).
 const NL_ACQ: WorkId = WorkId::internal(0x4C4B_0011);
-/// Work id of the node lock's release put. Not waited for (the release does not block the CPU);
-/// the next acquire of a node lock on the same node polls the same queue pair and reaps it.
+/// Work id of the node lock's release put and `held` announcement. Not waited for (the release
+/// does not block the CPU); the next acquire of a node lock on the same node polls the same
+/// queue pair and reaps them.
 const NL_REL: WorkId = WorkId::internal(0x4C4B_0012);
+
+/// How long a thread that gives a ticket up spends marking it (beyond the caller's deadline):
+/// a few round trips to the lock's node. If that does not suffice, the mark is owed (see
+/// [`marks::Debts`]).
+pub(crate) const ABANDON_BUDGET: Duration = Duration::from_millis(500);
+
+/// How often a stalled waiter looks for an abandoned or dead ticket (a round trip to n, plus one
+/// per dead node).
+const LOOK_EVERY: Duration = Duration::from_millis(1);
 
 /// The node lock's protocol (spec §5 **nlock@n**, Fig. 13): a centralised ticket lock on node n.
 ///
-/// `tkt` and `rel` on n. Acquire: `rfaa(tkt, 1, ret=loc, d); wait(d)`, then `get(loc, rel, d);
-/// wait(d)` until `loc` reads the ticket; keep `ticket+1` in `loc`. Release: `rfence(n);
-/// put(rel, loc)`, not waited for. See [`NLock`](crate::NLock) for the guarantee.
+/// Acquire: `rfaa(tkt, 1, ret=loc, d); wait(d)`, then `get(loc, rel, d); wait(d)` until it reads
+/// the ticket; keep `ticket+1` in `loc`, and announce the hold with `put(held[me], loc)` (not
+/// waited). Release: `rfence(n); put(rel, loc)`, not waited for. See [`NLock`](crate::NLock)
+/// for the guarantee, and for what happens when threads give up or die.
 #[derive(Debug)]
 pub struct RawNLock {
     id: u64,
     cluster: Cluster,
     tkt: Loc,
     rel: Loc,
+    held: Loc,
+    waiting: Loc,
+    ab: Loc,
+    debts: marks::Debts,
 }
 
 impl RawNLock {
@@ -38,11 +59,18 @@ impl RawNLock {
     pub fn new(cluster: &Cluster, node: NodeId) -> Result<Self> {
         let tkt = cluster.alloc_word(node)?;
         let rel = cluster.alloc_word(node)?;
+        let held = cluster.alloc_words(node, cluster.nodes() as u64)?;
+        let waiting = cluster.alloc_words(node, cluster.nodes() as u64)?;
+        let ab = cluster.alloc_words(node, MARKS)?;
         Ok(RawNLock {
             id: next_lock_id(),
             cluster: cluster.clone(),
             tkt,
             rel,
+            held,
+            waiting,
+            ab,
+            debts: Default::default(),
         })
     }
 
@@ -53,12 +81,7 @@ impl RawNLock {
 
     fn me(&self, ctx: &Ctx) -> Result<Rc<ThreadLock>> {
         thread_lock(ctx, self.cluster.id(), self.id, |ctx| {
-            Ok(ThreadLock {
-                word: ctx.cluster().alloc_private(ctx.node(), 8)?,
-                slot: 0,
-                rels: Vec::new(),
-                held: Default::default(),
-            })
+            ThreadLock::new(ctx, 0, Vec::new(), None)
         })
     }
 
@@ -69,64 +92,349 @@ impl RawNLock {
         }
     }
 
-    /// `get(loc, rel); wait`: the current value of `rel`.
-    fn read_rel(&self, ctx: &Ctx, me: &ThreadLock) -> Result<u64> {
-        ctx.get(&me.word, &self.rel, NL_ACQ)?;
-        ctx.wait(NL_ACQ)?;
-        Ok(ctx.load(&me.word)?)
+    /// `wait(d)` for the acquire's operations; a failure leaves them in flight (`dirty`).
+    fn wait_acq(ctx: &Ctx, me: &ThreadLock, d: &Deadline) -> Result<()> {
+        match d.wait(ctx, NL_ACQ) {
+            Ok(()) => {
+                me.dirty.set(false);
+                Ok(())
+            }
+            Err(e) => {
+                me.dirty.set(true);
+                Err(e)
+            }
+        }
     }
 
-    /// Entered with ticket `t`: keep `t+1` in `loc` for the release put.
-    fn enter(&self, ctx: &Ctx, me: &ThreadLock, t: u64) -> Result<u64> {
+    /// `get(dst, rel); wait`: the current value of `rel`, raw (poison bit included).
+    fn read_rel(&self, ctx: &Ctx, me: &ThreadLock, dst: &Loc, d: &Deadline) -> Result<u64> {
+        ctx.get(dst, &self.rel, NL_ACQ)?;
+        Self::wait_acq(ctx, me, d)?;
+        Ok(ctx.load(dst)?)
+    }
+
+    /// Entered with ticket `t`: keep `t+1` in `loc` for the release put, and announce the hold
+    /// in `held[me]` (for waiters that find this node dead).
+    fn enter(&self, ctx: &Ctx, me: &ThreadLock, t: u64, poisoned: bool) -> Result<u64> {
         ctx.store(&me.word, t + 1)?;
+        ctx.put(
+            &self.held.word(ctx.node().index() as u64)?,
+            &me.word,
+            NL_REL,
+        )?;
         me.held.set(Some(t));
+        me.poisoned.set(poisoned);
+        if poisoned {
+            tracing::warn!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = t,
+                "nlock acquired after a critical section that did not finish (poisoned)");
+        }
         tracing::trace!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = t, "nlock acquired");
         Ok(t)
+    }
+
+    /// The lock is released to `raw` and nobody has entered: if that ticket is marked
+    /// abandoned, or was entered by a thread of a node now dead, pass the lock on with
+    /// `rcas(rel, raw, raw+1)` (poisoned if a dead holder is skipped). Returns whether `rel`
+    /// changed (by us or anyone), i.e. whether to read it again.
+    fn pass_on(&self, ctx: &Ctx, me: &ThreadLock, raw: u64, d: &Deadline) -> Result<bool> {
+        let r = marks::ticket(raw);
+        let mut poison = marks::poisoned(raw);
+        let mut dead = None;
+        if !marks::is_marked(ctx, &self.ab, r, &me.scratch, NL_ACQ, d)? {
+            // Only a dead node's thread is skipped: a live holder is waited for. Ticket r is
+            // that thread's if node k announced entering with it (`held[k]`), or waiting for
+            // it (`waiting[k]`, announced after a millisecond of waiting).
+            'nodes: for k in self.cluster.node_ids() {
+                if self.cluster.is_alive(k) {
+                    continue;
+                }
+                for words in [&self.held, &self.waiting] {
+                    ctx.get(&me.scratch, &words.word(k.index() as u64)?, NL_ACQ)?;
+                    Self::wait_acq(ctx, me, d)?;
+                    if marks::ticket(ctx.load(&me.scratch)?) == r + 1 {
+                        dead = Some(k);
+                        break 'nodes;
+                    }
+                }
+            }
+            if dead.is_none() {
+                return Ok(false);
+            }
+            poison = true;
+        }
+        let new = (r + 1) | if poison { POISON } else { 0 };
+        ctx.rcas(&self.rel, raw, new, &me.scratch, NL_ACQ)?;
+        Self::wait_acq(ctx, me, d)?;
+        let old = ctx.load(&me.scratch)?;
+        if old == raw {
+            match dead {
+                Some(k) => {
+                    tracing::warn!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r, dead = %k,
+                    "nlock: skipped the ticket of a dead holder; the next holder is told (poisoned)")
+                }
+                None => {
+                    tracing::debug!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r,
+                    "nlock: passed an abandoned ticket on")
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Waits until `rel` reads ticket `t`; returns whether the hand-over was poisoned.
+    fn wait_turn(&self, ctx: &Ctx, me: &ThreadLock, t: u64, d: &Deadline) -> Result<bool> {
+        let mut spin = Spin::new();
+        let mut looked = std::time::Instant::now();
+        let mut announced = false;
+        loop {
+            let raw = self.read_rel(ctx, me, &me.word, d)?;
+            let r = marks::ticket(raw);
+            if r == t {
+                // A thread of a node reported dead does not enter (the others may skip it).
+                self.cluster.check_alive(ctx.node())?;
+                return Ok(marks::poisoned(raw));
+            }
+            if r.wrapping_sub(t) < 1 << 62 {
+                // Released past our ticket: someone passed it on, which happens only when this
+                // node was reported dead.
+                return Err(Error::Skipped { ticket: t });
+            }
+            self.cluster.check_alive(self.node())?;
+            // A thread of a node reported dead stops here (as its process would have), leaving
+            // its ticket for the others to skip.
+            self.cluster.check_alive(ctx.node())?;
+            if looked.elapsed() >= LOOK_EVERY {
+                looked = std::time::Instant::now();
+                if !announced {
+                    // Slow path only: a waiter that dies from now on can be skipped.
+                    ctx.store(&me.note, t + 1)?;
+                    let w = self.waiting.word(ctx.node().index() as u64)?;
+                    ctx.put(&w, &me.note, NL_REL)?;
+                    me.unreaped.set(true);
+                    announced = true;
+                }
+                self.pay_debts(ctx, me);
+                if self.pass_on(ctx, me, raw, d)? {
+                    continue;
+                }
+            }
+            if d.expired() {
+                return Err(d.timeout());
+            }
+            spin.wait_behind(&self.cluster, t.wrapping_sub(r))?;
+        }
+    }
+
+    /// Gives ticket `u` up: if the lock is already released to it, pass it on at once;
+    /// otherwise leave its abandon mark. Takes at most [`ABANDON_BUDGET`]; on failure the mark
+    /// is owed (paid by the process's next caller).
+    fn abandon(&self, ctx: &Ctx, me: &ThreadLock, u: u64) {
+        let d = Deadline::after(ABANDON_BUDGET);
+        match self.try_abandon(ctx, me, u, &d) {
+            Ok(true) => {
+                tracing::debug!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = u, "nlock: ticket abandoned");
+            }
+            Ok(false) => self.debts.push(u),
+            Err(e) => {
+                self.debts.push(u);
+                tracing::warn!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = u, error = %e,
+                    "nlock: could not mark an abandoned ticket; owed to the next caller");
+            }
+        }
+    }
+
+    /// Marks the tickets given up earlier in this process that could not be marked then.
+    fn pay_debts(&self, ctx: &Ctx, me: &ThreadLock) {
+        self.debts.pay(|u| {
+            let d = Deadline::after(ABANDON_BUDGET);
+            matches!(self.try_abandon(ctx, me, u, &d), Ok(true))
+        });
+    }
+
+    fn try_abandon(&self, ctx: &Ctx, me: &ThreadLock, u: u64, d: &Deadline) -> Result<bool> {
+        // Earlier operations (a timed-out poll) first: their local writes target `loc`.
+        Self::wait_acq(ctx, me, d)?;
+        let raw = self.read_rel(ctx, me, &me.scratch, d)?;
+        let r = marks::ticket(raw);
+        if r.wrapping_sub(u) < 1 << 62 && r != u {
+            return Ok(true); // already passed
+        }
+        if r != u {
+            if u - r >= MARKS {
+                return Ok(false); // the ring word may still hold a live mark: owe it
+            }
+            if !marks::mark(ctx, &self.ab, u, &me.scratch, NL_ACQ, d)? {
+                return Ok(false);
+            }
+            // The lock may have been handed to us meanwhile: then pass it on ourselves (a waiter
+            // that saw the mark may race us; one CAS wins, the other fails).
+            let raw = self.read_rel(ctx, me, &me.scratch, d)?;
+            if marks::ticket(raw) != u {
+                return Ok(true);
+            }
+            return self.pass_over(ctx, me, raw, u, d);
+        }
+        // Handed to us exactly as we gave up: release it without entering.
+        self.pass_over(ctx, me, raw, u, d)
+    }
+
+    /// `rcas(rel, raw, u+1 | poison)`: ticket `u`, released to, is passed on unused.
+    fn pass_over(
+        &self,
+        ctx: &Ctx,
+        me: &ThreadLock,
+        raw: u64,
+        u: u64,
+        d: &Deadline,
+    ) -> Result<bool> {
+        let new = (u + 1) | (raw & POISON);
+        ctx.rcas(&self.rel, raw, new, &me.scratch, NL_ACQ)?;
+        Self::wait_acq(ctx, me, d)?;
+        Ok(true)
+    }
+
+    /// Pays what earlier calls left behind: the ticket of this thread's FAA that timed out, the
+    /// process's owed marks.
+    fn settle(&self, ctx: &Ctx, me: &ThreadLock, d: &Deadline) -> Result<()> {
+        if me.pending_faa.get() || me.pending_cas.get().is_some() {
+            Self::wait_acq(ctx, me, d)?;
+            let u = ctx.load(&me.word)?;
+            let ours = me.pending_faa.get() || me.pending_cas.get() == Some(u);
+            me.pending_faa.set(false);
+            me.pending_cas.set(None);
+            if ours {
+                self.abandon(ctx, me, u);
+            }
+        }
+        self.pay_debts(ctx, me);
+        Ok(())
+    }
+
+    pub(crate) fn acquire_deadline(&self, ctx: &Ctx, d: &Deadline) -> Result<u64> {
+        let me = self.me(ctx)?;
+        Self::check_not_held(&me)?;
+        self.settle(ctx, &me, d)?;
+        self.cluster.check_open()?;
+        self.cluster.check_alive(self.node())?;
+        ctx.rfaa(&self.tkt, 1, &me.word, NL_ACQ)?;
+        if let Err(e) = Self::wait_acq(ctx, &me, d) {
+            // The ticket is taken but unknown: the next call reads it and abandons it.
+            me.pending_faa.set(true);
+            return Err(e);
+        }
+        me.unreaped.set(false);
+        let t = ctx.load(&me.word)?;
+        match self.wait_turn(ctx, &me, t, d) {
+            Ok(poisoned) => self.enter(ctx, &me, t, poisoned),
+            Err(e @ Error::Skipped { .. }) => Err(e),
+            // Our own node is dead: it can write nothing (the others skip the ticket).
+            Err(Error::Rdma(loco_rdmawait::Error::PeerDead { node, reason }))
+                if node == ctx.node() =>
+            {
+                Err(Error::Rdma(loco_rdmawait::Error::PeerDead { node, reason }))
+            }
+            Err(e) => {
+                self.abandon(ctx, &me, t);
+                Err(e)
+            }
+        }
+    }
+
+    pub(crate) fn try_acquire_deadline(&self, ctx: &Ctx, d: &Deadline) -> Result<Option<u64>> {
+        let me = self.me(ctx)?;
+        Self::check_not_held(&me)?;
+        self.settle(ctx, &me, d)?;
+        self.cluster.check_open()?;
+        self.cluster.check_alive(self.node())?;
+        // At most one pass per abandoned ticket ahead; bounded by the ring.
+        for _ in 0..=MARKS {
+            let raw = self.read_rel(ctx, &me, &me.word, d)?;
+            let r = marks::ticket(raw);
+            // Free iff tkt == rel: take ticket r only if nobody holds or waits for one.
+            ctx.rcas(&self.tkt, r, r + 1, &me.word, NL_ACQ)?;
+            if let Err(e) = Self::wait_acq(ctx, &me, d) {
+                // Whether the CAS took ticket r is unknown: the next call finds out.
+                me.pending_cas.set(Some(r));
+                return Err(e);
+            }
+            me.unreaped.set(false);
+            if ctx.load(&me.word)? == r {
+                // tkt was r, so rel (which read r) is still r: ours, poison bit included.
+                return self.enter(ctx, &me, r, marks::poisoned(raw)).map(Some);
+            }
+            // Taken: free only if ticket r was given up (or its holder died).
+            if !self.pass_on(ctx, &me, raw, d)? {
+                return Ok(None);
+            }
+        }
+        Ok(None)
+    }
+
+    pub(crate) fn release_with(&self, ctx: &Ctx, poison: bool) -> Result<()> {
+        let me = self.me(ctx)?;
+        let t = me.held.get().ok_or(Error::NotHeld)?;
+        if poison {
+            ctx.store(&me.word, (t + 1) | POISON)?;
+        }
+        ctx.rfence(self.node())?;
+        ctx.put(&self.rel, &me.word, NL_REL)?;
+        me.held.set(None);
+        me.poisoned.set(false);
+        me.unreaped.set(true);
+        tracing::trace!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = t, poison, "nlock released");
+        Ok(())
+    }
+
+    /// Reaps this thread's release put, so that its words can be recycled.
+    pub(crate) fn leave_now(&self, ctx: &Ctx) -> Result<()> {
+        let me = self.me(ctx)?;
+        Self::check_not_held(&me)?;
+        let d = Deadline::after(self.cluster.timeout());
+        self.settle(ctx, &me, &d)?;
+        d.wait(ctx, NL_REL)?;
+        Self::wait_acq(ctx, &me, &d)?;
+        me.unreaped.set(false);
+        Ok(())
     }
 }
 
 impl RawLock for RawNLock {
     fn acquire(&self, ctx: &Ctx) -> Result<u64> {
-        let me = self.me(ctx)?;
-        Self::check_not_held(&me)?;
-        ctx.rfaa(&self.tkt, 1, &me.word, NL_ACQ)?;
-        ctx.wait(NL_ACQ)?;
-        let t = ctx.load(&me.word)?;
-        let mut spin = Spin::new(self.cluster.timeout());
-        loop {
-            let r = self.read_rel(ctx, &me)?;
-            if r == t {
-                break;
-            }
-            spin.wait_behind(t.wrapping_sub(r), "nlock acquire");
-        }
-        self.enter(ctx, &me, t)
+        self.acquire_deadline(ctx, &Deadline::after(self.cluster.timeout()))
     }
 
     fn try_acquire(&self, ctx: &Ctx) -> Result<Option<u64>> {
-        let me = self.me(ctx)?;
-        Self::check_not_held(&me)?;
-        let r = self.read_rel(ctx, &me)?;
-        // Free iff tkt == rel: take ticket r only if nobody holds or waits for one.
-        ctx.rcas(&self.tkt, r, r + 1, &me.word, NL_ACQ)?;
-        ctx.wait(NL_ACQ)?;
-        if ctx.load(&me.word)? != r {
-            return Ok(None);
-        }
-        self.enter(ctx, &me, r).map(Some)
+        self.try_acquire_deadline(ctx, &Deadline::after(self.cluster.timeout()))
     }
 
     fn release(&self, ctx: &Ctx) -> Result<()> {
-        let me = self.me(ctx)?;
-        let t = me.held.get().ok_or(Error::NotHeld)?;
-        ctx.rfence(self.node())?;
-        ctx.put(&self.rel, &me.word, NL_REL)?;
-        me.held.set(None);
-        tracing::trace!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = t, "nlock released");
-        Ok(())
+        self.release_with(ctx, false)
     }
 
     fn held(&self, ctx: &Ctx) -> Result<Option<u64>> {
         Ok(self.me(ctx)?.held.get())
+    }
+
+    fn acquire_until(&self, ctx: &Ctx, deadline: std::time::Instant) -> Result<u64> {
+        self.acquire_deadline(ctx, &Deadline::at(deadline))
+    }
+
+    fn try_acquire_until(&self, ctx: &Ctx, deadline: std::time::Instant) -> Result<Option<u64>> {
+        self.try_acquire_deadline(ctx, &Deadline::at(deadline))
+    }
+
+    fn release_poisoned(&self, ctx: &Ctx) -> Result<()> {
+        self.release_with(ctx, true)
+    }
+
+    fn poisoned(&self, ctx: &Ctx) -> Result<bool> {
+        let me = self.me(ctx)?;
+        Ok(me.held.get().is_some() && me.poisoned.get())
+    }
+
+    fn leave(&self, ctx: &Ctx) -> Result<()> {
+        self.leave_now(ctx)?;
+        crate::thread::forget(ctx, self.id);
+        Ok(())
     }
 }

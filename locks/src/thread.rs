@@ -1,12 +1,14 @@
-//! Per-(lock, thread) state, kept in the thread's context, and the spin-wait helper.
+//! Per-(lock, thread) state, kept in the thread's context; the spin-wait helper; deadlines; and
+//! the per-node pool of private words that contexts hand back when they are dropped.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use loco_rdmawait::{Ctx, Loc};
+use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, WorkId};
 
 use crate::{Error, Result};
 
@@ -17,24 +19,151 @@ pub(crate) fn next_lock_id() -> u64 {
     NEXT_LOCK.fetch_add(1, Ordering::Relaxed)
 }
 
+/// Private words handed back by dropped contexts, per node (a [`Cluster`] extension):
+/// [`Cluster::alloc_private`] is a bump allocator without `free`, so the locks recycle the words
+/// they took themselves. A word is returned only if no operation of its thread may still write
+/// it (see [`ThreadLock::dirty`]); otherwise it is leaked, which is safe.
+#[derive(Debug, Default)]
+pub(crate) struct WordPool {
+    free: Mutex<HashMap<NodeId, Vec<Loc>>>,
+}
+
+impl WordPool {
+    pub(crate) fn of(cluster: &Cluster) -> Result<Arc<WordPool>> {
+        Ok(cluster.extension::<WordPool>(|_| Ok(WordPool::default()))?)
+    }
+
+    /// A private word on `node`: a recycled one, else a fresh one (zeroed or not: callers
+    /// initialise it).
+    pub(crate) fn take(&self, cluster: &Cluster, node: NodeId) -> Result<Loc> {
+        let recycled = self
+            .free
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(&node)
+            .and_then(Vec::pop);
+        match recycled {
+            Some(w) => Ok(w),
+            None => Ok(cluster.alloc_private(node, 8)?),
+        }
+    }
+
+    pub(crate) fn give(&self, word: Loc) {
+        self.free
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(word.node())
+            .or_default()
+            .push(word);
+    }
+}
+
+/// What a lock does with a thread's state when its context is dropped (the weak lock hands its
+/// `rel` slot back).
+pub(crate) trait OnDrop: std::fmt::Debug {
+    /// Called with the slot, the last value the thread stored in its slot's `rel`, and whether
+    /// the thread left operations in flight.
+    fn dropped(&self, slot: usize, last: u64, dirty: bool);
+}
+
 /// What one thread keeps for one lock.
 #[derive(Debug)]
 pub(crate) struct ThreadLock {
     /// The thread's private word on its own node: `turn` (wlock) or `loc` (nlock).
     pub(crate) word: Loc,
+    /// A second private word: the destination of the abandon and recovery operations.
+    pub(crate) scratch: Loc,
+    /// A third private word: the source of the node lock's `waiting` announcement.
+    pub(crate) note: Loc,
     /// The thread's slot in the `rel[*]` array (wlock); 0 for an nlock.
     pub(crate) slot: usize,
     /// The local copies of every `rel[*]` (wlock); empty for an nlock.
     pub(crate) rels: Vec<Loc>,
     /// The ticket of the thread's current hold.
     pub(crate) held: Cell<Option<u64>>,
+    /// Whether the current hold was handed over by a critical section that did not finish (a
+    /// guard dropped while panicking, or a dead holder skipped).
+    pub(crate) poisoned: Cell<bool>,
+    /// The last value the thread stored in its `rel` slot (wlock).
+    pub(crate) last_rel: Cell<u64>,
+    /// The ticket FAA timed out: its result will land in `word` later; the next call reads it
+    /// and abandons that ticket.
+    pub(crate) pending_faa: Cell<bool>,
+    /// A `try_acquire`'s ticket CAS (expecting this ticket) timed out: the next call reads its
+    /// result and abandons the ticket if the CAS took it.
+    pub(crate) pending_cas: Cell<Option<u64>>,
+    /// Some operation of this thread whose local write targets `word` or `scratch` may still be
+    /// in flight (a wait timed out): the words are not recycled.
+    pub(crate) dirty: Cell<bool>,
+    /// A put that reads `word` (the node lock's release or `held` put) may not have read it yet:
+    /// the words are not recycled (see [`RawLock::leave`](crate::RawLock::leave)).
+    pub(crate) unreaped: Cell<bool>,
+    pub(crate) pool: Arc<WordPool>,
+    pub(crate) on_drop: Option<Arc<dyn OnDrop>>,
+}
+
+impl ThreadLock {
+    pub(crate) fn new(
+        ctx: &Ctx,
+        slot: usize,
+        rels: Vec<Loc>,
+        on_drop: Option<Arc<dyn OnDrop>>,
+    ) -> Result<Self> {
+        let pool = WordPool::of(ctx.cluster())?;
+        let word = pool.take(ctx.cluster(), ctx.node())?;
+        let scratch = match pool.take(ctx.cluster(), ctx.node()) {
+            Ok(w) => w,
+            Err(e) => {
+                pool.give(word);
+                return Err(e);
+            }
+        };
+        let note = match pool.take(ctx.cluster(), ctx.node()) {
+            Ok(w) => w,
+            Err(e) => {
+                pool.give(word);
+                pool.give(scratch);
+                return Err(e);
+            }
+        };
+        ctx.store(&word, 0)?;
+        ctx.store(&scratch, 0)?;
+        ctx.store(&note, 0)?;
+        Ok(ThreadLock {
+            word,
+            scratch,
+            note,
+            slot,
+            rels,
+            held: Cell::new(None),
+            poisoned: Cell::new(false),
+            last_rel: Cell::new(0),
+            pending_faa: Cell::new(false),
+            pending_cas: Cell::new(None),
+            dirty: Cell::new(false),
+            unreaped: Cell::new(false),
+            pool,
+            on_drop,
+        })
+    }
 }
 
 impl Drop for ThreadLock {
     fn drop(&mut self) {
         if let Some(ticket) = self.held.get() {
             tracing::error!(target: "loco::locks", ticket, node = %self.word.node(),
-                "a context was dropped while holding a lock: the lock stays held for good");
+                "a context was dropped while holding a lock: the lock stays held until its node is reported dead");
+            // Keep the slot and words: the hold is not over.
+            return;
+        }
+        let dirty = self.dirty.get() || self.pending_faa.get() || self.pending_cas.get().is_some();
+        if let Some(d) = &self.on_drop {
+            d.dropped(self.slot, self.last_rel.get(), dirty);
+        }
+        if !dirty && !self.unreaped.get() {
+            self.pool.give(self.word);
+            self.pool.give(self.scratch);
+            self.pool.give(self.note);
         }
     }
 }
@@ -68,49 +197,107 @@ pub(crate) fn thread_lock(
     Ok(st)
 }
 
+/// Drops the calling thread's state for lock `id` (its slot and words go back).
+pub(crate) fn forget(ctx: &Ctx, id: u64) {
+    if let Ok(reg) = ctx.extension::<Registry>(|_| Ok(Registry::default())) {
+        reg.locks.borrow_mut().remove(&id);
+    }
+}
+
+/// When a timed call must give up.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Deadline {
+    end: Instant,
+    /// The timeout the caller asked for (reported in [`Error::Timeout`]).
+    pub(crate) after: Duration,
+}
+
+impl Deadline {
+    /// `after` from now; a duration too large for an [`Instant`] (`Duration::MAX`) is capped at
+    /// about a century.
+    pub(crate) fn after(after: Duration) -> Self {
+        let now = Instant::now();
+        let end = now
+            .checked_add(after)
+            .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 86_400)))
+            .unwrap_or(now);
+        Deadline { end, after }
+    }
+
+    /// At `end` (reported as the time left from now).
+    pub(crate) fn at(end: Instant) -> Self {
+        Deadline {
+            end,
+            after: end.saturating_duration_since(Instant::now()),
+        }
+    }
+
+    pub(crate) fn end(&self) -> Instant {
+        self.end
+    }
+
+    pub(crate) fn remaining(&self) -> Duration {
+        self.end.saturating_duration_since(Instant::now())
+    }
+
+    pub(crate) fn expired(&self) -> bool {
+        Instant::now() >= self.end
+    }
+
+    pub(crate) fn timeout(&self) -> Error {
+        Error::Timeout { after: self.after }
+    }
+
+    /// `wait(d)` for at most the time left; a wait that runs out is this deadline's
+    /// [`Error::Timeout`].
+    pub(crate) fn wait(&self, ctx: &Ctx, wid: WorkId) -> Result<()> {
+        match ctx.wait_timeout(wid, self.remaining()) {
+            Ok(()) => Ok(()),
+            Err(loco_rdmawait::Error::Timeout { .. }) => Err(self.timeout()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
 /// Backoff for spin loops on a machine that may have fewer cores than spinning threads: spin
-/// briefly, then yield; warn once if the wait exceeds the cluster's timeout (likely a deadlock: a
-/// holder that never releases).
+/// briefly, then yield, then sleep a little. Every round checks that the cluster is still open
+/// ([`Cluster::check_open`]), so that a shutdown frees the spinning thread.
 pub(crate) struct Spin {
     round: u32,
     start: Instant,
-    warn_after: Duration,
-    warned: bool,
 }
 
 impl Spin {
-    pub(crate) fn new(warn_after: Duration) -> Self {
+    pub(crate) fn new() -> Self {
         Spin {
             round: 0,
             start: Instant::now(),
-            warn_after,
-            warned: false,
         }
     }
 
     /// Waits for a ticket lock's turn with `ahead` holders still before us: proportional
     /// backoff (each of them needs at least a network round trip), so that waiting threads do
     /// not flood the NICs with polls that cannot succeed yet.
-    pub(crate) fn wait_behind(&mut self, ahead: u64, what: &'static str) {
+    pub(crate) fn wait_behind(&mut self, cluster: &Cluster, ahead: u64) -> Result<()> {
         for _ in 1..ahead.min(64) {
             std::thread::yield_now();
         }
-        self.wait(what);
+        self.wait(cluster)
     }
 
-    pub(crate) fn wait(&mut self, what: &'static str) {
+    pub(crate) fn wait(&mut self, cluster: &Cluster) -> Result<()> {
+        cluster.check_open()?;
         if self.round < 6 {
             for _ in 0..(1 << self.round) {
                 std::hint::spin_loop();
             }
             self.round += 1;
-        } else {
+        } else if self.start.elapsed() < Duration::from_millis(50) {
             std::thread::yield_now();
-            if !self.warned && self.start.elapsed() > self.warn_after {
-                self.warned = true;
-                tracing::warn!(target: "loco::locks", what, waited = ?self.start.elapsed(),
-                    "still waiting for a lock: is a holder gone without releasing it?");
-            }
+        } else {
+            // A long wait (a slow or dead holder): stop burning a core.
+            std::thread::sleep(Duration::from_micros(200));
         }
+        Ok(())
     }
 }

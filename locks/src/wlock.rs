@@ -8,13 +8,20 @@
 //! | `turn` | per thread, its own node | the FAA's (or CAS's) local write | the thread |
 
 use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, WorkId};
 use loco_rdmawaitrmw::Rmw;
 use loco_sv::{GlobalFence, SharedVar};
 
-use crate::thread::{next_lock_id, thread_lock, Spin, ThreadLock};
+use crate::marks::{self, MARKS, POISON};
+use crate::nlock::ABANDON_BUDGET;
+use crate::thread::{next_lock_id, thread_lock, Deadline, OnDrop, Spin, ThreadLock};
 use crate::{Error, RawLock, Result};
+
+/// How often a stalled waiter looks for an abandoned ticket (a round trip to the ticket node).
+const LOOK_EVERY: Duration = Duration::from_millis(1);
 
 /// Work id of the weak lock's ticket operations (FAA, CAS, get of `tkt`).
 const WL_ACQ: WorkId = WorkId::internal(0x4C4B_0001);
@@ -28,28 +35,53 @@ const WL_REL: WorkId = WorkId::internal(0x4C4B_0002);
 /// `rel[t]`. Acquire: `rfaa(tkt, 1, ret=turn, d); wait(d)`, then spin over the local copies of
 /// all `rel[*]` until one equals `turn`. Release: `store(rel[me], turn+1)` and
 /// `bcast(rel[me], all other nodes, d)`, not waited for. See [`WLock`](crate::WLock) for the
-/// guarantee.
+/// guarantee, and for what happens when threads give up, die, or come and go.
 #[derive(Debug)]
 pub struct RawWLock {
     id: u64,
     cluster: Cluster,
     tkt: Loc,
     slots: Loc,
+    ab: Loc,
     rel: Vec<SharedVar>,
+    pool: Arc<SlotPool>,
+    debts: marks::Debts,
+}
+
+/// `rel` slots handed back by dropped contexts (process-local), with the last value their
+/// owner stored: a new owner first checks that this value has landed on every live node, so
+/// that no late put of the old owner can overwrite the new owner's releases.
+#[derive(Debug, Default)]
+struct SlotPool {
+    free: Mutex<Vec<(usize, u64)>>,
+}
+
+impl OnDrop for SlotPool {
+    fn dropped(&self, slot: usize, last: u64, _dirty: bool) {
+        self.free
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((slot, last));
+    }
 }
 
 impl RawWLock {
-    /// A weak lock for at most `max_threads` threads, its ticket dispenser on `ticket_node`.
+    /// A weak lock for at most `max_threads` threads at a time, its ticket dispenser on
+    /// `ticket_node`.
     ///
-    /// Each thread that uses the lock takes one of the `max_threads` `rel` slots on first use,
-    /// for good (the bound counts threads ever used, over every process of the cluster). Acquire
-    /// scans all slots' local copies, so pick the bound close to the real thread count.
+    /// Each thread that uses the lock takes one of the `max_threads` `rel` slots on first use;
+    /// the slot goes back when the thread's context is dropped (or it calls
+    /// [`RawLock::leave`]) and serves the process's next thread. The bound counts threads
+    /// using the lock at once, over every process of the cluster (a slot handed back is reused
+    /// by the same process only). Acquire scans all slots' local copies, so pick the bound close
+    /// to the real thread count.
     pub fn new(cluster: &Cluster, ticket_node: NodeId, max_threads: usize) -> Result<Self> {
         if max_threads == 0 {
             return Err(Error::NoThreads);
         }
         let tkt = cluster.alloc_word(ticket_node)?;
         let slots = cluster.alloc_word(ticket_node)?;
+        let ab = cluster.alloc_words(ticket_node, MARKS)?;
         let rel = (0..max_threads)
             .map(|_| SharedVar::new(cluster))
             .collect::<loco_sv::Result<Vec<_>>>()?;
@@ -58,7 +90,10 @@ impl RawWLock {
             cluster: cluster.clone(),
             tkt,
             slots,
+            ab,
             rel,
+            pool: Arc::default(),
+            debts: Default::default(),
         })
     }
 
@@ -67,36 +102,103 @@ impl RawWLock {
         self.tkt.node()
     }
 
-    /// The most threads that can use the lock.
+    /// The most threads that can use the lock at once.
     pub fn max_threads(&self) -> usize {
         self.rel.len()
     }
 
-    /// The calling thread's state; on first use, takes a `rel` slot with a remote FAA on `slots`.
+    /// The calling thread's state; on first use, takes a `rel` slot: one handed back by an
+    /// earlier context of this process, else a fresh one with a remote FAA on `slots`.
     fn me(&self, ctx: &Ctx) -> Result<Rc<ThreadLock>> {
         thread_lock(ctx, self.cluster.id(), self.id, |ctx| {
-            let word = ctx.cluster().alloc_private(ctx.node(), 8)?;
-            ctx.rfaa(&self.slots, 1, &word, WL_ACQ)?;
-            ctx.wait(WL_ACQ)?;
-            let slot = ctx.load(&word)? as usize;
-            if slot >= self.rel.len() {
-                return Err(Error::TooManyThreads {
-                    max: self.rel.len(),
-                });
-            }
+            let recycled = self
+                .pool
+                .free
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop();
+            let on_drop: Arc<dyn OnDrop> = self.pool.clone();
+            let (slot, last) = match recycled {
+                Some((slot, last)) => {
+                    if let Err(e) = self.check_landed(ctx, slot, last) {
+                        self.pool.dropped(slot, last, false);
+                        return Err(e);
+                    }
+                    (slot, last)
+                }
+                None => {
+                    let tmp = ThreadLock::new(ctx, usize::MAX, Vec::new(), None)?;
+                    ctx.rfaa(&self.slots, 1, &tmp.word, WL_ACQ)?;
+                    let d = Deadline::after(self.cluster.timeout());
+                    if let Err(e) = d.wait(ctx, WL_ACQ) {
+                        tmp.dirty.set(true);
+                        return Err(e);
+                    }
+                    let slot = ctx.load(&tmp.word)? as usize;
+                    if slot >= self.rel.len() {
+                        return Err(Error::TooManyThreads {
+                            max: self.rel.len(),
+                        });
+                    }
+                    (slot, 0)
+                }
+            };
             let rels = self
                 .rel
                 .iter()
                 .map(|s| s.local(ctx))
-                .collect::<loco_sv::Result<Vec<_>>>()?;
-            tracing::debug!(target: "loco::locks", lock = self.id, node = %ctx.node(), slot, "wlock: thread registered");
-            Ok(ThreadLock {
-                word,
-                slot,
-                rels,
-                held: Default::default(),
-            })
+                .collect::<loco_sv::Result<Vec<_>>>();
+            let rels = match rels {
+                Ok(r) => r,
+                Err(e) => {
+                    self.pool.dropped(slot, last, false);
+                    return Err(e.into());
+                }
+            };
+            let st = match ThreadLock::new(ctx, slot, rels, Some(on_drop)) {
+                Ok(st) => st,
+                Err(e) => {
+                    self.pool.dropped(slot, last, false);
+                    return Err(e);
+                }
+            };
+            st.last_rel.set(last);
+            tracing::debug!(target: "loco::locks", lock = self.id, node = %ctx.node(), slot, reused = recycled.is_some(), "wlock: thread registered");
+            Ok(st)
         })
+    }
+
+    /// Before reusing `slot`: every live node's copy of `rel[slot]` holds `last`, the old
+    /// owner's last value. Each of its releases was reaped (source read) before the next one
+    /// stored, so only its last release's puts carry `last`, and puts towards a node land in
+    /// order: once a copy reads `last`, no put of the old owner towards that node is in flight.
+    fn check_landed(&self, ctx: &Ctx, slot: usize, last: u64) -> Result<()> {
+        if last == 0 {
+            return Ok(());
+        }
+        let d = Deadline::after(self.cluster.timeout());
+        let tmp = ThreadLock::new(ctx, usize::MAX, Vec::new(), None)?;
+        let mut spin = Spin::new();
+        for k in self.cluster.node_ids() {
+            loop {
+                if !self.cluster.is_alive(k) {
+                    break;
+                }
+                ctx.get(&tmp.word, &self.rel[slot].copy(k)?, WL_ACQ)?;
+                if let Err(e) = d.wait(ctx, WL_ACQ) {
+                    tmp.dirty.set(true);
+                    return Err(e);
+                }
+                if ctx.load(&tmp.word)? == last {
+                    break;
+                }
+                if d.expired() {
+                    return Err(d.timeout());
+                }
+                spin.wait(&self.cluster)?;
+            }
+        }
+        Ok(())
     }
 
     fn check_not_held(me: &ThreadLock) -> Result<()> {
@@ -106,68 +208,286 @@ impl RawWLock {
         }
     }
 
-    /// Whether some local copy of `rel[*]` reads `t`: ticket `t` may enter.
-    fn released_to(ctx: &Ctx, me: &ThreadLock, t: u64) -> Result<bool> {
+    /// Whether some local copy of `rel[*]` reads `t` (poison bit aside): ticket `t` may enter.
+    /// Returns the raw value found, and otherwise the highest ticket released to.
+    fn released_to(ctx: &Ctx, me: &ThreadLock, t: u64) -> Result<std::result::Result<u64, u64>> {
+        let mut high = 0;
+        let mut any = false;
         for r in &me.rels {
-            if ctx.load(r)? == t {
-                return Ok(true);
+            let raw = ctx.load(r)?;
+            if marks::ticket(raw) == t {
+                return Ok(Ok(raw));
+            }
+            let v = marks::ticket(raw);
+            if !any || v.wrapping_sub(high) < 1 << 62 {
+                high = v;
+                any = true;
             }
         }
-        Ok(false)
+        Ok(Err(high))
+    }
+
+    /// Stores `raw` in the thread's own `rel` slot and broadcasts it (a release, or a
+    /// forwarding release of an abandoned ticket).
+    fn publish(&self, ctx: &Ctx, me: &ThreadLock, raw: u64) -> Result<()> {
+        let rel = &self.rel[me.slot];
+        rel.store(ctx, raw)?;
+        me.last_rel.set(raw);
+        rel.bcast(ctx, self.cluster.node_ids(), WL_REL)?;
+        Ok(())
+    }
+
+    /// The lock is released to `r` (some copy on this node reads `raw`, ticket `r`) and `r` is
+    /// marked abandoned: release to `r + 1` on its behalf. Returns whether it did.
+    fn forward(&self, ctx: &Ctx, me: &ThreadLock, raw: u64, d: &Deadline) -> Result<bool> {
+        let r = marks::ticket(raw);
+        if !marks::is_marked(ctx, &self.ab, r, &me.scratch, WL_ACQ, d)? {
+            return Ok(false);
+        }
+        // Our previous broadcast must have read its source before we store again.
+        d.wait(ctx, WL_REL)?;
+        self.publish(ctx, me, (r + 1) | (raw & POISON))?;
+        tracing::debug!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r, "wlock: passed an abandoned ticket on");
+        Ok(true)
+    }
+
+    /// The raw copy value that releases to `r`, if some local copy does.
+    fn copy_of(ctx: &Ctx, me: &ThreadLock, r: u64) -> Result<Option<u64>> {
+        Ok(Self::released_to(ctx, me, r)?.ok())
+    }
+
+    fn wait_turn(&self, ctx: &Ctx, me: &ThreadLock, t: u64, d: &Deadline) -> Result<u64> {
+        let mut spin = Spin::new();
+        let mut looked = Instant::now();
+        loop {
+            match Self::released_to(ctx, me, t)? {
+                Ok(raw) => return Ok(raw),
+                Err(high) => {
+                    if looked.elapsed() >= LOOK_EVERY && high.wrapping_sub(t) >= 1 << 62 {
+                        looked = Instant::now();
+                        // A thread of a node reported dead stops (as its process would have).
+                        self.cluster.check_alive(ctx.node())?;
+                        self.pay_debts(ctx, me);
+                        if let Some(raw) = Self::copy_of(ctx, me, high)? {
+                            if self.forward(ctx, me, raw, d)? {
+                                continue;
+                            }
+                        }
+                    }
+                }
+            }
+            if d.expired() {
+                return Err(d.timeout());
+            }
+            spin.wait(&self.cluster)?;
+        }
+    }
+
+    fn abandon(&self, ctx: &Ctx, me: &ThreadLock, u: u64) {
+        let d = Deadline::after(ABANDON_BUDGET);
+        match self.try_abandon(ctx, me, u, &d) {
+            Ok(true) => {
+                tracing::debug!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = u, "wlock: ticket abandoned");
+            }
+            Ok(false) => self.debts.push(u),
+            Err(e) => {
+                self.debts.push(u);
+                tracing::warn!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = u, error = %e,
+                    "wlock: could not mark an abandoned ticket; owed to the next caller");
+            }
+        }
+    }
+
+    /// Marks the tickets given up earlier in this process that could not be marked then.
+    fn pay_debts(&self, ctx: &Ctx, me: &ThreadLock) {
+        self.debts.pay(|u| {
+            let d = Deadline::after(ABANDON_BUDGET);
+            matches!(self.try_abandon(ctx, me, u, &d), Ok(true))
+        });
+    }
+
+    fn try_abandon(&self, ctx: &Ctx, me: &ThreadLock, u: u64, d: &Deadline) -> Result<bool> {
+        let high = match Self::released_to(ctx, me, u)? {
+            Ok(raw) => {
+                // Handed to us exactly as we gave up: release it without entering.
+                d.wait(ctx, WL_REL)?;
+                self.publish(ctx, me, (u + 1) | (raw & POISON))?;
+                return Ok(true);
+            }
+            Err(h) => h,
+        };
+        if high.wrapping_sub(u) < 1 << 62 {
+            return Ok(true); // released past it already
+        }
+        if u - high >= MARKS {
+            return Ok(false);
+        }
+        if !marks::mark(ctx, &self.ab, u, &me.scratch, WL_ACQ, d)? {
+            return Ok(false);
+        }
+        if let Some(raw) = Self::copy_of(ctx, me, u)? {
+            d.wait(ctx, WL_REL)?;
+            self.publish(ctx, me, (u + 1) | (raw & POISON))?;
+        }
+        Ok(true)
+    }
+
+    fn settle(&self, ctx: &Ctx, me: &ThreadLock, d: &Deadline) -> Result<()> {
+        if me.pending_faa.get() || me.pending_cas.get().is_some() {
+            d.wait(ctx, WL_ACQ)?;
+            me.dirty.set(false);
+            let u = ctx.load(&me.word)?;
+            let ours = me.pending_faa.get() || me.pending_cas.get() == Some(u);
+            me.pending_faa.set(false);
+            me.pending_cas.set(None);
+            if ours {
+                self.abandon(ctx, me, u);
+            }
+        }
+        self.pay_debts(ctx, me);
+        Ok(())
+    }
+
+    fn enter(&self, ctx: &Ctx, me: &ThreadLock, t: u64, raw: u64) -> u64 {
+        me.held.set(Some(t));
+        me.poisoned.set(marks::poisoned(raw));
+        tracing::trace!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = t, "wlock acquired");
+        t
+    }
+
+    fn acquire_deadline(&self, ctx: &Ctx, d: &Deadline) -> Result<u64> {
+        let me = self.me(ctx)?;
+        Self::check_not_held(&me)?;
+        self.cluster.check_open()?;
+        d.wait(ctx, WL_REL)?;
+        self.settle(ctx, &me, d)?;
+        ctx.rfaa(&self.tkt, 1, &me.word, WL_ACQ)?;
+        if let Err(e) = d.wait(ctx, WL_ACQ) {
+            me.pending_faa.set(true);
+            me.dirty.set(true);
+            return Err(e);
+        }
+        let t = ctx.load(&me.word)?;
+        match self.wait_turn(ctx, &me, t, d) {
+            Ok(raw) => Ok(self.enter(ctx, &me, t, raw)),
+            Err(Error::Rdma(loco_rdmawait::Error::PeerDead { node, reason }))
+                if node == ctx.node() =>
+            {
+                Err(Error::Rdma(loco_rdmawait::Error::PeerDead { node, reason }))
+            }
+            Err(e) => {
+                self.abandon(ctx, &me, t);
+                Err(e)
+            }
+        }
+    }
+
+    fn try_acquire_deadline(&self, ctx: &Ctx, d: &Deadline) -> Result<Option<u64>> {
+        let me = self.me(ctx)?;
+        Self::check_not_held(&me)?;
+        self.cluster.check_open()?;
+        d.wait(ctx, WL_REL)?;
+        self.settle(ctx, &me, d)?;
+        for _ in 0..=MARKS {
+            // The next ticket; it may enter at once if some rel copy already reads it.
+            ctx.get(&me.word, &self.tkt, WL_ACQ)?;
+            if let Err(e) = d.wait(ctx, WL_ACQ) {
+                me.dirty.set(true);
+                return Err(e);
+            }
+            me.dirty.set(false);
+            let v = ctx.load(&me.word)?;
+            let raw = match Self::released_to(ctx, &me, v)? {
+                Ok(raw) => raw,
+                Err(high) => {
+                    // Free after all if the tickets in between were given up.
+                    match Self::copy_of(ctx, &me, high)? {
+                        Some(raw)
+                            if high.wrapping_sub(v) >= 1 << 62
+                                && self.forward(ctx, &me, raw, d)? =>
+                        {
+                            continue
+                        }
+                        _ => return Ok(None),
+                    }
+                }
+            };
+            // Take ticket v only if nobody took it meanwhile: no ticket is ever left behind.
+            ctx.rcas(&self.tkt, v, v + 1, &me.word, WL_ACQ)?;
+            if let Err(e) = d.wait(ctx, WL_ACQ) {
+                // Whether the CAS took the ticket is unknown: read it on the next call.
+                me.dirty.set(true);
+                me.pending_cas.set(Some(v));
+                return Err(e);
+            }
+            if ctx.load(&me.word)? != v {
+                return Ok(None);
+            }
+            return Ok(Some(self.enter(ctx, &me, v, raw)));
+        }
+        Ok(None)
+    }
+
+    fn release_with(&self, ctx: &Ctx, poison: bool) -> Result<()> {
+        let me = self.me(ctx)?;
+        let t = me.held.get().ok_or(Error::NotHeld)?;
+        self.publish(ctx, &me, (t + 1) | if poison { POISON } else { 0 })?;
+        me.held.set(None);
+        me.poisoned.set(false);
+        tracing::trace!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = t, poison, "wlock released");
+        Ok(())
+    }
+
+    fn leave_now(&self, ctx: &Ctx) -> Result<()> {
+        let me = self.me(ctx)?;
+        Self::check_not_held(&me)?;
+        let d = Deadline::after(self.cluster.timeout());
+        self.settle(ctx, &me, &d)?;
+        d.wait(ctx, WL_REL)?;
+        d.wait(ctx, WL_ACQ)?;
+        me.dirty.set(false);
+        drop(me);
+        crate::thread::forget(ctx, self.id);
+        Ok(())
     }
 }
 
 impl RawLock for RawWLock {
     fn acquire(&self, ctx: &Ctx) -> Result<u64> {
-        let me = self.me(ctx)?;
-        Self::check_not_held(&me)?;
-        ctx.wait(WL_REL)?;
-        ctx.rfaa(&self.tkt, 1, &me.word, WL_ACQ)?;
-        ctx.wait(WL_ACQ)?;
-        let t = ctx.load(&me.word)?;
-        let mut spin = Spin::new(self.cluster.timeout());
-        while !Self::released_to(ctx, &me, t)? {
-            spin.wait("wlock acquire");
-        }
-        me.held.set(Some(t));
-        tracing::trace!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = t, "wlock acquired");
-        Ok(t)
+        self.acquire_deadline(ctx, &Deadline::after(self.cluster.timeout()))
     }
 
     fn try_acquire(&self, ctx: &Ctx) -> Result<Option<u64>> {
-        let me = self.me(ctx)?;
-        Self::check_not_held(&me)?;
-        ctx.wait(WL_REL)?;
-        // The next ticket; it may enter at once if some rel copy already reads it.
-        ctx.get(&me.word, &self.tkt, WL_ACQ)?;
-        ctx.wait(WL_ACQ)?;
-        let v = ctx.load(&me.word)?;
-        if !Self::released_to(ctx, &me, v)? {
-            return Ok(None);
-        }
-        // Take ticket v only if nobody took it meanwhile: no ticket is ever left behind.
-        ctx.rcas(&self.tkt, v, v + 1, &me.word, WL_ACQ)?;
-        ctx.wait(WL_ACQ)?;
-        if ctx.load(&me.word)? != v {
-            return Ok(None);
-        }
-        me.held.set(Some(v));
-        Ok(Some(v))
+        self.try_acquire_deadline(ctx, &Deadline::after(self.cluster.timeout()))
     }
 
     fn release(&self, ctx: &Ctx) -> Result<()> {
-        let me = self.me(ctx)?;
-        let t = me.held.get().ok_or(Error::NotHeld)?;
-        let rel = &self.rel[me.slot];
-        rel.store(ctx, t + 1)?;
-        rel.bcast(ctx, self.cluster.node_ids(), WL_REL)?;
-        me.held.set(None);
-        tracing::trace!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = t, "wlock released");
-        Ok(())
+        self.release_with(ctx, false)
     }
 
     fn held(&self, ctx: &Ctx) -> Result<Option<u64>> {
         Ok(self.me(ctx)?.held.get())
+    }
+
+    fn acquire_until(&self, ctx: &Ctx, deadline: Instant) -> Result<u64> {
+        self.acquire_deadline(ctx, &Deadline::at(deadline))
+    }
+
+    fn try_acquire_until(&self, ctx: &Ctx, deadline: Instant) -> Result<Option<u64>> {
+        self.try_acquire_deadline(ctx, &Deadline::at(deadline))
+    }
+
+    fn release_poisoned(&self, ctx: &Ctx) -> Result<()> {
+        self.release_with(ctx, true)
+    }
+
+    fn poisoned(&self, ctx: &Ctx) -> Result<bool> {
+        let me = self.me(ctx)?;
+        Ok(me.held.get().is_some() && me.poisoned.get())
+    }
+
+    fn leave(&self, ctx: &Ctx) -> Result<()> {
+        self.leave_now(ctx)
     }
 }
 
@@ -198,6 +518,17 @@ impl RawSLock {
     }
 }
 
+impl RawSLock {
+    fn release_with(&self, ctx: &Ctx, poison: bool) -> Result<()> {
+        // Check first: a thread that does not hold the lock must not even fence.
+        if self.w.held(ctx)?.is_none() {
+            return Err(Error::NotHeld);
+        }
+        ctx.gf_all()?;
+        self.w.release_with(ctx, poison)
+    }
+}
+
 impl RawLock for RawSLock {
     fn acquire(&self, ctx: &Ctx) -> Result<u64> {
         self.w.acquire(ctx)
@@ -208,15 +539,30 @@ impl RawLock for RawSLock {
     }
 
     fn release(&self, ctx: &Ctx) -> Result<()> {
-        // Check first: a thread that does not hold the lock must not even fence.
-        if self.w.held(ctx)?.is_none() {
-            return Err(Error::NotHeld);
-        }
-        ctx.gf_all()?;
-        self.w.release(ctx)
+        self.release_with(ctx, false)
     }
 
     fn held(&self, ctx: &Ctx) -> Result<Option<u64>> {
         self.w.held(ctx)
+    }
+
+    fn acquire_until(&self, ctx: &Ctx, deadline: Instant) -> Result<u64> {
+        self.w.acquire_until(ctx, deadline)
+    }
+
+    fn try_acquire_until(&self, ctx: &Ctx, deadline: Instant) -> Result<Option<u64>> {
+        self.w.try_acquire_until(ctx, deadline)
+    }
+
+    fn release_poisoned(&self, ctx: &Ctx) -> Result<()> {
+        self.release_with(ctx, true)
+    }
+
+    fn poisoned(&self, ctx: &Ctx) -> Result<bool> {
+        self.w.poisoned(ctx)
+    }
+
+    fn leave(&self, ctx: &Ctx) -> Result<()> {
+        self.w.leave(ctx)
     }
 }

@@ -305,8 +305,9 @@ fn slock_release_lands_every_put() -> Result<()> {
     Ok(())
 }
 
-/// The node lock's release (`rfence(n); put(rel)`) does not wait: the put is still pending when
-/// it returns, and the next acquire of the same thread reaps it.
+/// The node lock's release (`rfence(n); put(rel)`) does not wait: the put (and the acquire's
+/// `held` announcement) are still pending when it returns, and the next acquire of the same
+/// thread reaps them.
 #[test]
 fn nlock_release_does_not_wait() -> Result<()> {
     let c = cluster(Schedule::Chaos { seed: 5 });
@@ -315,14 +316,14 @@ fn nlock_release_does_not_wait() -> Result<()> {
     LockGuard::release(l.acquire(&ctx)?)?;
     assert_eq!(
         ctx.unpolled(NodeId(2))?,
-        1,
-        "the release put is not waited for"
+        2,
+        "the release put and the held announcement are not waited for"
     );
     LockGuard::release(l.acquire(&ctx)?)?;
     assert_eq!(
         ctx.unpolled(NodeId(2))?,
-        1,
-        "only the latest release put is pending"
+        2,
+        "only the latest release put and announcement are pending"
     );
     Ok(())
 }

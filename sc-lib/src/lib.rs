@@ -69,6 +69,24 @@
 //! [`Error::QueueFull`] and [`Error::MapFull`] for full ready structures (nothing is written);
 //! [`Error::Rdma`] and [`Error::Lock`] for failures of the layers below.
 //!
+//! # Failures
+//! Every operation ends: it returns, or fails with a typed error; none hangs.
+//! - The node of an object dies: every operation on it fails with
+//!   [`Error::Rdma`]`(`[`PeerDead`](loco_rdmawait::Error::PeerDead)`)` naming that node (the
+//!   node lock checks it before and while waiting); operations on objects of live nodes go on,
+//!   and stay linearizable (tested with the `lincheck` checker while a node is killed).
+//! - A thread whose node dies while it holds an object's lock: the object's lock skips its ticket
+//!   (see `loco-locks`' Failures), so the object stays usable; the next operation on it runs
+//!   after a critical section that may have stopped half-way. For SC locations that is harmless
+//!   (each critical section is one remote access, which happened or did not); for a ported
+//!   structure the state written by the dead thread may be partial.
+//! - An operation that waits longer than the cluster's timeout (the lock, or the fetch's
+//!   `wait`) fails with a timeout ([`Error::Lock`] with `Timeout`, or [`Error::Rdma`] with
+//!   `Timeout`); a ticket it took is abandoned, never left blocking others. Its effect is then
+//!   unknown (a fetch that timed out may still have happened).
+//! - [`Cluster::shutdown`](loco_rdmawait::Cluster::shutdown): operations in progress return
+//!   `Shutdown`.
+//!
 //! # Implementation
 //! Exactly Fig. 14 (`rules.md` §2): each location x on node n has its own `nlock@n`; `write_sc` is
 //! `acquire; store(b, v); put(x, b); release` with no wait, the others `acquire; get|rcas|rfaa(x,

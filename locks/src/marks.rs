@@ -1,0 +1,113 @@
+//! Abandon marks and the poison bit, shared by the node lock and the weak lock.
+//!
+//! A ticket lock hands the lock to tickets in order, so a ticket whose thread gave up (a timed
+//! acquire that ran out, an error after the ticket was taken) would block every later ticket.
+//! Its thread therefore leaves an **abandon mark**: `ab[u mod K] = u + 1`, a ring of
+//! [`MARKS`] words next to the lock's ticket dispenser, written only with remote RMWs (so they
+//! are atomic against each other, and a stale RMW — one whose wait timed out — can only fail,
+//! being a CAS from the exact value read). A thread that finds the lock released to `r` and
+//! `ab[r mod K] = r + 1` passes the lock on to `r + 1` for it (the node lock with `rcas(rel, r,
+//! r+1)`, the weak lock with a forwarding release); see the lock types' docs for why mutual
+//! exclusion and the publication guarantees survive.
+//!
+//! The ring has room for the marks of the `K` tickets after the one the lock is released to; a
+//! ticket given up further back than that cannot be marked yet: the mark is **owed**, kept in
+//! the lock handle ([`Debts`], shared by the threads of the process) and paid by the next thread
+//! of the process that calls the lock or waits for it.
+
+use std::sync::Mutex;
+
+use loco_rdmawait::{Ctx, Loc, WorkId};
+use loco_rdmawaitrmw::Rmw;
+
+use crate::thread::Deadline;
+use crate::Result;
+
+/// Words in a lock's ring of abandon marks.
+pub(crate) const MARKS: u64 = 16;
+
+/// The bit of a released-to value (`rel`) that says the critical section before it did not
+/// finish (a guard dropped during a panic, or a dead holder skipped).
+pub(crate) const POISON: u64 = 1 << 63;
+
+/// The ticket part of a released-to value.
+pub(crate) fn ticket(raw: u64) -> u64 {
+    raw & !POISON
+}
+
+/// Whether a released-to value carries the poison bit.
+pub(crate) fn poisoned(raw: u64) -> bool {
+    raw & POISON != 0
+}
+
+/// The word of ticket `t`'s mark in the ring starting at `ring`.
+pub(crate) fn slot(ring: &Loc, t: u64) -> Result<Loc> {
+    Ok(ring.word(t % MARKS)?)
+}
+
+/// Whether ticket `r` is marked abandoned (a get of its ring word, into `scratch`).
+pub(crate) fn is_marked(
+    ctx: &Ctx,
+    ring: &Loc,
+    r: u64,
+    scratch: &Loc,
+    wid: WorkId,
+    d: &Deadline,
+) -> Result<bool> {
+    ctx.get(scratch, &slot(ring, r)?, wid)?;
+    d.wait(ctx, wid)?;
+    Ok(ctx.load(scratch)? == r + 1)
+}
+
+/// Marks ticket `u` abandoned: `rcas(ab[u mod K], m, u+1)` from the value `m` just read. The
+/// caller has checked that the lock is released to some `r > u - K`: every other ticket of the
+/// same ring word is then `<= u - K < r`, done, and its mark stale. Returns whether the mark is
+/// set.
+pub(crate) fn mark(
+    ctx: &Ctx,
+    ring: &Loc,
+    u: u64,
+    scratch: &Loc,
+    wid: WorkId,
+    d: &Deadline,
+) -> Result<bool> {
+    let w = slot(ring, u)?;
+    ctx.get(scratch, &w, wid)?;
+    d.wait(ctx, wid)?;
+    let m = ctx.load(scratch)?;
+    if m == u + 1 {
+        return Ok(true);
+    }
+    ctx.rcas(&w, m, u + 1, scratch, wid)?;
+    d.wait(ctx, wid)?;
+    Ok(ctx.load(scratch)? == m)
+}
+
+/// Tickets given up whose marks could not be written yet (see the module docs): paid by any
+/// thread of the process that uses the lock next.
+#[derive(Debug, Default)]
+pub(crate) struct Debts(Mutex<Vec<u64>>);
+
+impl Debts {
+    pub(crate) fn push(&self, u: u64) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(u);
+    }
+
+    /// Tries `pay` on every owed ticket; keeps those it could not pay.
+    pub(crate) fn pay(&self, mut pay: impl FnMut(u64) -> bool) {
+        let owed: Vec<u64> = {
+            let mut v = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            if v.is_empty() {
+                return;
+            }
+            std::mem::take(&mut *v)
+        };
+        let left: Vec<u64> = owed.into_iter().filter(|&u| !pay(u)).collect();
+        if !left.is_empty() {
+            self.0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(left);
+        }
+    }
+}

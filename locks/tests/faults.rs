@@ -1,0 +1,503 @@
+//! Locks under faults, on the soft NIC (Threaded and Chaos): timeouts that honour their
+//! deadline, abandoned tickets that later tickets pass, a dead holder skipped (poisoned), a guard
+//! dropped during a panic (poisoned), shutdown freeing waiters, and contexts that come and go.
+//!
+//! No timed assertions: every bound is generous (results come through channels with
+//! `recv_timeout`), and measured times are logged.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use loco_locks::{Error, Lock, LockGuard, NLock, RawLock, Result, SLock, WLock};
+use loco_rdmawait::{Cluster, NodeId, Schedule};
+
+/// Generous bound on anything the tests wait for.
+const BOUND: Duration = Duration::from_secs(60);
+
+fn cluster(schedule: Schedule, timeout: Duration) -> Cluster {
+    Cluster::builder()
+        .nodes(3)
+        .memory_per_node(1 << 14)
+        .soft(schedule)
+        .timeout(timeout)
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn schedules() -> Vec<Schedule> {
+    let mut s = vec![Schedule::Threaded];
+    s.extend((1..=8).map(|seed| Schedule::Chaos { seed }));
+    s
+}
+
+/// The three kinds, behind one object-safe face.
+trait AnyLock: Send + Sync {
+    fn boxed(&self) -> Box<dyn AnyLock>;
+    fn name(&self) -> &'static str;
+    /// Acquire (FIFO, for at most `t`), run `cs` inside, release; returns (ticket, poisoned).
+    fn with(&self, ctx: &loco_rdmawait::Ctx, t: Duration, cs: &dyn Fn()) -> Result<(u64, bool)>;
+    fn try_for(&self, ctx: &loco_rdmawait::Ctx, t: Duration) -> Result<u64>;
+    fn hold_forever(&self, ctx: &loco_rdmawait::Ctx) -> Result<u64>;
+    fn release(&self, ctx: &loco_rdmawait::Ctx) -> Result<()>;
+}
+
+impl<R: RawLock + 'static> AnyLock for Lock<R> {
+    fn boxed(&self) -> Box<dyn AnyLock> {
+        Box::new(self.clone())
+    }
+    fn name(&self) -> &'static str {
+        let n = std::any::type_name::<R>();
+        if n.ends_with("RawWLock") {
+            "wlock"
+        } else if n.ends_with("RawSLock") {
+            "slock"
+        } else {
+            "nlock"
+        }
+    }
+    fn with(&self, ctx: &loco_rdmawait::Ctx, t: Duration, cs: &dyn Fn()) -> Result<(u64, bool)> {
+        let g = self.acquire_timeout(ctx, t)?;
+        cs();
+        let r = (LockGuard::ticket(&g), LockGuard::was_poisoned(&g));
+        LockGuard::release(g)?;
+        Ok(r)
+    }
+    fn try_for(&self, ctx: &loco_rdmawait::Ctx, t: Duration) -> Result<u64> {
+        let g = self.try_acquire_for(ctx, t)?;
+        let t = LockGuard::ticket(&g);
+        LockGuard::release(g)?;
+        Ok(t)
+    }
+    fn hold_forever(&self, ctx: &loco_rdmawait::Ctx) -> Result<u64> {
+        let g = self.acquire(ctx)?;
+        let t = LockGuard::ticket(&g);
+        std::mem::forget(g);
+        Ok(t)
+    }
+    fn release(&self, ctx: &loco_rdmawait::Ctx) -> Result<()> {
+        self.raw().release(ctx)
+    }
+}
+
+fn each(c: &Cluster, threads: usize) -> Result<Vec<Box<dyn AnyLock>>> {
+    Ok(vec![
+        Box::new(NLock::new(c, NodeId(2))?),
+        Box::new(WLock::new(c, NodeId(1), threads)?),
+        Box::new(SLock::new(c, NodeId(0), threads)?),
+    ])
+}
+
+/// Runs `f` on its own thread and waits for it for at most [`BOUND`].
+fn bounded<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(BOUND)
+        .unwrap_or_else(|e| panic!("{what}: no answer within {BOUND:?} ({e})"))
+}
+
+/// A timed acquire of a held lock gives up near its deadline, not after the cluster's timeout:
+/// `try_acquire_for(1 ms)` and `acquire_timeout(1 ms)` on a cluster whose timeout is 60 s.
+#[test]
+fn timed_acquires_honour_their_deadline() -> Result<()> {
+    for s in [Schedule::Threaded, Schedule::Chaos { seed: 3 }] {
+        let c = cluster(s, BOUND);
+        for l in each(&c, 3)? {
+            let holder = c.context(NodeId(0))?;
+            l.hold_forever(&holder)?;
+            let (l2, c2) = (l.boxed(), c.clone());
+            let (a, b) = bounded("timed acquires", move || -> Result<(Duration, Duration)> {
+                let ctx = c2.context(NodeId(1))?;
+                let start = Instant::now();
+                let e = l2.try_for(&ctx, Duration::from_millis(1));
+                assert!(matches!(e, Err(Error::Timeout { .. })), "{e:?}");
+                let a = start.elapsed();
+                let start = Instant::now();
+                let e = l2.with(&ctx, Duration::from_millis(1), &|| ());
+                assert!(matches!(e, Err(Error::Timeout { .. })), "{e:?}");
+                Ok((a, start.elapsed()))
+            })?;
+            eprintln!(
+                "{} {s:?}: try_acquire_for(1ms) took {a:?}, acquire_timeout(1ms) {b:?}",
+                l.name()
+            );
+            // Far below the cluster's timeout (60 s): the internal waits used the time left.
+            assert!(a < BOUND / 4 && b < BOUND / 4);
+            l.release(&holder)?;
+            // The abandoned ticket blocks nobody.
+            let (l3, c3) = (l.boxed(), c.clone());
+            bounded("acquire after abandon", move || {
+                let ctx = c3.context(NodeId(2))?;
+                l3.with(&ctx, BOUND, &|| ()).map(|_| ())
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// A blocking acquire gives up with `Timeout` after the cluster's timeout (here 200 ms).
+#[test]
+fn acquire_gives_up_after_the_cluster_timeout() -> Result<()> {
+    let c = cluster(Schedule::Threaded, Duration::from_millis(200));
+    for l in each(&c, 3)? {
+        let holder = c.context(NodeId(0))?;
+        l.hold_forever(&holder)?;
+        let (l2, c2) = (l.boxed(), c.clone());
+        let took = bounded("acquire", move || -> Result<Duration> {
+            let ctx = c2.context(NodeId(1))?;
+            let start = Instant::now();
+            let e = l2.hold_forever(&ctx);
+            assert!(matches!(e, Err(Error::Timeout { .. })), "{e:?}");
+            Ok(start.elapsed())
+        })?;
+        eprintln!(
+            "{}: acquire gave up after {took:?} (cluster timeout 200 ms)",
+            l.name()
+        );
+        l.release(&holder)?;
+    }
+    Ok(())
+}
+
+/// Threads on every node take the lock with short random timeouts, so that many tickets are
+/// abandoned, some exactly as the lock reaches them; mutual exclusion holds (an in-section
+/// counter never exceeds 1), every thread finishes, and a final blocking acquire succeeds.
+fn abandon_storm(s: Schedule) -> Result<()> {
+    let c = cluster(s, BOUND);
+    for l in each(&c, 4)? {
+        let inside = Arc::new(AtomicUsize::new(0));
+        let entered = Arc::new(AtomicUsize::new(0));
+        let workers: Vec<_> = (0..4u64)
+            .map(|i| {
+                let (l, c, inside, entered) =
+                    (l.boxed(), c.clone(), inside.clone(), entered.clone());
+                move || -> Result<usize> {
+                    let ctx = c.context(NodeId((i % 3) as u16))?;
+                    let mut timeouts = 0;
+                    for k in 0..12u64 {
+                        let t = Duration::from_micros(50 + (i * 131 + k * 977) % 3000);
+                        match l.with(&ctx, t, &|| {
+                            assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                            entered.fetch_add(1, Ordering::SeqCst);
+                            thread::yield_now();
+                            inside.fetch_sub(1, Ordering::SeqCst);
+                        }) {
+                            Ok(_) => {}
+                            Err(Error::Timeout { .. }) => timeouts += 1,
+                            Err(e) => return Err(e),
+                        }
+                    }
+                    Ok(timeouts)
+                }
+            })
+            .collect();
+        let (tx, rx) = mpsc::channel();
+        for w in workers {
+            let tx = tx.clone();
+            thread::spawn(move || {
+                let _ = tx.send(w());
+            });
+        }
+        let mut timeouts = 0;
+        for _ in 0..4 {
+            timeouts += rx.recv_timeout(BOUND).expect("a worker hung")?;
+        }
+        let (l2, c2) = (l.boxed(), c.clone());
+        let (t, _) = bounded("final acquire", move || {
+            let ctx = c2.context(NodeId(0))?;
+            l2.with(&ctx, BOUND, &|| ())
+        })?;
+        eprintln!(
+            "{} {s:?}: {} entries, {timeouts} timeouts, final ticket {t}",
+            l.name(),
+            entered.load(Ordering::SeqCst)
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn abandoned_tickets_are_passed_threaded() -> Result<()> {
+    abandon_storm(Schedule::Threaded)
+}
+
+#[test]
+fn abandoned_tickets_are_passed_chaos() -> Result<()> {
+    for seed in 1..=10 {
+        abandon_storm(Schedule::Chaos { seed })?;
+    }
+    Ok(())
+}
+
+/// The deterministic case: a waiter gives its ticket up while the lock is held; the next
+/// ticket's holder enters as soon as the holder releases, with the ticket after it.
+#[test]
+fn an_abandoned_ticket_is_skipped() -> Result<()> {
+    for s in schedules() {
+        let c = cluster(s, BOUND);
+        for l in each(&c, 3)? {
+            let holder = c.context(NodeId(0))?;
+            let t0 = l.hold_forever(&holder)?;
+            let (l2, c2) = (l.boxed(), c.clone());
+            bounded("give up", move || {
+                let ctx = c2.context(NodeId(1))?;
+                let e = l2.with(&ctx, Duration::from_millis(20), &|| ());
+                assert!(matches!(e, Err(Error::Timeout { .. })), "{e:?}");
+                Ok::<_, Error>(())
+            })?;
+            let (l3, c3) = (l.boxed(), c.clone());
+            let (tx, rx) = mpsc::channel();
+            thread::spawn(move || {
+                let r = c3
+                    .context(NodeId(2))
+                    .map_err(Error::from)
+                    .and_then(|ctx| l3.with(&ctx, BOUND, &|| ()));
+                let _ = tx.send(r);
+            });
+            thread::sleep(Duration::from_millis(5));
+            l.release(&holder)?;
+            let (t2, poisoned) = rx
+                .recv_timeout(BOUND)
+                .expect("the next ticket never entered")?;
+            assert_eq!(
+                t2,
+                t0 + 2,
+                "{} {s:?}: ticket {} was abandoned",
+                l.name(),
+                t0 + 1
+            );
+            assert!(!poisoned);
+        }
+    }
+    Ok(())
+}
+
+/// A holder on n1 forgets its guard and its node dies: a waiter on n0 passes the dead holder's
+/// ticket and enters, told that the critical section before did not finish; after that the lock
+/// is clean again.
+#[test]
+fn a_dead_holder_is_skipped_and_reported() -> Result<()> {
+    for s in [Schedule::Threaded, Schedule::Chaos { seed: 7 }] {
+        let c = cluster(s, BOUND);
+        let l = NLock::new(&c, NodeId(2))?;
+        let (l1, c1) = (l.clone(), c.clone());
+        let t = bounded("holder", move || -> Result<u64> {
+            let ctx = c1.context(NodeId(1))?;
+            let g = l1.acquire(&ctx)?;
+            let t = LockGuard::ticket(&g);
+            std::mem::forget(g);
+            Ok(t)
+        })?;
+        c.kill(NodeId(1))?;
+        let (l0, c0) = (l.clone(), c.clone());
+        let (start, (t2, poisoned, t3, clean)) = (
+            Instant::now(),
+            bounded("waiter", move || -> Result<(u64, bool, u64, bool)> {
+                let ctx = c0.context(NodeId(0))?;
+                let g = l0.acquire(&ctx)?;
+                let r = (LockGuard::ticket(&g), LockGuard::was_poisoned(&g));
+                LockGuard::release(g)?;
+                let g = l0.acquire(&ctx)?;
+                let r2 = (LockGuard::ticket(&g), LockGuard::was_poisoned(&g));
+                LockGuard::release(g)?;
+                Ok((r.0, r.1, r2.0, r2.1))
+            })?,
+        );
+        eprintln!("{s:?}: dead holder skipped in {:?}", start.elapsed());
+        assert_eq!(t2, t + 1);
+        assert!(poisoned, "the next holder is told");
+        assert_eq!(t3, t + 2);
+        assert!(!clean, "a normal release clears the poison");
+    }
+    Ok(())
+}
+
+/// A guard dropped while its thread panics poisons the hand-over, for every kind.
+#[test]
+fn a_panicking_holder_poisons_the_lock() -> Result<()> {
+    let c = cluster(Schedule::Threaded, BOUND);
+    for l in each(&c, 3)? {
+        let (l1, c1) = (l.boxed(), c.clone());
+        let r = thread::spawn(move || {
+            let ctx = c1.context(NodeId(1)).unwrap();
+            let _ = l1.with(&ctx, BOUND, &|| panic!("inside the critical section"));
+        })
+        .join();
+        assert!(r.is_err());
+        let (l2, c2) = (l.boxed(), c.clone());
+        let (first, second) = bounded("next holder", move || -> Result<(bool, bool)> {
+            let ctx = c2.context(NodeId(0))?;
+            let (_, a) = l2.with(&ctx, BOUND, &|| ())?;
+            let (_, b) = l2.with(&ctx, BOUND, &|| ())?;
+            Ok((a, b))
+        })?;
+        assert!(first, "{}: the next holder is told", l.name());
+        assert!(!second, "{}: and only it", l.name());
+    }
+    Ok(())
+}
+
+/// `shutdown` frees threads blocked in an acquire: they return `Shutdown` promptly.
+#[test]
+fn shutdown_frees_waiters() -> Result<()> {
+    for s in [Schedule::Threaded, Schedule::Chaos { seed: 2 }] {
+        let c = cluster(s, BOUND);
+        let locks = each(&c, 3)?;
+        let holder = c.context(NodeId(0))?;
+        let (tx, rx) = mpsc::channel();
+        for l in &locks {
+            l.hold_forever(&holder)?;
+            let (l2, c2, tx) = (l.boxed(), c.clone(), tx.clone());
+            thread::spawn(move || {
+                let r = c2
+                    .context(NodeId(1))
+                    .map_err(Error::from)
+                    .and_then(|ctx| l2.with(&ctx, BOUND, &|| ()));
+                let _ = tx.send((l2.name(), r));
+            });
+        }
+        thread::sleep(Duration::from_millis(50));
+        let start = Instant::now();
+        c.shutdown();
+        for _ in 0..locks.len() {
+            let (name, r) = rx.recv_timeout(BOUND).expect("a waiter was not freed");
+            assert!(
+                matches!(r, Err(Error::Rdma(loco_rdmawait::Error::Shutdown))),
+                "{name}: {r:?}"
+            );
+        }
+        eprintln!("{s:?}: waiters freed {:?} after shutdown", start.elapsed());
+    }
+    Ok(())
+}
+
+/// A weak (and strong) lock made for 2 threads serves any number of successive contexts: each
+/// dropped context hands its `rel` slot back. Two contexts at a time, ten in all.
+#[test]
+fn contexts_come_and_go() -> Result<()> {
+    for s in [Schedule::Threaded, Schedule::Chaos { seed: 4 }] {
+        let c = cluster(s, BOUND);
+        let w = WLock::new(&c, NodeId(1), 2)?;
+        let sl = SLock::new(&c, NodeId(2), 2)?;
+        let n = NLock::new(&c, NodeId(0))?;
+        for round in 0..5u16 {
+            let pair: Vec<_> = (0..2u16)
+                .map(|i| {
+                    let (c, w, sl, n) = (c.clone(), w.clone(), sl.clone(), n.clone());
+                    thread::spawn(move || -> Result<()> {
+                        let ctx = c.context(NodeId((round + i) % 3))?;
+                        for _ in 0..3 {
+                            LockGuard::release(w.acquire(&ctx)?)?;
+                            LockGuard::release(sl.acquire(&ctx)?)?;
+                            LockGuard::release(n.acquire(&ctx)?)?;
+                        }
+                        if i == 0 {
+                            // Explicitly, or (the other one) by dropping the context.
+                            w.leave(&ctx)?;
+                            n.leave(&ctx)?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            for p in pair {
+                p.join().expect("worker")?;
+            }
+        }
+        // A third thread at once is still too many.
+        let ctxs: Vec<_> = (0..3)
+            .map(|k| c.context(NodeId(k)))
+            .collect::<loco_rdmawait::Result<_>>()?;
+        let mut errs = 0;
+        for ctx in &ctxs {
+            match w.try_acquire(ctx) {
+                Ok(Some(g)) => drop(g),
+                Ok(None) => {}
+                Err(Error::TooManyThreads { max: 2 }) => errs += 1,
+                Err(e) => return Err(e),
+            }
+        }
+        assert_eq!(errs, 1);
+    }
+    Ok(())
+}
+
+/// Private words come back: 400 successive contexts, each using a node lock and a weak lock
+/// (then leaving the node lock, and just dropped for the weak one), on nodes with 512 words of
+/// memory. Without recycling they would need over 1,600 private words on n0.
+#[test]
+fn private_words_come_back() -> Result<()> {
+    let c = Cluster::builder()
+        .nodes(3)
+        .memory_per_node(4096)
+        .soft(Schedule::Threaded)
+        .timeout(BOUND)
+        .build()?;
+    let n = NLock::new(&c, NodeId(2))?;
+    let w = WLock::new(&c, NodeId(1), 1)?;
+    for _ in 0..400 {
+        let ctx = c.context(NodeId(0))?;
+        LockGuard::release(n.acquire(&ctx)?)?;
+        LockGuard::release(w.acquire(&ctx)?)?;
+        n.leave(&ctx)?;
+    }
+    Ok(())
+}
+
+/// A thread that dies while *waiting* (its node is killed after it took a ticket and announced
+/// it): its thread stops with `PeerDead` naming its own node, and a later waiter skips its
+/// ticket once the holder releases (told, conservatively, that the lock may be poisoned).
+#[test]
+fn a_dead_waiter_is_skipped() -> Result<()> {
+    for s in [Schedule::Threaded, Schedule::Chaos { seed: 5 }] {
+        let c = cluster(s, BOUND);
+        let l = NLock::new(&c, NodeId(2))?;
+        let holder = c.context(NodeId(0))?;
+        let g = l.acquire(&holder)?;
+        let t0 = LockGuard::ticket(&g);
+        let (l1, c1) = (l.clone(), c.clone());
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            let r = c1
+                .context(NodeId(1))
+                .map_err(Error::from)
+                .and_then(|ctx| l1.acquire(&ctx).map(|g| LockGuard::ticket(&g)));
+            let _ = tx.send(r);
+        });
+        thread::sleep(Duration::from_millis(50)); // it waits, and announces its ticket
+        c.kill(NodeId(1))?;
+        let r = rx
+            .recv_timeout(BOUND)
+            .expect("the dead node's waiter did not stop");
+        assert!(
+            matches!(
+                r,
+                Err(Error::Rdma(loco_rdmawait::Error::PeerDead {
+                    node: NodeId(1),
+                    ..
+                }))
+            ),
+            "{r:?}"
+        );
+        let (l0, c0) = (l.clone(), c.clone());
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            let r = c0.context(NodeId(0)).map_err(Error::from).and_then(|ctx| {
+                let g = l0.acquire(&ctx)?;
+                Ok((LockGuard::ticket(&g), LockGuard::was_poisoned(&g)))
+            });
+            let _ = tx.send(r);
+        });
+        thread::sleep(Duration::from_millis(5));
+        LockGuard::release(g)?;
+        let (t, poisoned) = rx
+            .recv_timeout(BOUND)
+            .expect("the dead waiter's ticket blocked")?;
+        assert_eq!(t, t0 + 2, "{s:?}");
+        assert!(poisoned);
+    }
+    Ok(())
+}
