@@ -349,3 +349,23 @@ impl State {
         th.pc += 1;
     }
 }
+
+impl State {
+    /// Roughly the heap bytes this state owns (for the explorer's memory budget).
+    pub fn heap_bytes(&self) -> usize {
+        let words: usize = self.mem.iter().map(|m| 8 * m.len() + 24).sum();
+        let threads: usize = self
+            .threads
+            .iter()
+            .map(|t| {
+                let qps: usize = t
+                    .qps
+                    .iter()
+                    .map(|q| 200 + 64 * (q.pipe.len() + q.br.len() + q.bl.len()))
+                    .sum();
+                8 * t.regs.len() + 48 * t.sb.len() + qps + 128
+            })
+            .sum();
+        words + threads + self.locks.len()
+    }
+}

@@ -10,9 +10,8 @@
 //! rfence leaving a pipe, an acknowledgement becoming a notice, an enabled `poll`, `wait` or
 //! `mfence`) is taken alone, without branching.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::fmt;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::time::{Duration, Instant};
 
 use loco_rdmawait::model::{Entry, LocalItem, Step};
@@ -21,10 +20,14 @@ use loco_rdmawait::WorkRequest;
 use crate::ast::{Expect, Observable, Test};
 pub use crate::cpu::Action;
 use crate::cpu::{SbItem, State};
+use crate::fingerprint::{fingerprint, Visited, BYTES_PER_SLOT};
 use crate::lower::{lower, tags, Instr, Program};
 
 /// Default bound on explored states ([`Config::max_states`]).
 pub const DEFAULT_MAX_STATES: usize = 20_000_000;
+
+/// Default bound on the explorer's memory ([`Config::max_memory`]): 1 GiB.
+pub const DEFAULT_MAX_MEMORY: usize = 1 << 30;
 
 /// Explorer settings.
 #[derive(Clone, Debug)]
@@ -33,6 +36,11 @@ pub struct Config {
     /// Give up with [`ExploreError::StateLimit`] after this many distinct states
     /// (default [`DEFAULT_MAX_STATES`]).
     pub max_states: usize,
+    /// Give up with [`ExploreError::MemoryLimit`] rather than let the visited set and the
+    /// search stack grow past about this many bytes (default [`DEFAULT_MAX_MEMORY`]). The
+    /// estimate counts the visited set's table (16-byte fingerprints) and the states on the
+    /// depth-first stack; what the allocator adds on top is small.
+    pub max_memory: usize,
     /// Take eager transitions alone (the partial-order reduction; default on). Off, every
     /// interleaving is explored: slower, same outcomes (a unit test checks that).
     pub reduction: bool,
@@ -42,6 +50,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             max_states: DEFAULT_MAX_STATES,
+            max_memory: DEFAULT_MAX_MEMORY,
             reduction: true,
         }
     }
@@ -51,9 +60,29 @@ impl Default for Config {
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum ExploreError {
-    /// More distinct states than [`Config::max_states`].
-    #[error("state limit reached: more than {0} states (raise Config::max_states)")]
+    /// More distinct states than [`Config::max_states`] (the limit).
+    #[error("gave up: budget reached after {0} states (the state limit; raise `--max-states`)")]
     StateLimit(usize),
+    /// The explorer's memory would pass [`Config::max_memory`].
+    #[error(
+        "gave up: budget reached after {states} states (the memory limit of {} MiB; raise `--max-memory`)",
+        limit / (1 << 20)
+    )]
+    MemoryLimit {
+        /// Distinct states visited when the explorer gave up.
+        states: usize,
+        /// The limit, in bytes.
+        limit: usize,
+    },
+}
+
+impl ExploreError {
+    /// Distinct states visited before giving up.
+    pub fn states(&self) -> usize {
+        match *self {
+            ExploreError::StateLimit(n) | ExploreError::MemoryLimit { states: n, .. } => n,
+        }
+    }
 }
 
 /// The values of a test's observables ([`Test::observables`]) in one final state.
@@ -109,41 +138,12 @@ pub fn explore(test: &Test) -> Result<Exploration, ExploreError> {
     explore_with(test, &Config::default())
 }
 
-/// A fast non-cryptographic hasher for the visited set (FxHash's mixing).
-#[derive(Default)]
-struct Fx(u64);
-
-impl Hasher for Fx {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut b = [0u8; 8];
-            b[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(b));
-        }
-    }
-    fn write_u64(&mut self, i: u64) {
-        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-    fn write_usize(&mut self, i: usize) {
-        self.write_u64(i as u64);
-    }
-    fn write_u32(&mut self, i: u32) {
-        self.write_u64(u64::from(i));
-    }
-    fn write_u8(&mut self, i: u8) {
-        self.write_u64(u64::from(i));
-    }
-}
-
 /// Explores every schedule of `test`.
 pub fn explore_with(test: &Test, cfg: &Config) -> Result<Exploration, ExploreError> {
     let start = Instant::now();
     let prog = lower(test);
     let observables = test.observables();
-    let mut visited: HashSet<State, BuildHasherDefault<Fx>> = HashSet::default();
+    let mut visited = Visited::default();
     let mut outcomes = BTreeMap::new();
     let (mut transitions, mut stuck) = (0usize, 0usize);
     let mut steps = Vec::new();
@@ -151,7 +151,9 @@ pub fn explore_with(test: &Test, cfg: &Config) -> Result<Exploration, ExploreErr
     let mut stack: Vec<(State, Vec<Action>, usize)> = Vec::new();
     let mut path: Vec<Action> = Vec::new();
     let init = State::initial(&prog);
-    visited.insert(init.clone());
+    // The memory budget: the visited table, plus the stack at a generous bound per frame.
+    let frame_bytes = 4 * init.heap_bytes() + 1024;
+    visited.insert(fingerprint(&init));
     let mut acts = Vec::new();
     init.actions(&prog, cfg.reduction, &mut acts, &mut steps);
     stack.push((init, acts, 0));
@@ -165,13 +167,25 @@ pub fn explore_with(test: &Test, cfg: &Config) -> Result<Exploration, ExploreErr
         transitions += 1;
         let mut child = state.clone();
         child.apply(&prog, a);
-        if visited.contains(&child) {
+        let fp = fingerprint(&child);
+        if visited.contains(&fp) {
             continue;
         }
         if visited.len() >= cfg.max_states {
-            return Err(ExploreError::StateLimit(cfg.max_states));
+            return Err(ExploreError::StateLimit(visited.len()));
         }
-        visited.insert(child.clone());
+        let table = if visited.len() == visited.capacity() {
+            2 * visited.capacity().max(16) // the next insert grows the table
+        } else {
+            visited.capacity()
+        };
+        if table * BYTES_PER_SLOT + (stack.len() + 1) * frame_bytes > cfg.max_memory {
+            return Err(ExploreError::MemoryLimit {
+                states: visited.len(),
+                limit: cfg.max_memory,
+            });
+        }
+        visited.insert(fp);
         path.push(a);
         let mut acts = Vec::new();
         child.actions(&prog, cfg.reduction, &mut acts, &mut steps);
@@ -626,6 +640,7 @@ expect forbidden
                 } else {
                     100_000
                 },
+                ..Config::default()
             };
             let Ok(slow) = explore_with(&t, &full) else {
                 eprintln!("{}: too big unreduced, skipped", t.name);

@@ -103,6 +103,7 @@
 pub mod ast;
 mod cpu;
 pub mod explore;
+mod fingerprint;
 mod lower;
 pub mod parse;
 pub mod run;

@@ -116,6 +116,19 @@ pub enum ParseErrorKind {
     /// Lock operations that do not pair up within a thread.
     #[error("{0}")]
     LockDiscipline(String),
+    /// An input past one of the parser's limits ([`MAX_INPUT_BYTES`], [`MAX_STATEMENTS`],
+    /// [`MAX_DECLARATIONS`], [`MAX_NAME_LEN`], [`MAX_ATOMS`]): no test needs that much, and the
+    /// explorer could not finish one that did.
+    #[error("too large: {what} (the limit is {max})")]
+    TooLarge {
+        /// What is too large.
+        what: String,
+        /// The limit.
+        max: usize,
+    },
+    /// The file is not UTF-8 text (the position is that of the first bad byte).
+    #[error("not UTF-8 text")]
+    NotUtf8,
     /// A thread block never closed.
     #[error("thread `{name}` (opened at line {}) is not closed with `}}`", opened.line)]
     Unclosed {
@@ -132,17 +145,73 @@ pub const OPERATIONS: &[&str] = &[
     "bcast", "gf", "acquire", "release", "read_sc", "write_sc", "cas_sc", "faa_sc",
 ];
 
-/// Reads and parses a `.litmus` file.
+/// Largest input the parser reads, in bytes (the project's tests are under 1 KiB).
+pub const MAX_INPUT_BYTES: usize = 256 * 1024;
+/// Most statements in one thread.
+pub const MAX_STATEMENTS: usize = 256;
+/// Most declarations (`loc`, `sv`, `sc`, `lock`) in one test.
+pub const MAX_DECLARATIONS: usize = 256;
+/// Longest name (of a test, location, register, thread, work id...), in characters.
+pub const MAX_NAME_LEN: usize = 64;
+/// Most atoms in the `exists` condition.
+pub const MAX_ATOMS: usize = 64;
+
+/// Reads and parses a `.litmus` file. A file larger than [`MAX_INPUT_BYTES`] is refused
+/// without being read whole, and one that is not UTF-8 is a parse error at its first bad byte.
 pub fn parse_file(path: &Path) -> Result<Test, crate::Error> {
-    let src = std::fs::read_to_string(path).map_err(|source| crate::Error::Io {
-        path: path.display().to_string(),
+    use std::io::Read as _;
+    let file = path.display().to_string();
+    let io = |source| crate::Error::Io {
+        path: file.clone(),
         source,
-    })?;
-    Ok(parse(&src, &path.display().to_string())?)
+    };
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .map_err(io)?
+        .take(MAX_INPUT_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() > MAX_INPUT_BYTES {
+        return Err(too_large_input(&file).into());
+    }
+    let src = match std::str::from_utf8(&bytes) {
+        Ok(s) => s,
+        Err(e) => {
+            let good = &bytes[..e.valid_up_to()];
+            let line = good.iter().filter(|&&b| b == b'\n').count() + 1;
+            let start = good.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+            let col = String::from_utf8_lossy(&good[start..]).chars().count() + 1;
+            return Err(ParseError {
+                file,
+                span: Span {
+                    line: u32::try_from(line).unwrap_or(u32::MAX),
+                    col: u32::try_from(col).unwrap_or(u32::MAX),
+                },
+                kind: ParseErrorKind::NotUtf8,
+            }
+            .into());
+        }
+    };
+    Ok(parse(src, &file)?)
 }
 
-/// Parses the text of one test; `file` names it in errors.
+fn too_large_input(file: &str) -> ParseError {
+    ParseError {
+        file: file.to_string(),
+        span: Span { line: 1, col: 1 },
+        kind: ParseErrorKind::TooLarge {
+            what: "the input".into(),
+            max: MAX_INPUT_BYTES,
+        },
+    }
+}
+
+/// Parses the text of one test; `file` names it in errors. Input past the limits
+/// ([`MAX_INPUT_BYTES`] and the others) is an error, never a panic or a long parse.
 pub fn parse(src: &str, file: &str) -> Result<Test, ParseError> {
+    if src.len() > MAX_INPUT_BYTES {
+        return Err(too_large_input(file));
+    }
     Parser::new(file).run(src)
 }
 
@@ -206,6 +275,16 @@ fn lex(line: &str, lno: u32) -> Result<Vec<(Tok, Span)>, (Span, ParseErrorKind)>
             let start = i;
             while i < chars.len() && is_ident_char(chars[i]) {
                 i += 1;
+            }
+            if i - start > MAX_NAME_LEN {
+                let what = format!("a name of {} characters", i - start);
+                return Err((
+                    span,
+                    ParseErrorKind::TooLarge {
+                        what,
+                        max: MAX_NAME_LEN,
+                    },
+                ));
             }
             out.push((Tok::Ident(chars[start..i].iter().collect()), span));
             continue;
@@ -641,6 +720,17 @@ impl Parser {
     }
 
     fn fresh(&self, name: &str, span: Span) -> PResult<()> {
+        let decls = self.locs.len() + self.svs.len() + self.scs.len() + self.locks.len();
+        if decls >= MAX_DECLARATIONS {
+            let what = "more declarations".to_string();
+            return Err((
+                span,
+                ParseErrorKind::TooLarge {
+                    what,
+                    max: MAX_DECLARATIONS,
+                },
+            ));
+        }
         if let Some(first) = self.first_decl(name) {
             return Err((
                 span,
@@ -1030,6 +1120,16 @@ impl Parser {
 
     fn stmt(&mut self, line: &mut Line, text: &str) -> PResult<()> {
         let span = line.span();
+        if self.thread().body.len() >= MAX_STATEMENTS {
+            let what = format!("more statements in thread `{}`", self.thread().name);
+            return Err((
+                span,
+                ParseErrorKind::TooLarge {
+                    what,
+                    max: MAX_STATEMENTS,
+                },
+            ));
+        }
         let (first, fspan) = line.ident("a statement or `}`")?;
         let (result, op_name, op_span) = if line.peek() == Some(&Tok::Eq) {
             line.next();
@@ -1206,6 +1306,16 @@ impl Parser {
     fn cond(&mut self, line: &mut Line) -> PResult<Cond> {
         let mut atoms = Vec::new();
         loop {
+            if atoms.len() >= MAX_ATOMS {
+                let what = "more atoms in the condition".to_string();
+                return Err((
+                    line.span(),
+                    ParseErrorKind::TooLarge {
+                        what,
+                        max: MAX_ATOMS,
+                    },
+                ));
+            }
             atoms.push(self.atom(line)?);
             if line.at_end() {
                 return Ok(Cond { atoms });
