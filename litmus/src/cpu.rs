@@ -21,6 +21,7 @@ use loco_rdmawait::model::{Entry, LocalItem, Memory, Qp, Step};
 use loco_rdmawait::WorkRequest;
 
 use crate::lower::{Instr, Program};
+use crate::reduce::Owners;
 
 /// An item of a TSO store buffer.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -189,6 +190,25 @@ impl State {
     /// other transition and no transition it depends on can come first: the partial-order
     /// reduction of the explorer), `out` gets that action alone.
     pub fn actions(
+        &self,
+        prog: &Program,
+        reduce: Option<&Owners>,
+        out: &mut Vec<Action>,
+        steps: &mut Vec<Step>,
+    ) {
+        self.actions_basic(prog, reduce.is_some(), out, steps);
+        if let Some(owners) = reduce {
+            if out.len() > 1 {
+                if let Some(&a) = out.iter().find(|&&a| owners.alone(prog, self, a)) {
+                    out.clear();
+                    out.push(a);
+                }
+            }
+        }
+    }
+
+    /// [`State::actions`] with the reduction of this module only (see `reduce.rs` for the rest).
+    fn actions_basic(
         &self,
         prog: &Program,
         reduce: bool,

@@ -22,6 +22,7 @@ pub use crate::cpu::Action;
 use crate::cpu::{SbItem, State};
 use crate::fingerprint::{fingerprint, Visited, BYTES_PER_SLOT};
 use crate::lower::{lower, tags, Instr, Program};
+use crate::reduce::Owners;
 
 /// Default bound on explored states ([`Config::max_states`]).
 pub const DEFAULT_MAX_STATES: usize = 20_000_000;
@@ -151,11 +152,13 @@ pub fn explore_with(test: &Test, cfg: &Config) -> Result<Exploration, ExploreErr
     let mut stack: Vec<(State, Vec<Action>, usize)> = Vec::new();
     let mut path: Vec<Action> = Vec::new();
     let init = State::initial(&prog);
+    let owners = Owners::new(&prog);
+    let reduce = cfg.reduction.then_some(&owners);
     // The memory budget: the visited table, plus the stack at a generous bound per frame.
     let frame_bytes = 4 * init.heap_bytes() + 1024;
     visited.insert(fingerprint(&init));
     let mut acts = Vec::new();
-    init.actions(&prog, cfg.reduction, &mut acts, &mut steps);
+    init.actions(&prog, reduce, &mut acts, &mut steps);
     stack.push((init, acts, 0));
     while let Some((state, acts, next)) = stack.last_mut() {
         let Some(&a) = acts.get(*next) else {
@@ -188,7 +191,7 @@ pub fn explore_with(test: &Test, cfg: &Config) -> Result<Exploration, ExploreErr
         visited.insert(fp);
         path.push(a);
         let mut acts = Vec::new();
-        child.actions(&prog, cfg.reduction, &mut acts, &mut steps);
+        child.actions(&prog, reduce, &mut acts, &mut steps);
         if acts.is_empty() {
             if child.is_final(&prog) {
                 let o = outcome(&prog, &observables, &child);

@@ -106,6 +106,7 @@ pub mod explore;
 mod fingerprint;
 mod lower;
 pub mod parse;
+mod reduce;
 pub mod run;
 
 pub use ast::Test;
