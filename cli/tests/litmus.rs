@@ -155,7 +155,7 @@ fn a_parse_error_is_a_file_error_in_the_summary() {
     .unwrap()
     .replace("expect forbidden", "expect allowed");
     let wrong = temp_test("summary-wrong", &src);
-    let out = loco(&["litmus", "check"], &[wrong.clone()]);
+    let out = loco(&["litmus", "check"], std::slice::from_ref(&wrong));
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stdout).contains("1 VERDICT(S) DO NOT MATCH"));
     let out = loco(&["litmus", "check"], &[wrong.clone(), bad.clone()]);
