@@ -31,6 +31,9 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 step "default test suite (soft NIC)"
 cargo test --workspace --quiet
 
+step "explorer: reduced vs unreduced on every shipped litmus test (release)"
+cargo test --release -p loco-litmus --test reduction_crosscheck -- --nocapture
+
 if [ "$soft_only" = 0 ]; then
     step "Debian packages for the verbs build and Soft-RoCE"
     soft-roce-ci/install-deps.sh

@@ -1,15 +1,18 @@
 //! The `loco` command.
 //!
 //! - `loco litmus check FILE...`: the model's verdict of each litmus test next to its `expect`,
-//!   with the number of allowed outcomes, explored states and time. Exit status 0 iff every
-//!   verdict matches.
+//!   with the number of allowed outcomes, explored states and time.
 //! - `loco litmus run --backend soft|verbs [--runs N] [--seed S] FILE...`: runs each test for
 //!   real and prints the histogram of observed outcomes, each marked allowed or FORBIDDEN by the
-//!   model, and whether the `exists` outcome was seen. Exit status 0 iff no forbidden outcome was
-//!   observed (and no run failed).
+//!   model, and whether the `exists` outcome was seen.
 //! - `loco litmus show FILE`: the outcomes the model allows (`--traces` adds a schedule for each).
 //!
-//! Every subcommand takes `--json` for machine-readable output.
+//! Every subcommand takes `--json` for machine-readable output. A file's error (it cannot be
+//! read or does not parse, or the explorer gave up on it) is printed before that file's row or
+//! table, and counted apart in the summary. The exit status tells what happened
+//! ([`LITMUS_EXIT_CODES`]): 0 all good, 1 a verdict mismatch or a forbidden outcome observed,
+//! 2 bad command line, 3 a file error, 4 the explorer gave up (budget), 5 a run failed; with
+//! several, the largest.
 
 #![forbid(unsafe_code)]
 
@@ -17,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use loco_litmus::explore::satisfies;
 use loco_litmus::{Backend, Exploration, RunConfig, RunError, Test};
@@ -34,6 +37,18 @@ macro_rules! out {
     }};
 }
 
+/// The exit statuses of `loco litmus`, as `loco litmus --help` prints them.
+const LITMUS_EXIT_CODES: &str = "Exit status:
+  0  every file checked: verdicts match (check), no forbidden outcome observed (run)
+  1  a verdict does not match its `expect` (check), or a run observed an outcome the model
+     forbids (run)
+  2  bad command line
+  3  a file error: a file cannot be read or does not parse
+  4  the explorer gave up on a file: --max-states or --max-memory reached
+  5  a run failed (backend unavailable, a library error, a run stopped by its deadline)
+With several, the largest. Errors are printed (on stderr) before the row or table of the file
+they belong to.";
+
 #[derive(Parser)]
 #[command(name = "loco", version, about = "loco-rs tools")]
 struct Cli {
@@ -41,11 +56,23 @@ struct Cli {
     command: Command,
 }
 
+/// The subcommands: one variant each, dispatched in `main`.
 #[derive(Subcommand)]
 enum Command {
     /// Litmus tests: model checking and runs on real backends.
-    #[command(subcommand)]
+    #[command(subcommand, after_help = LITMUS_EXIT_CODES)]
     Litmus(Litmus),
+}
+
+/// The explorer's budget (`check`, `run`, `show`).
+#[derive(Args, Clone, Copy)]
+struct Budget {
+    /// Give up on a test after this many distinct states (exit status 4).
+    #[arg(long, default_value_t = loco_litmus::explore::DEFAULT_MAX_STATES)]
+    max_states: usize,
+    /// Give up on a test before the explorer's memory passes this many MiB (exit status 4).
+    #[arg(long, default_value_t = loco_litmus::explore::DEFAULT_MAX_MEMORY >> 20)]
+    max_memory: usize,
 }
 
 #[derive(Subcommand)]
@@ -58,9 +85,8 @@ enum Litmus {
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
-        /// Give up on a test after this many states.
-        #[arg(long, default_value_t = loco_litmus::explore::DEFAULT_MAX_STATES)]
-        max_states: usize,
+        #[command(flatten)]
+        budget: Budget,
     },
     /// Run each test for real and compare the observed outcomes with the model.
     Run {
@@ -88,6 +114,8 @@ enum Litmus {
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        budget: Budget,
     },
     /// Print the outcomes the model allows.
     Show {
@@ -99,7 +127,58 @@ enum Litmus {
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        budget: Budget,
     },
+}
+
+/// What went wrong over a command's files; the exit status is the worst.
+#[derive(Default)]
+struct Status {
+    /// Verdict mismatches (check) or tests with a forbidden outcome observed (run).
+    mismatches: usize,
+    /// Files that cannot be read or do not parse.
+    file_errors: usize,
+    /// Files the explorer gave up on.
+    gave_up: usize,
+    /// Tests whose runs failed.
+    run_errors: usize,
+}
+
+impl Status {
+    fn code(&self) -> u8 {
+        if self.run_errors > 0 {
+            5
+        } else if self.gave_up > 0 {
+            4
+        } else if self.file_errors > 0 {
+            3
+        } else if self.mismatches > 0 {
+            1
+        } else {
+            0
+        }
+    }
+
+    /// The problems, for the summary line (empty if none).
+    fn problems(&self, mismatch: &str) -> String {
+        let mut v = Vec::new();
+        let mut add = |n: usize, what: &str| {
+            if n > 0 {
+                v.push(format!("{n} {what}"));
+            }
+        };
+        add(self.mismatches, mismatch);
+        add(self.file_errors, "FILE ERROR(S)");
+        add(self.gave_up, "GAVE UP (budget)");
+        add(self.run_errors, "RUN(S) FAILED");
+        v.join(", ")
+    }
+}
+
+/// Loads a file, or reports why not and counts a file error.
+fn load_or_count(path: &Path, status: &mut Status) -> Result<Test, String> {
+    load(path).inspect_err(|_| status.file_errors += 1)
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -120,13 +199,19 @@ enum ScheduleArg {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let Command::Litmus(cmd) = cli.command;
-    let ok = match cmd {
+    let status = match cli.command {
+        Command::Litmus(cmd) => litmus(cmd),
+    };
+    ExitCode::from(status.code())
+}
+
+fn litmus(cmd: Litmus) -> Status {
+    match cmd {
         Litmus::Check {
             files,
             json,
-            max_states,
-        } => check(&files, json, max_states),
+            budget,
+        } => check(&files, json, budget),
         Litmus::Run {
             backend,
             schedule,
@@ -136,6 +221,7 @@ fn main() -> ExitCode {
             timeout,
             files,
             json,
+            budget,
         } => {
             let backend = match (backend, schedule) {
                 (BackendArg::Soft, ScheduleArg::Chaos) => Backend::SoftChaos,
@@ -145,14 +231,14 @@ fn main() -> ExitCode {
             let mut cfg = RunConfig::new(backend, runs, seed);
             cfg.until_exists = until_exists;
             cfg.timeout = Duration::from_secs(timeout);
-            run(&files, &cfg, json)
+            run(&files, &cfg, json, budget)
         }
-        Litmus::Show { file, traces, json } => show(&file, traces, json),
-    };
-    if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
+        Litmus::Show {
+            file,
+            traces,
+            json,
+            budget,
+        } => show(&file, traces, json, budget),
     }
 }
 
@@ -167,22 +253,18 @@ fn report(e: &dyn std::error::Error) {
     eprintln!();
 }
 
-fn load(path: &Path) -> Option<Test> {
-    match loco_litmus::parse_file(path) {
-        Ok(t) => Some(t),
-        Err(e) => {
-            report(&e);
-            None
-        }
-    }
+/// Reads and parses a file; on error, reports it (on stderr) and returns its message.
+fn load(path: &Path) -> Result<Test, String> {
+    loco_litmus::parse_file(path).map_err(|e| {
+        report(&e);
+        e.to_string()
+    })
 }
 
-fn explore(
-    test: &Test,
-    max_states: usize,
-) -> Result<Exploration, loco_litmus::explore::ExploreError> {
+fn explore(test: &Test, budget: Budget) -> Result<Exploration, loco_litmus::explore::ExploreError> {
     let mut cfg = loco_litmus::explore::Config::default();
-    cfg.max_states = max_states;
+    cfg.max_states = budget.max_states;
+    cfg.max_memory = budget.max_memory.saturating_mul(1 << 20);
     loco_litmus::explore::explore_with(test, &cfg)
 }
 
@@ -225,9 +307,14 @@ fn outcome_json(
     Value::Object(map)
 }
 
-fn check(files: &[PathBuf], json: bool, max_states: usize) -> bool {
-    let mut all_ok = true;
+fn check(files: &[PathBuf], json: bool, budget: Budget) -> Status {
+    let mut status = Status::default();
     let mut rows = Vec::new();
+    // Every file is read and parsed first, so that their errors come before the table.
+    let tests: Vec<_> = files
+        .iter()
+        .map(|f| load_or_count(f, &mut status))
+        .collect();
     let pb = bar(files.len(), "checking");
     if !json {
         pb.suspend(|| {
@@ -242,18 +329,25 @@ fn check(files: &[PathBuf], json: bool, max_states: usize) -> bool {
             )
         });
     }
-    for f in files {
+    for (f, test) in files.iter().zip(tests) {
         pb.set_message(f.display().to_string());
-        let Some(test) = pb.suspend(|| load(f)) else {
-            all_ok = false;
-            rows.push(json!({"file": f, "error": "parse error"}));
-            pb.inc(1);
-            continue;
+        let test = match test {
+            Ok(t) => t,
+            Err(msg) => {
+                if !json {
+                    pb.suspend(|| out!("{:<32} FILE ERROR (above)", f.display().to_string()));
+                }
+                rows.push(json!({"file": f, "error": msg, "kind": "file"}));
+                pb.inc(1);
+                continue;
+            }
         };
-        match explore(&test, max_states) {
+        match explore(&test, budget) {
             Ok(e) => {
                 let v = e.verdict(&test);
-                all_ok &= v.matches();
+                if !v.matches() {
+                    status.mismatches += 1;
+                }
                 let counterexample = match (v.matches(), e.witness(&test)) {
                     (false, Some(w)) => e.trace(&test, w),
                     _ => None,
@@ -295,9 +389,28 @@ fn check(files: &[PathBuf], json: bool, max_states: usize) -> bool {
                 }
             }
             Err(err) => {
-                all_ok = false;
-                pb.suspend(|| report(&err));
-                rows.push(json!({"file": f, "name": test.name, "error": err.to_string()}));
+                status.gave_up += 1;
+                pb.suspend(|| {
+                    eprintln!("{}: {err}", f.display());
+                    if !json {
+                        out!(
+                            "{:<32} {:<9} {:<9} {:>8} {:>10} {:>9}  GAVE UP (above)",
+                            test.name,
+                            test.expect.to_string(),
+                            "?",
+                            "?",
+                            err.states(),
+                            ""
+                        );
+                    }
+                });
+                rows.push(json!({
+                    "file": f,
+                    "name": test.name,
+                    "error": err.to_string(),
+                    "kind": "gave up",
+                    "states": err.states(),
+                }));
             }
         }
         pb.inc(1);
@@ -306,21 +419,22 @@ fn check(files: &[PathBuf], json: bool, max_states: usize) -> bool {
     if json {
         out!("{}", serde_json::to_string_pretty(&rows).expect("json"));
     } else {
+        let problems = status.problems("VERDICT(S) DO NOT MATCH");
         out!(
             "{} test(s): {}",
             files.len(),
-            if all_ok {
-                "every verdict matches"
+            if problems.is_empty() {
+                "every verdict matches".to_string()
             } else {
-                "SOME VERDICTS DO NOT MATCH"
+                problems
             }
         );
     }
-    all_ok
+    status
 }
 
-fn run(files: &[PathBuf], cfg: &RunConfig, json: bool) -> bool {
-    let mut ok = true;
+fn run(files: &[PathBuf], cfg: &RunConfig, json: bool, budget: Budget) -> Status {
+    let mut status = Status::default();
     let mut rows = Vec::new();
     let backend = match cfg.backend {
         Backend::SoftChaos => "soft (chaos)",
@@ -328,17 +442,19 @@ fn run(files: &[PathBuf], cfg: &RunConfig, json: bool) -> bool {
         Backend::Verbs => "verbs",
     };
     for f in files {
-        let Some(test) = load(f) else {
-            ok = false;
-            rows.push(json!({"file": f, "error": "parse error"}));
-            continue;
+        let test = match load_or_count(f, &mut status) {
+            Ok(t) => t,
+            Err(msg) => {
+                rows.push(json!({"file": f, "error": msg, "kind": "file"}));
+                continue;
+            }
         };
-        let model = match explore(&test, loco_litmus::explore::DEFAULT_MAX_STATES) {
+        let model = match explore(&test, budget) {
             Ok(e) => e,
             Err(err) => {
-                report(&err);
-                ok = false;
-                rows.push(json!({"file": f, "name": test.name, "error": err.to_string()}));
+                eprintln!("{}: {err}", f.display());
+                status.gave_up += 1;
+                rows.push(json!({"file": f, "name": test.name, "error": err.to_string(), "kind": "gave up"}));
                 continue;
             }
         };
@@ -365,9 +481,12 @@ fn run(files: &[PathBuf], cfg: &RunConfig, json: bool) -> bool {
                 continue;
             }
             Err(err) => {
+                eprint!("{}: ", f.display());
                 report(&err);
-                ok = false;
-                rows.push(json!({"file": f, "name": test.name, "error": err.to_string()}));
+                status.run_errors += 1;
+                rows.push(
+                    json!({"file": f, "name": test.name, "error": err.to_string(), "kind": "run"}),
+                );
                 continue;
             }
         };
@@ -376,7 +495,9 @@ fn run(files: &[PathBuf], cfg: &RunConfig, json: bool) -> bool {
             .keys()
             .filter(|o| !model.allows(o))
             .collect();
-        ok &= forbidden.is_empty();
+        if !forbidden.is_empty() {
+            status.mismatches += 1;
+        }
         let seen = report_.exists_seen(&test);
         if json {
             let hist: Vec<_> = report_
@@ -432,21 +553,32 @@ fn run(files: &[PathBuf], cfg: &RunConfig, json: bool) -> bool {
     }
     if json {
         out!("{}", serde_json::to_string_pretty(&rows).expect("json"));
-    } else if !ok {
-        out!("FORBIDDEN OUTCOMES OBSERVED, OR RUNS FAILED");
+    } else {
+        let problems = status.problems("TEST(S) SHOWED FORBIDDEN OUTCOMES");
+        out!(
+            "{} test(s): {}",
+            files.len(),
+            if problems.is_empty() {
+                "no forbidden outcome observed".to_string()
+            } else {
+                problems
+            }
+        );
     }
-    ok
+    status
 }
 
-fn show(file: &Path, traces: bool, json: bool) -> bool {
-    let Some(test) = load(file) else {
-        return false;
+fn show(file: &Path, traces: bool, json: bool, budget: Budget) -> Status {
+    let mut status = Status::default();
+    let Ok(test) = load_or_count(file, &mut status) else {
+        return status;
     };
-    let e = match explore(&test, loco_litmus::explore::DEFAULT_MAX_STATES) {
+    let e = match explore(&test, budget) {
         Ok(e) => e,
         Err(err) => {
-            report(&err);
-            return false;
+            eprintln!("{}: {err}", file.display());
+            status.gave_up += 1;
+            return status;
         }
     };
     if json {
@@ -469,7 +601,7 @@ fn show(file: &Path, traces: bool, json: bool) -> bool {
             "outcomes": outs,
         });
         out!("{}", serde_json::to_string_pretty(&v).expect("json"));
-        return true;
+        return status;
     }
     out!(
         "{}: {} allowed outcome(s) ({} states, {}); exists is {} (expect {})",
@@ -493,5 +625,5 @@ fn show(file: &Path, traces: bool, json: bool) -> bool {
             }
         }
     }
-    true
+    status
 }

@@ -120,13 +120,142 @@ fn check_reports_parse_errors_with_their_position() {
         "litmus bad\nloc x @n0\nthread t0 @n0 {\n  frob(x)\n}\nexists x = 0\nexpect allowed\n",
     );
     let out = loco(&["litmus", "check"], std::slice::from_ref(&f));
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains(&format!("{}:4:3: unknown operation `frob`", f.display())),
         "{err}"
     );
     std::fs::remove_file(f).ok();
+}
+
+/// A file that does not parse is a file error in the summary (not a verdict mismatch), with
+/// its own exit status; with a mismatch beside it the file error's status wins (the larger).
+#[test]
+fn a_parse_error_is_a_file_error_in_the_summary() {
+    let bad = temp_test(
+        "summary-bad",
+        "litmus bad\nloc x @n0\nthread t0 @n0 {\n  frob(x)\n}\n",
+    );
+    let good = litmus_files()[0].clone();
+    let out = loco(&["litmus", "check"], &[bad.clone(), good.clone()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    assert!(text.contains("1 FILE ERROR(S)"), "{text}");
+    assert!(!text.contains("DO NOT MATCH"), "{text}");
+    assert!(text.contains("FILE ERROR (above)"), "{text}");
+    // The JSON row says what kind of error.
+    let rows = json(&loco(&["litmus", "check", "--json"], &[bad.clone(), good]));
+    assert_eq!(rows[0]["kind"], "file", "{rows:#?}");
+    assert_eq!(rows[1]["matches"], true, "{rows:#?}");
+    // A mismatch too: still 3.
+    let src = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/litmus/fig2d-put-wait.litmus"),
+    )
+    .unwrap()
+    .replace("expect forbidden", "expect allowed");
+    let wrong = temp_test("summary-wrong", &src);
+    let out = loco(&["litmus", "check"], std::slice::from_ref(&wrong));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 VERDICT(S) DO NOT MATCH"));
+    let out = loco(&["litmus", "check"], &[wrong.clone(), bad.clone()]);
+    assert_eq!(out.status.code(), Some(3));
+    // `run` and `show` count the file error the same way.
+    let out = loco(
+        &["litmus", "run", "--runs", "2"],
+        std::slice::from_ref(&bad),
+    );
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 FILE ERROR(S)"));
+    let out = loco(&["litmus", "show"], std::slice::from_ref(&bad));
+    assert_eq!(out.status.code(), Some(3));
+    let missing = PathBuf::from("/nonexistent/loco-missing.litmus");
+    let out = loco(&["litmus", "check"], &[missing]);
+    assert_eq!(out.status.code(), Some(3));
+    for f in [bad, wrong] {
+        std::fs::remove_file(f).ok();
+    }
+}
+
+/// The explorer's budget: a clear message and exit status 4, for the state and memory limits.
+#[test]
+fn a_budget_reached_is_a_give_up() {
+    let f =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/litmus/fig8b-wlock-puts.litmus");
+    let out = loco(
+        &["litmus", "check", "--max-states", "100"],
+        std::slice::from_ref(&f),
+    );
+    let (text, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(4), "{text}{err}");
+    assert!(
+        err.contains("gave up: budget reached after 100 states"),
+        "{err}"
+    );
+    assert!(text.contains("1 GAVE UP (budget)"), "{text}");
+    let out = loco(
+        &["litmus", "check", "--max-memory", "0"],
+        std::slice::from_ref(&f),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains("gave up: budget reached after") && err.contains("memory limit"),
+        "{err}"
+    );
+    let out = loco(
+        &["litmus", "show", "--max-states", "10"],
+        std::slice::from_ref(&f),
+    );
+    assert_eq!(out.status.code(), Some(4));
+    let out = loco(
+        &["litmus", "run", "--runs", "1", "--max-states", "10"],
+        std::slice::from_ref(&f),
+    );
+    assert_eq!(out.status.code(), Some(4));
+}
+
+/// A test whose thread ends holding a lock that another thread acquires: `run` ends at once
+/// with a clear error and the run-failure status.
+#[test]
+fn run_of_a_lock_held_at_the_end_ends() {
+    let f = temp_test(
+        "held",
+        "litmus held\nlock l : wlock\nloc x @n0\nthread t0 @n0 {\n  acquire(l)\n  store(x, 1)\n}\n\
+         thread t1 @n1 {\n  acquire(l)\n  release(l)\n}\nexists x = 1\nexpect allowed\n",
+    );
+    let start = std::time::Instant::now();
+    let out = loco(&["litmus", "run", "--runs", "50"], std::slice::from_ref(&f));
+    let err = String::from_utf8_lossy(&out.stderr);
+    eprintln!("ended in {:?}", start.elapsed());
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(err.contains("t0 ends holding lock `l`"), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 RUN(S) FAILED"));
+    // The model still has its outcomes (schedules where t1 goes first) and its stuck ones.
+    let out = loco(&["litmus", "check"], std::slice::from_ref(&f));
+    assert_eq!(out.status.code(), Some(0));
+    std::fs::remove_file(f).ok();
+}
+
+/// `loco litmus --help` documents the exit statuses.
+#[test]
+fn help_documents_the_exit_codes() {
+    let out = loco(&["litmus", "--help"], &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    for line in [
+        "1  a verdict does not match",
+        "3  a file error",
+        "4  the explorer gave up",
+        "5  a run failed",
+    ] {
+        assert!(text.contains(line), "{text}");
+    }
+    // A bad command line is clap's 2.
+    assert_eq!(loco(&["litmus", "check"], &[]).status.code(), Some(2));
 }
 
 /// `loco litmus run --backend soft` (Chaos schedule), 200 seeded runs of every test: no outcome

@@ -21,6 +21,7 @@ use loco_rdmawait::model::{Entry, LocalItem, Memory, Qp, Step};
 use loco_rdmawait::WorkRequest;
 
 use crate::lower::{Instr, Program};
+use crate::reduce::Owners;
 
 /// An item of a TSO store buffer.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -191,6 +192,25 @@ impl State {
     pub fn actions(
         &self,
         prog: &Program,
+        reduce: Option<&Owners>,
+        out: &mut Vec<Action>,
+        steps: &mut Vec<Step>,
+    ) {
+        self.actions_basic(prog, reduce.is_some(), out, steps);
+        if let Some(owners) = reduce {
+            if out.len() > 1 {
+                if let Some(&a) = out.iter().find(|&&a| owners.alone(prog, self, a)) {
+                    out.clear();
+                    out.push(a);
+                }
+            }
+        }
+    }
+
+    /// [`State::actions`] with the reduction of this module only (see `reduce.rs` for the rest).
+    fn actions_basic(
+        &self,
+        prog: &Program,
         reduce: bool,
         out: &mut Vec<Action>,
         steps: &mut Vec<Step>,
@@ -347,5 +367,25 @@ impl State {
             }
         }
         th.pc += 1;
+    }
+}
+
+impl State {
+    /// Roughly the heap bytes this state owns (for the explorer's memory budget).
+    pub fn heap_bytes(&self) -> usize {
+        let words: usize = self.mem.iter().map(|m| 8 * m.len() + 24).sum();
+        let threads: usize = self
+            .threads
+            .iter()
+            .map(|t| {
+                let qps: usize = t
+                    .qps
+                    .iter()
+                    .map(|q| 200 + 64 * (q.pipe.len() + q.br.len() + q.bl.len()))
+                    .sum();
+                8 * t.regs.len() + 48 * t.sb.len() + qps + 128
+            })
+            .sum();
+        words + threads + self.locks.len()
     }
 }

@@ -1,0 +1,216 @@
+//! Unit tests of the parser: every error kind, positioned.
+
+use super::*;
+
+const FIG2D: &str = "litmus fig2d-put-wait
+loc x @n0
+loc y @n1
+thread t0 @n0 {
+  put(y, x, d1)
+  wait(d1)
+  store(x, 1)
+}
+exists y = 1
+expect forbidden
+";
+
+fn err(src: &str) -> String {
+    parse(src, "t.litmus").unwrap_err().to_string()
+}
+
+#[test]
+fn smoke() {
+    let t = parse(FIG2D, "fig2d.litmus").unwrap();
+    assert_eq!(t.name, "fig2d-put-wait");
+    assert_eq!(t.threads.len(), 1);
+    assert_eq!(t.threads[0].body.len(), 3);
+    assert_eq!(t.expect, Expect::Forbidden);
+    assert_eq!(t.nodes, vec![NodeId(0), NodeId(1)]);
+    assert_eq!(
+        t.threads[0].body[0].op,
+        Op::Put {
+            remote: LocId(1),
+            local: LocId(0),
+            wid: WidId(0)
+        }
+    );
+    assert_eq!(t.threads[0].body[0].span, Span { line: 5, col: 3 });
+}
+
+#[test]
+fn unknown_operation() {
+    let src = FIG2D.replace("wait(d1)", "frob(d1)");
+    assert_eq!(
+        err(&src),
+        format!(
+            "t.litmus:6:3: unknown operation `frob`; expected one of {}",
+            OPERATIONS.join(", ")
+        )
+    );
+}
+
+#[test]
+fn local_word_required_but_remote_given() {
+    let src = FIG2D.replace("put(y, x, d1)", "put(x, y, d1)");
+    assert_eq!(
+        err(&src),
+        "t.litmus:5:10: `y` is on n1, but the source of `put` must be local to thread t0 (on n0)"
+    );
+    let src = FIG2D.replace("store(x, 1)", "store(y, 1)");
+    assert_eq!(
+        err(&src),
+        "t.litmus:7:9: `y` is on n1, but the location of `store` must be local to thread t0 (on n0)"
+    );
+}
+
+#[test]
+fn undeclared_location() {
+    let src = FIG2D.replace("store(x, 1)", "store(z, 1)");
+    assert_eq!(err(&src), "t.litmus:7:9: undeclared location `z`");
+    let src = FIG2D.replace("exists y = 1", "exists w = 1");
+    assert_eq!(err(&src), "t.litmus:9:8: undeclared location `w`");
+}
+
+#[test]
+fn missing_expect() {
+    let src = FIG2D.replace("expect forbidden\n", "");
+    assert_eq!(
+        err(&src),
+        "t.litmus:9:13: missing `expect allowed` or `expect forbidden` after the `exists` condition"
+    );
+    let src = FIG2D.replace("expect forbidden", "expect maybe");
+    assert_eq!(
+        err(&src),
+        "t.litmus:10:8: expected `allowed` or `forbidden` after `expect`, found `maybe`"
+    );
+}
+
+#[test]
+fn other_errors_are_positioned() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "wait(d1)",
+            "wait(d1, d2)",
+            "6:3: `wait` takes 1 argument, found 2: wait(<d>)",
+        ),
+        ("wait(d1)", "r0 = wait(d1)", "6:3: `wait` returns no value"),
+        ("wait(d1)", "load(x)", "6:3: `load` returns a value"),
+        ("wait(d1)", "poll(m1)", "6:8: bad node `m1`"),
+        ("wait(d1)", "rfence(n9)", "6:10: bad node `n9`"),
+        (
+            "wait(d1)",
+            "store(x, y)",
+            "6:12: `y` is a loc, but a value here",
+        ),
+        (
+            "wait(d1)",
+            "store(x, 1 2)",
+            "6:14: expected `,` or `)`, found `2`",
+        ),
+        (
+            "wait(d1)",
+            "store(x, 1) %",
+            "6:15: unexpected character `%`",
+        ),
+        (
+            "wait(d1)",
+            "store(x, 99999999999999999999)",
+            "6:12: integer `99999999999999999999` does not fit",
+        ),
+        (
+            "loc y @n1",
+            "loc x @n1",
+            "3:5: name `x` is already declared at line 2",
+        ),
+        (
+            "exists y = 1",
+            "exists t0:r9 = 1",
+            "9:11: undeclared register `t0:r9`",
+        ),
+        (
+            "exists y = 1",
+            "exists t7:r9 = 1",
+            "9:8: undeclared thread `t7`",
+        ),
+        (
+            "litmus fig2d-put-wait",
+            "litmos x",
+            "1:1: expected `litmus <name>` as the first line, found `litmos`",
+        ),
+        (
+            "}\n",
+            "",
+            "8:1: thread `t0` (opened at line 4) is not closed with `}`",
+        ),
+        (
+            "wait(d1)",
+            "acquire(x)",
+            "6:11: `x` is a loc, but `acquire` needs a lock",
+        ),
+        (
+            "wait(d1)",
+            "r = read_sc(x)",
+            "6:15: `x` is a loc, but `read_sc` needs an sc location",
+        ),
+    ];
+    for (from, to, want) in cases {
+        let src = FIG2D.replace(from, to);
+        let got = err(&src);
+        assert!(
+            got.starts_with(&format!("t.litmus:{want}")),
+            "{to}: got {got}, want {want}"
+        );
+    }
+}
+
+#[test]
+fn every_operation_parses() {
+    let src = "litmus all-ops
+loc x @n0
+loc y @n1
+sv s = 3
+sc c @n1 = 4
+lock w : wlock
+lock k : slock
+lock m : nlock @n1
+thread t0 @n0 { # a comment
+  r0 = load(x)
+  store(s, r0)
+  r1 = cas(x, 0, r0)
+  mfence()
+  put(y, x, d1)
+  get(x, y, d2)
+  rcas(y, 1, 2, x, d1)
+  rfaa(y, r1, x, d1)
+  wait(d1)
+  poll(n1)
+  rfence(n1)
+  bcast(s, all, d3)
+  gf({n0, n1})
+  acquire(w)
+  release(w)
+  acquire(k)
+  acquire(m)
+  release(m)
+  release(k)
+  r2 = read_sc(c)
+  write_sc(c, 5)
+  r3 = cas_sc(c, 5, 6)
+  r4 = faa_sc(c, 1)
+}
+exists t0:r2 = 4 /\\ s@n1 = 3 /\\ c = 7
+expect allowed
+";
+    let t = parse(src, "x").unwrap();
+    assert_eq!(t.threads[0].body.len(), 23);
+    assert_eq!(
+        t.threads[0].body[11].op,
+        Op::Bcast {
+            sv: SvId(0),
+            nodes: vec![NodeId(0), NodeId(1)],
+            wid: WidId(2)
+        }
+    );
+    assert_eq!(t.exists.atoms.len(), 3);
+    assert!(t.locs[0].written && t.locs[1].written);
+}
