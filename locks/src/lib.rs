@@ -99,6 +99,9 @@
 //!   keeps only the latest announcement), leaves a ticket nobody can attribute: later waiters
 //!   give up with `Timeout` (their own tickets are abandoned correctly). Likewise a ticket taken
 //!   by an FAA whose completion never arrives, in a context that is then dropped.
+//! - A node lock's holder that dies before its `held` announcement (a put, not waited for)
+//!   has landed on the lock's node cannot be told from a slow live holder: waiters give up with
+//!   `Timeout`. The announcement lands within one round trip of entering.
 //! - A weak or strong lock's dead holder is not skipped (its release is a broadcast from the
 //!   holder's node; no announcement to read): its waiters get `Timeout`.
 //! - A ticket given up while [`MARKS`] (16) or more tickets before it are still
