@@ -37,6 +37,39 @@ pub fn runs(soft: u64, device: u64) -> u64 {
     }
 }
 
+/// The run count an override variable such as `LOCO_SC_RUNS` sets, if it is set (to something
+/// other than blanks), for quick local runs or longer soaks.
+///
+/// # Panics
+/// If the variable holds anything but a positive integer: a count of 0 would run nothing and
+/// pass, and a typo would silently fall back to the default, so both stop the test instead, with
+/// a message naming the variable.
+pub fn runs_override(var: &str) -> Option<u64> {
+    override_from(var, std::env::var(var).ok().as_deref())
+}
+
+/// [`runs_override`] on a given value of `var` (so that tests need not set the environment).
+fn override_from(var: &str, value: Option<&str>) -> Option<u64> {
+    parse_runs(var, value).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`runs_override`] on a given value of `var`: `Ok(None)` when unset or blank, `Ok(Some(n))`
+/// for a positive integer `n`, otherwise the message to fail with.
+fn parse_runs(var: &str, value: Option<&str>) -> std::result::Result<Option<u64>, String> {
+    let Some(v) = value.map(str::trim).filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    match v.parse::<u64>() {
+        Ok(0) => Err(format!(
+            "{var}=0: a run count of 0 would run nothing and pass; unset {var} for the default"
+        )),
+        Ok(n) => Ok(Some(n)),
+        Err(e) => Err(format!(
+            "{var}={v:?} is not a run count ({e}): expected a positive integer, or {var} unset"
+        )),
+    }
+}
+
 /// Whether tests should expect allowed weak outcomes to show up: true on the soft NIC (in its
 /// `Chaos` schedule), false on a real device, where only forbidden outcomes are checked.
 pub fn shows_weak_outcomes() -> bool {
@@ -55,4 +88,52 @@ pub fn cluster(nodes: usize, bytes: u64, schedule: Schedule) -> Result<Cluster> 
         .soft(schedule)
         .backend_from_env()?
         .build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_count_override_is_a_positive_integer() {
+        let parse = |v| parse_runs("LOCO_X_RUNS", v);
+        assert_eq!(parse(None), Ok(None));
+        assert_eq!(parse(Some("")), Ok(None));
+        assert_eq!(parse(Some("  ")), Ok(None));
+        assert_eq!(parse(Some("1")), Ok(Some(1)));
+        assert_eq!(parse(Some(" 250\n")), Ok(Some(250)));
+        let zero = parse(Some("0")).unwrap_err();
+        assert!(zero.contains("LOCO_X_RUNS=0") && zero.contains("run nothing"), "{zero}");
+        assert!(parse(Some(" 00 ")).is_err());
+        for bad in ["-1", "ten", "1e3", "1_000", "3.5", "18446744073709551616"] {
+            let e = parse(Some(bad)).unwrap_err();
+            assert!(
+                e.contains("LOCO_X_RUNS") && e.contains("not a run count"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "LOCO_X_RUNS=0: a run count of 0")]
+    fn a_zero_override_panics() {
+        override_from("LOCO_X_RUNS", Some("0"));
+    }
+
+    #[test]
+    #[should_panic(expected = "LOCO_X_RUNS=\"lots\" is not a run count")]
+    fn an_unparseable_override_panics() {
+        override_from("LOCO_X_RUNS", Some("lots"));
+    }
+
+    #[test]
+    fn an_override_passes_its_count_through() {
+        assert_eq!(override_from("LOCO_X_RUNS", Some("7")), Some(7));
+        assert_eq!(override_from("LOCO_X_RUNS", None), None);
+    }
+
+    #[test]
+    fn an_unset_override_is_none() {
+        assert_eq!(runs_override("LOCO_TESTING_UNIT_UNSET_RUNS"), None);
+    }
 }

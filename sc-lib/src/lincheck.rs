@@ -471,6 +471,197 @@ mod tests {
         }
     }
 
+    /// Two word registers (locations 0 and 1): the test's model of histories over more than one
+    /// location, each call on one of them.
+    struct TwoRegisters;
+
+    impl Model for TwoRegisters {
+        type State = [u64; 2];
+        type Op = (usize, RegisterOp);
+        type Ret = u64;
+
+        fn init(&self) -> [u64; 2] {
+            [0; 2]
+        }
+
+        fn step(&self, s: &[u64; 2], &(x, op): &(usize, RegisterOp)) -> ([u64; 2], u64) {
+            let (v, ret) = Register::default().step(&s[x], &op);
+            let mut next = *s;
+            next[x] = v;
+            (next, ret)
+        }
+    }
+
+    /// The definition, by brute force: some order of all the calls that respects real time (a
+    /// call whose response is before another's invocation comes first; ties overlap, as in
+    /// [`check`]) and that the model, stepped through, answers as each call did.
+    fn brute_force<M: Model>(model: &M, h: &[Call<M::Op, M::Ret>]) -> bool {
+        brute_force_with(model, h, true)
+    }
+
+    /// [`brute_force`], or with `real_time` false, any order at all (sequential consistency
+    /// without program order: what a checker that forgot real time would accept).
+    fn brute_force_with<M: Model>(model: &M, h: &[Call<M::Op, M::Ret>], real_time: bool) -> bool {
+        fn extend<M: Model>(
+            model: &M,
+            h: &[Call<M::Op, M::Ret>],
+            real_time: bool,
+            done: &mut [bool],
+            state: &M::State,
+        ) -> bool {
+            if done.iter().all(|&d| d) {
+                return true;
+            }
+            for i in 0..h.len() {
+                // `i` may come next iff it is pending and no pending call returned before it began.
+                let blocked = real_time
+                    && (0..h.len()).any(|j| !done[j] && j != i && h[j].response < h[i].invoke);
+                if done[i] || blocked {
+                    continue;
+                }
+                let (after, ret) = model.step(state, &h[i].op);
+                if ret != h[i].ret {
+                    continue;
+                }
+                done[i] = true;
+                if extend(model, h, real_time, done, &after) {
+                    return true;
+                }
+                done[i] = false;
+            }
+            false
+        }
+        extend(model, h, real_time, &mut vec![false; h.len()], &model.init())
+    }
+
+    /// A random register operation on a value domain small enough for collisions.
+    fn random_op(rng: &mut ChaCha8Rng) -> RegisterOp {
+        match rng.random_range(0..4) {
+            0 => Read,
+            1 => Write(rng.random_range(1..4)),
+            2 => Cas(rng.random_range(0..3), rng.random_range(1..4)),
+            _ => Faa(rng.random_range(1..3)),
+        }
+    }
+
+    /// A random history of 1 to 7 calls with heavily overlapping intervals on a short clock (ties
+    /// included). Returns come from a sequential run in the order of a random point inside each
+    /// interval (so linearizable), then, in most histories, one to three of them are replaced by
+    /// random values (often, not always, making the history non-linearizable).
+    fn random_history<M: Model<Ret = u64>>(
+        rng: &mut ChaCha8Rng,
+        model: &M,
+        mut op: impl FnMut(&mut ChaCha8Rng) -> M::Op,
+    ) -> Vec<Call<M::Op, u64>> {
+        let n = rng.random_range(1..=7);
+        let mut h: Vec<Call<M::Op, u64>> = (0..n)
+            .map(|t| {
+                let invoke = rng.random_range(0..12);
+                let response = invoke + rng.random_range(0..6);
+                call(t, invoke, response, op(rng), 0)
+            })
+            .collect();
+        // Linearization points, anywhere inside each interval (on a clock of half-steps); ties
+        // between points are broken at random. Calls ordered in real time keep their order.
+        let mut order: Vec<(u64, u64, usize)> = h
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let p = rng.random_range(2 * c.invoke..=2 * c.response);
+                (p, rng.random(), i)
+            })
+            .collect();
+        order.sort_unstable();
+        let mut state = model.init();
+        for &(_, _, i) in &order {
+            let (after, ret) = model.step(&state, &h[i].op);
+            h[i].ret = ret;
+            state = after;
+        }
+        if rng.random_bool(0.7) {
+            for _ in 0..rng.random_range(1..=3) {
+                let i = rng.random_range(0..n);
+                h[i].ret = rng.random_range(0..6);
+            }
+        }
+        h
+    }
+
+    /// Compares [`check`] with [`brute_force`] on `histories` random histories; returns how many
+    /// were linearizable. Both verdicts must be common, or the comparison says little.
+    fn cross_check<M: Model<Ret = u64>>(
+        seed: u64,
+        histories: usize,
+        model: &M,
+        op: impl FnMut(&mut ChaCha8Rng) -> M::Op + Copy,
+    ) -> usize
+    where
+        M::Op: std::fmt::Debug,
+    {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let (mut yes, mut by_real_time) = (0, 0);
+        for _ in 0..histories {
+            let h = random_history(&mut rng, model, op);
+            let want = brute_force(model, &h);
+            let got = check(model, &h);
+            assert_eq!(got.is_ok(), want, "check says {got:?}, brute force {want}: {h:?}");
+            if let Err(e) = got {
+                assert_eq!(e.calls, h.len());
+                assert!(e.longest.len() < h.len(), "{e:?}");
+            }
+            yes += usize::from(want);
+            by_real_time += usize::from(!want && brute_force_with(model, &h, false));
+        }
+        // Some histories are rejected only for their real-time order: the intervals matter.
+        assert!(
+            by_real_time >= histories / 50,
+            "only {by_real_time} of {histories} histories hinge on real time"
+        );
+        assert!(
+            (histories / 5..=histories * 4 / 5).contains(&yes),
+            "{yes} of {histories} histories linearizable: too one-sided to test both verdicts"
+        );
+        yes
+    }
+
+    #[test]
+    fn check_agrees_with_brute_force_on_one_register() {
+        let yes = cross_check(11, 3_000, &Register::default(), random_op);
+        eprintln!("one register: {yes} of 3000 linearizable");
+    }
+
+    #[test]
+    fn check_agrees_with_brute_force_on_two_registers() {
+        let yes = cross_check(12, 3_000, &TwoRegisters, |rng| {
+            (rng.random_range(0..2), random_op(rng))
+        });
+        eprintln!("two registers: {yes} of 3000 linearizable");
+    }
+
+    /// The brute force itself can say no and yes (else agreeing with it proves nothing).
+    #[test]
+    fn brute_force_knows_both_verdicts() {
+        let r = Register::default();
+        let stale = [
+            call(0, 0, 10, Write(1), 0),
+            call(1, 1, 2, Read, 1),
+            call(1, 3, 4, Read, 0),
+        ];
+        assert!(!brute_force(&r, &stale));
+        let overlapping = [
+            call(0, 0, 10, Write(1), 0),
+            call(1, 1, 5, Read, 0),
+            call(2, 2, 6, Read, 1),
+        ];
+        assert!(brute_force(&r, &overlapping));
+        // Ties overlap: a read invoked at the write's response instant may still see 0.
+        let tie = [call(0, 0, 3, Write(1), 0), call(1, 3, 4, Read, 0)];
+        assert!(brute_force(&r, &tie));
+        assert_eq!(check(&r, &tie), Ok(()));
+        let after = [call(0, 0, 3, Write(1), 0), call(1, 4, 5, Read, 0)];
+        assert!(!brute_force(&r, &after));
+    }
+
     #[test]
     fn the_recorder_orders_calls_by_real_time() {
         let rec: Recorder<RegisterOp, u64> = Recorder::new();

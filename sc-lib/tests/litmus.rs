@@ -252,7 +252,12 @@ fn check_default(shape: &Shape) -> BTreeSet<Outcome> {
 
 #[test]
 fn message_passing_is_sc() {
-    check_default(&MP);
+    let seen = check_default(&MP);
+    // Not vacuous: the forbidden outcome needs the flag read as 1, so some run must read it.
+    assert!(
+        seen.iter().any(|(r, _)| r[1][0] == 1) || !common::shows_weak_outcomes(),
+        "the reader never saw the flag: {seen:?}"
+    );
 }
 
 #[test]
@@ -280,14 +285,104 @@ fn cas_against_write_is_sc() {
     );
 }
 
+/// Chaos seeds of [`back_to_back_writes_keep_their_values`] on the soft NIC.
+const WW_CHAOS_RUNS: u64 = 1_000;
+
 #[test]
 fn back_to_back_writes_keep_their_values() {
     let seen = check(
         &WW,
-        common::runs(1_000, DEVICE_RUNS),
+        common::runs(WW_CHAOS_RUNS, DEVICE_RUNS),
         50.min(common::runs(50, 0)),
     );
     assert!(seen.iter().all(|(_, m)| m == &[3, 4]), "{seen:?}");
+}
+
+/// A deliberately broken SC library, for showing that a seed count catches a bug: Fig. 14's
+/// operations over a word and a lock of their own, with one piece taken out.
+#[derive(Clone, Copy, Debug)]
+enum Mutant {
+    /// No lock at all: `store(b, v); put(x, b)` and `get(a, x); wait; load(a)`. Nothing orders
+    /// a write to x after an earlier write to y on another node.
+    Unlocked,
+    /// The weak lock instead of the node lock: mutual exclusion only, so a write's put may land
+    /// after the next holder's get (Fig. 8b).
+    WeakLock,
+}
+
+/// One run of `shape` with `mutant` in place of the SC library; the outcome as [`run`] gives it.
+fn run_mutant(shape: &Shape, mutant: Mutant, seed: u64) -> Outcome {
+    use loco_locks::{LockGuard, WLock};
+    use loco_rdmawait::NodeId;
+    const FETCH: WorkId = WorkId::new(1);
+    const WRITE: WorkId = WorkId::new(2);
+    let c = common::chaos(3, seed);
+    let locs: Vec<_> = shape
+        .locs
+        .iter()
+        .map(|&n| {
+            let word = c.alloc_word(NodeId(n)).unwrap();
+            let lock = match mutant {
+                Mutant::Unlocked => None,
+                Mutant::WeakLock => Some(WLock::new(&c, NodeId(n), shape.threads.len()).unwrap()),
+            };
+            (word, lock)
+        })
+        .collect();
+    let nodes: Vec<u16> = shape.threads.iter().map(|t| t.0).collect();
+    let rets = common::threads(&c, &nodes, |t, ctx| {
+        let node = ctx.node();
+        // Scratch words a and b per (thread, location), as in the real library.
+        let scratch: Vec<_> = locs
+            .iter()
+            .map(|_| (c.alloc_word(node).unwrap(), c.alloc_word(node).unwrap()))
+            .collect();
+        let mut rets = Vec::new();
+        for op in shape.threads[t].1 {
+            let (x, (a, b)) = match *op {
+                Op::Read(x) | Op::Write(x, _) => (x, scratch[x]),
+                Op::Cas(..) | Op::Faa(..) => unreachable!("the mutants read and write only"),
+            };
+            let (word, lock) = &locs[x];
+            let guard = lock.as_ref().map(|l| l.acquire(ctx)).transpose()?;
+            match *op {
+                Op::Write(_, v) => {
+                    ctx.store(&b, v)?;
+                    ctx.put(word, &b, WRITE)?;
+                    guard.map(LockGuard::release).transpose()?;
+                    rets.push(0);
+                }
+                _ => {
+                    ctx.get(&a, word, FETCH)?;
+                    guard.map(LockGuard::release).transpose()?;
+                    ctx.wait(FETCH)?;
+                    rets.push(ctx.load(&a)?);
+                }
+            }
+        }
+        Ok(rets)
+    });
+    c.quiesce().unwrap();
+    let mem = locs.iter().map(|(w, _)| c.peek(w).unwrap()).collect();
+    (rets, mem)
+}
+
+/// The seed count of [`back_to_back_writes_keep_their_values`] is enough to catch an SC library
+/// that leaves out the lock, or weakens it to the weak lock: each mutant shows a non-SC outcome
+/// (or a lost value) within `WW_CHAOS_RUNS` seeds. The loop stops at the first catch.
+#[test]
+fn the_write_write_seed_count_catches_broken_sc_writes() {
+    let allowed = sc_outcomes(&WW);
+    for mutant in [Mutant::Unlocked, Mutant::WeakLock] {
+        let caught = (0..WW_CHAOS_RUNS).find_map(|seed| {
+            let o = run_mutant(&WW, mutant, seed);
+            (!allowed.contains(&o) || o.1 != [3, 4]).then_some((seed, o))
+        });
+        let Some((seed, o)) = caught else {
+            panic!("{mutant:?}: no bad outcome in {WW_CHAOS_RUNS} seeds: the test is too weak");
+        };
+        eprintln!("{mutant:?}: caught at seed {seed}: {o:?}");
+    }
 }
 
 /// A longer soak: 100,000 more Chaos seeds per shape (`cargo test -p loco-sc --test litmus --

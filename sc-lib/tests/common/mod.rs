@@ -57,12 +57,10 @@ pub fn threads<R: Send>(
 }
 
 /// Number of seeded runs: `soft` on the soft NIC, `device` on a real one, or what `LOCO_SC_RUNS`
-/// says (for quick local runs or longer soaks).
+/// says (for quick local runs or longer soaks; a 0 or a typo there fails the test, see
+/// `testing::runs_override`).
 pub fn runs(soft: u64, device: u64) -> u64 {
-    std::env::var("LOCO_SC_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| testing::runs(soft, device))
+    testing::runs_override("LOCO_SC_RUNS").unwrap_or_else(|| testing::runs(soft, device))
 }
 
 /// Whether allowed weak outcomes must show up (the soft NIC's `Chaos`); on a device only
