@@ -196,9 +196,10 @@ const CAS_WRITE: Shape = Shape {
 
 /// Back-to-back writes of different values to locations on different nodes: each location ends
 /// with its own last value. (The writes' puts are not waited for: with one scratch word per thread
-/// rather than per location, a pending put to x could send a later write's value, `rules.md` §2.
-/// The Chaos schedule opens that window too rarely for this test to catch it reliably: a shared
-/// scratch word passed 10,000 seeds. The per-location words are there by construction.)
+/// rather than per location, a pending put to x could send a later write's value, `docs/model.md`
+/// §5.6. The Chaos schedule does open that window: [`Mutant::SharedScratch`] ends with x = 4 in
+/// about one seed in twelve, and `the_write_write_seed_count_catches_broken_sc_writes` checks
+/// that `WW_CHAOS_RUNS` seeds catch it.)
 const WW: Shape = Shape {
     name: "write-write",
     locs: &[1, 2],
@@ -305,14 +306,24 @@ enum Mutant {
     /// No lock at all: `store(b, v); put(x, b)` and `get(a, x); wait; load(a)`. Nothing orders
     /// a write to x after an earlier write to y on another node.
     Unlocked,
-    /// The weak lock instead of the node lock: mutual exclusion only, so a write's put may land
-    /// after the next holder's get (Fig. 8b).
+    /// The weak lock instead of the node lock, its tickets on node 0 rather than the location's
+    /// node: mutual exclusion only, so a write's put may land after the next holder's get
+    /// (Fig. 8b). (With its tickets on the location's node, the release's put follows the write's
+    /// on the same queue pair, which is enough for the shapes here: not a mutant they can catch.)
     WeakLock,
+    /// The node lock, as in the library, but one scratch word `b` per thread for all locations.
+    SharedScratch,
+}
+
+/// The lock of a mutant SC location.
+enum Lk {
+    W(loco_locks::WLock),
+    N(loco_locks::NLock),
 }
 
 /// One run of `shape` with `mutant` in place of the SC library; the outcome as [`run`] gives it.
 fn run_mutant(shape: &Shape, mutant: Mutant, seed: u64) -> Outcome {
-    use loco_locks::{LockGuard, WLock};
+    use loco_locks::{LockGuard, NLock, WLock};
     use loco_rdmawait::NodeId;
     const FETCH: WorkId = WorkId::new(1);
     const WRITE: WorkId = WorkId::new(2);
@@ -322,9 +333,13 @@ fn run_mutant(shape: &Shape, mutant: Mutant, seed: u64) -> Outcome {
         .iter()
         .map(|&n| {
             let word = c.alloc_word(NodeId(n)).unwrap();
+            assert_ne!(n, 0, "the weak lock's tickets are on node 0");
             let lock = match mutant {
                 Mutant::Unlocked => None,
-                Mutant::WeakLock => Some(WLock::new(&c, NodeId(n), shape.threads.len()).unwrap()),
+                Mutant::WeakLock => Some(Lk::W(
+                    WLock::new(&c, NodeId(0), shape.threads.len()).unwrap(),
+                )),
+                Mutant::SharedScratch => Some(Lk::N(NLock::new(&c, NodeId(n)).unwrap())),
             };
             (word, lock)
         })
@@ -333,9 +348,13 @@ fn run_mutant(shape: &Shape, mutant: Mutant, seed: u64) -> Outcome {
     let rets = common::threads(&c, &nodes, |t, ctx| {
         let node = ctx.node();
         // Scratch words a and b per (thread, location), as in the real library.
+        let shared = c.alloc_word(node).unwrap();
         let scratch: Vec<_> = locs
             .iter()
-            .map(|_| (c.alloc_word(node).unwrap(), c.alloc_word(node).unwrap()))
+            .map(|_| match mutant {
+                Mutant::SharedScratch => (c.alloc_word(node).unwrap(), shared),
+                _ => (c.alloc_word(node).unwrap(), c.alloc_word(node).unwrap()),
+            })
             .collect();
         let mut rets = Vec::new();
         for op in shape.threads[t].1 {
@@ -344,21 +363,38 @@ fn run_mutant(shape: &Shape, mutant: Mutant, seed: u64) -> Outcome {
                 Op::Cas(..) | Op::Faa(..) => unreachable!("the mutants read and write only"),
             };
             let (word, lock) = &locs[x];
-            let guard = lock.as_ref().map(|l| l.acquire(ctx)).transpose()?;
-            match *op {
-                Op::Write(_, v) => {
-                    ctx.store(&b, v)?;
-                    ctx.put(word, &b, WRITE)?;
-                    guard.map(LockGuard::release).transpose()?;
-                    rets.push(0);
+            let body = || -> loco_sc::Result<u64> {
+                match *op {
+                    Op::Write(_, v) => {
+                        ctx.store(&b, v)?;
+                        ctx.put(word, &b, WRITE)?;
+                    }
+                    _ => ctx.get(&a, word, FETCH)?,
                 }
-                _ => {
-                    ctx.get(&a, word, FETCH)?;
-                    guard.map(LockGuard::release).transpose()?;
-                    ctx.wait(FETCH)?;
-                    rets.push(ctx.load(&a)?);
+                Ok(0)
+            };
+            match lock {
+                None => {
+                    body()?;
+                }
+                Some(Lk::W(l)) => {
+                    let g = l.acquire(ctx)?;
+                    body()?;
+                    LockGuard::release(g)?;
+                }
+                Some(Lk::N(l)) => {
+                    let g = l.acquire(ctx)?;
+                    body()?;
+                    LockGuard::release(g)?;
                 }
             }
+            rets.push(match *op {
+                Op::Write(..) => 0,
+                _ => {
+                    ctx.wait(FETCH)?;
+                    ctx.load(&a)?
+                }
+            });
         }
         Ok(rets)
     });
@@ -367,22 +403,42 @@ fn run_mutant(shape: &Shape, mutant: Mutant, seed: u64) -> Outcome {
     (rets, mem)
 }
 
-/// The seed count of [`back_to_back_writes_keep_their_values`] is enough to catch an SC library
-/// that leaves out the lock, or weakens it to the weak lock: each mutant shows a non-SC outcome
-/// (or a lost value) within `WW_CHAOS_RUNS` seeds. The loop stops at the first catch.
+/// The first `seeds` Chaos seeds at which `mutant`, running the write-write shape, shows an
+/// outcome that [`back_to_back_writes_keep_their_values`] rejects (non-SC, or a location not
+/// ending with its own last value); `stop` after that many.
+fn ww_catches(mutant: Mutant, seeds: u64, stop: usize) -> Vec<(u64, Outcome)> {
+    let allowed = sc_outcomes(&WW);
+    (0..seeds)
+        .map(|seed| (seed, run_mutant(&WW, mutant, seed)))
+        .filter(|(_, o)| !allowed.contains(o) || o.1 != [3, 4])
+        .take(stop)
+        .collect()
+}
+
+/// The seed count of [`back_to_back_writes_keep_their_values`] catches the bug its comment is
+/// about (one scratch word per thread: caught in about one seed in twelve) and an SC write without
+/// its lock (about one in eighty): each mutant shows a rejected outcome within `WW_CHAOS_RUNS`
+/// seeds, so a miss by chance has odds below 1e-5. The loop stops at the first catch.
 #[test]
 fn the_write_write_seed_count_catches_broken_sc_writes() {
-    let allowed = sc_outcomes(&WW);
-    for mutant in [Mutant::Unlocked, Mutant::WeakLock] {
-        let caught = (0..WW_CHAOS_RUNS).find_map(|seed| {
-            let o = run_mutant(&WW, mutant, seed);
-            (!allowed.contains(&o) || o.1 != [3, 4]).then_some((seed, o))
-        });
-        let Some((seed, o)) = caught else {
-            panic!("{mutant:?}: no bad outcome in {WW_CHAOS_RUNS} seeds: the test is too weak");
+    for mutant in [Mutant::SharedScratch, Mutant::Unlocked] {
+        let caught = ww_catches(mutant, WW_CHAOS_RUNS, 1);
+        let Some((seed, o)) = caught.first() else {
+            panic!("{mutant:?}: no rejected outcome in {WW_CHAOS_RUNS} seeds: the test is too weak");
         };
         eprintln!("{mutant:?}: caught at seed {seed}: {o:?}");
     }
+}
+
+/// The weak lock in place of the node lock is a bug the write-write shape catches only rarely
+/// under Chaos (about one seed in 2,000 to 5,000 measured): beyond the default seed count, so it
+/// is checked here, in a soak of 30,000 seeds (`--ignored`, about 20 s).
+#[test]
+#[ignore = "soak: 30,000 seeds of a mutant"]
+fn a_weak_lock_in_sc_writes_is_caught_in_a_soak() {
+    let caught = ww_catches(Mutant::WeakLock, 30_000, 1);
+    assert!(!caught.is_empty(), "WeakLock: no rejected outcome in 30,000 seeds");
+    eprintln!("WeakLock: caught at {caught:?}");
 }
 
 /// A longer soak: 100,000 more Chaos seeds per shape (`cargo test -p loco-sc --test litmus --
