@@ -269,10 +269,10 @@ fn fifo_threaded() -> Result<()> {
 
 #[test]
 fn fifo_chaos() -> Result<()> {
-    // On a device this is `fifo_threaded` again: once is enough. Eight shorter seeds rather than
-    // three longer ones: each seed draws its own step probabilities.
-    for seed in 0..runs(8, 0) {
-        fifo(Schedule::Chaos { seed }, 4, 25)?;
+    // On a device this is `fifo_threaded` again: once is enough. Sixteen seeds, since each seed
+    // draws its own step probabilities (and a run is cheap).
+    for seed in 0..runs(16, 0) {
+        fifo(Schedule::Chaos { seed }, 4, 50)?;
     }
     Ok(())
 }
