@@ -140,8 +140,14 @@ fn wlock_cpu(schedule: Schedule) -> Result<(u64, u64)> {
 
 const WEAK: (u64, u64) = (1, 0);
 
+/// Checks that the forbidden outcome (1, 0) never shows, and that the check is not vacuous: the
+/// reader must have read x = 1 (the writer's critical section went first) in at least one run in
+/// [`FIRST_READ_SEEN_SHARE`]; a reader that always ran first would see (0, 0) and pass whatever
+/// the lock does.
 fn forbidden(name: &str, run: impl Fn(Schedule) -> Result<(u64, u64)>) -> Result<()> {
-    for seed in 0..runs(CHAOS_RUNS, VERBS_RUNS) {
+    let mut x_seen = 0;
+    let chaos = runs(CHAOS_RUNS, VERBS_RUNS);
+    for seed in 0..chaos {
         let out = run(Schedule::Chaos { seed })?;
         assert_ne!(
             out,
@@ -149,17 +155,33 @@ fn forbidden(name: &str, run: impl Fn(Schedule) -> Result<(u64, u64)>) -> Result
             "{name}: forbidden outcome under Chaos {{ seed: {seed} }} on {}",
             testing::backend()
         );
+        x_seen += u64::from(out.0 == 1);
     }
     // On a device the schedule means nothing: the runs above were all there is.
-    for i in 0..runs(THREADED_RUNS, 0) {
+    let threaded = runs(THREADED_RUNS, 0);
+    for i in 0..threaded {
         let out = run(Schedule::Threaded)?;
         assert_ne!(
             out, WEAK,
             "{name}: forbidden outcome under Threaded (run {i})"
         );
+        x_seen += u64::from(out.0 == 1);
     }
+    let n = chaos + threaded;
+    eprintln!(
+        "{name}: the reader saw x = 1 in {x_seen} of {n} runs on {}",
+        testing::backend()
+    );
+    assert!(
+        x_seen >= n / FIRST_READ_SEEN_SHARE && x_seen > 0,
+        "{name}: the reader saw x = 1 in only {x_seen} of {n} runs (at least 1 in \
+         {FIRST_READ_SEEN_SHARE} wanted): the forbidden outcome was hardly possible"
+    );
     Ok(())
 }
+
+/// At least one run in this many must show the reader x = 1 in [`forbidden`].
+const FIRST_READ_SEEN_SHARE: u64 = 20;
 
 /// Runs chaos seeds until the weak outcome shows up; returns after how many runs. On a device,
 /// where it need not show up, runs a few times and prints how often it did.
