@@ -103,7 +103,10 @@ mod tests {
         assert_eq!(parse(Some("1")), Ok(Some(1)));
         assert_eq!(parse(Some(" 250\n")), Ok(Some(250)));
         let zero = parse(Some("0")).unwrap_err();
-        assert!(zero.contains("LOCO_X_RUNS=0") && zero.contains("run nothing"), "{zero}");
+        assert!(
+            zero.contains("LOCO_X_RUNS=0") && zero.contains("run nothing"),
+            "{zero}"
+        );
         assert!(parse(Some(" 00 ")).is_err());
         for bad in ["-1", "ten", "1e3", "1_000", "3.5", "18446744073709551616"] {
             let e = parse(Some(bad)).unwrap_err();

@@ -531,7 +531,13 @@ mod tests {
             }
             false
         }
-        extend(model, h, real_time, &mut vec![false; h.len()], &model.init())
+        extend(
+            model,
+            h,
+            real_time,
+            &mut vec![false; h.len()],
+            &model.init(),
+        )
     }
 
     /// A random register operation on a value domain small enough for collisions.
@@ -593,8 +599,7 @@ mod tests {
         histories: usize,
         model: &M,
         op: impl FnMut(&mut ChaCha8Rng) -> M::Op + Copy,
-    )
-    where
+    ) where
         M::Op: std::fmt::Debug,
     {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -603,7 +608,11 @@ mod tests {
             let h = random_history(&mut rng, model, op);
             let want = brute_force(model, &h);
             let got = check(model, &h);
-            assert_eq!(got.is_ok(), want, "check says {got:?}, brute force {want}: {h:?}");
+            assert_eq!(
+                got.is_ok(),
+                want,
+                "check says {got:?}, brute force {want}: {h:?}"
+            );
             if let Err(e) = got {
                 assert_eq!(e.calls, h.len());
                 assert!(e.longest.len() < h.len(), "{e:?}");

@@ -431,7 +431,9 @@ fn the_write_write_seed_count_catches_broken_sc_writes() {
     for mutant in [Mutant::SharedScratch, Mutant::Unlocked] {
         let caught = ww_catches(mutant, WW_CHAOS_RUNS, 1);
         let Some((seed, o)) = caught.first() else {
-            panic!("{mutant:?}: no rejected outcome in {WW_CHAOS_RUNS} seeds: the test is too weak");
+            panic!(
+                "{mutant:?}: no rejected outcome in {WW_CHAOS_RUNS} seeds: the test is too weak"
+            );
         };
         eprintln!("{mutant:?}: caught at seed {seed}: {o:?}");
     }
@@ -444,7 +446,10 @@ fn the_write_write_seed_count_catches_broken_sc_writes() {
 #[ignore = "soak: 30,000 seeds of a mutant"]
 fn a_weak_lock_in_sc_writes_is_caught_in_a_soak() {
     let caught = ww_catches(Mutant::WeakLock, 30_000, 1);
-    assert!(!caught.is_empty(), "WeakLock: no rejected outcome in 30,000 seeds");
+    assert!(
+        !caught.is_empty(),
+        "WeakLock: no rejected outcome in 30,000 seeds"
+    );
     eprintln!("WeakLock: caught at {caught:?}");
 }
 
