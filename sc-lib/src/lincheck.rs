@@ -593,7 +593,9 @@ mod tests {
         h
     }
 
-    /// Compares [`check`] with [`brute_force`] on `histories` random histories. Both verdicts must be common, or the comparison says little.
+    /// Compares [`check`] with [`brute_force`] on `histories` random histories. Both verdicts
+    /// must be common, and some rejections must hinge on real time, or the comparison says
+    /// little.
     fn cross_check<M: Model<Ret = u64>>(
         seed: u64,
         histories: usize,

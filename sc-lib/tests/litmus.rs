@@ -441,7 +441,8 @@ fn the_write_write_seed_count_catches_broken_sc_writes() {
 
 /// The weak lock in place of the node lock is a bug the write-write shape catches only rarely
 /// under Chaos (about one seed in 2,000 to 5,000 measured): beyond the default seed count, so it
-/// is checked here, in a soak of up to 30,000 seeds (`--ignored`; it stops at the first catch, at worst ~20 s).
+/// is checked here, in a soak of up to 30,000 seeds (`--ignored`; it stops at the first catch,
+/// at worst about 20 s).
 #[test]
 #[ignore = "soak: 30,000 seeds of a mutant"]
 fn a_weak_lock_in_sc_writes_is_caught_in_a_soak() {
