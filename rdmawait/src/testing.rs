@@ -3,7 +3,8 @@
 //!
 //! A backend-generic test builds its clusters with [`cluster`] (or
 //! [`ClusterBuilder::backend_from_env`](crate::ClusterBuilder::backend_from_env)), sizes its loops
-//! with [`runs`] (a device pays real I/O per operation, and a cluster set-up per run), checks
+//! with [`runs`] (a device pays real I/O per operation, and a cluster set-up per run; an override
+//! variable such as `LOCO_SC_RUNS` goes through [`runs_override`], which rejects 0), checks
 //! forbidden outcomes on every backend, and asserts that an allowed weak outcome *was observed*
 //! only when [`shows_weak_outcomes`]: the soft NIC's `Chaos` schedule is built to make them
 //! common, a real NIC may never show them.

@@ -8,7 +8,10 @@
 //! every outcome checked against the SC ones; the weak outcome of the last test is only counted.
 //!
 //! The allowed outcomes of each shape are computed by enumerating every interleaving of its
-//! threads' programs (sequential consistency by definition), not written by hand.
+//! threads' programs (sequential consistency by definition), not written by hand. The checks are
+//! not vacuous: the readers of MP and IRIW must have seen the writes the forbidden outcomes need,
+//! and deliberately broken SC writes (test-only mutants: one scratch word per thread, no lock)
+//! must be caught by the write-write shape within its 1,000 seeds.
 
 mod common;
 
