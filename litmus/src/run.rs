@@ -94,7 +94,7 @@ impl RunConfig {
 #[non_exhaustive]
 pub enum RunError {
     /// The test uses an operation whose library the runner cannot call (none at present: every
-    /// operation of `FORMAT.md` is dispatched).
+    /// operation of docs/litmus-format.md is dispatched).
     #[error("`{op}` is unsupported by the runner yet: {why}")]
     Unsupported {
         /// The operation.
@@ -190,7 +190,7 @@ impl RunReport {
     }
 }
 
-/// Checks that the runner can use `backend`. (Every operation of `FORMAT.md` dispatches to its
+/// Checks that the runner can use `backend`. (Every operation of docs/litmus-format.md dispatches to its
 /// library: rdmawait, rdmawait+RMW, loco-sv, loco-locks, loco-sc.)
 pub fn supported(backend: Backend) -> Result<(), RunError> {
     if backend == Backend::Verbs && !cfg!(feature = "verbs") {

@@ -1,4 +1,4 @@
-//! SC litmus shapes over SC locations on different nodes (spec §5, Fig. 14): message passing,
+//! SC litmus shapes over SC locations on different nodes (docs/model.md §5.6, Fig. 14): message passing,
 //! store buffering, IRIW and CAS against a write never show an outcome that no interleaving of
 //! the SC operations explains, in 10,000 seeded Chaos runs each (plus Threaded runs). And an SC
 //! write does not make an earlier plain, un-waited `put` of the same thread visible: that weak
@@ -196,7 +196,7 @@ const CAS_WRITE: Shape = Shape {
 
 /// Back-to-back writes of different values to locations on different nodes: each location ends
 /// with its own last value. (The writes' puts are not waited for: with one scratch word per thread
-/// rather than per location, a pending put to x could send a later write's value, `rules.md` §2.
+/// rather than per location, a pending put to x could send a later write's value, docs/model.md §5.6.
 /// The Chaos schedule opens that window too rarely for this test to catch it reliably: a shared
 /// scratch word passed 10,000 seeds. The per-location words are there by construction.)
 const WW: Shape = Shape {
@@ -308,7 +308,7 @@ fn soak_all_shapes() {
     }
 }
 
-/// The last sentence of spec §5's SC bullet: SC operations do not complete earlier operations of
+/// docs/model.md §5.6, "other libraries are not covered": SC operations do not complete earlier operations of
 /// other libraries. Thread 0 puts 1 to a plain word y on n1 (no wait; behind a queue of other
 /// puts towards n1, so that it tends to stay in flight), then `write_sc(x, 1)` with x on n2.
 /// Thread 1 starts once `write_sc` has returned (a flag outside the model), reads x with
