@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks that every citation of the project's reference pages points at something in the
-# repository: no citation of documents that live outside it (the old spec's docs/model.md §4, docs/litmus-format.md,
-# docs/verbs-notes.md, docs/verbs-notes.md, "docs/model.md §N", /work/shared), and every `docs/model.md §N`,
+# repository: no citation of documents that live outside it (the old spec's rules.md, FORMAT.md,
+# verbs-notes.md, softroce-vm.md, "spec §N", /work/shared), and every `docs/model.md §N`,
 # `docs/model.md rule N` and `docs/verbs-notes.md, pitfall N` names a section, rule or pitfall
 # that docs/ defines. Plain grep and sed; a second or two.
 #
