@@ -34,6 +34,8 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 # About 35 s on the loaded 2-core CI machine (9 s of CPU) once clippy has checked the dependencies,
 # whose metadata the doc pass reuses; 3 min from a cold target directory.
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+# Every citation of docs/ names a section, rule or pitfall that exists there.
+scripts/check-doc-citations.sh
 
 step "default test suite (soft NIC)"
 cargo test --workspace --quiet

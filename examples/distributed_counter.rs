@@ -151,7 +151,7 @@ mod verbs_main {
         }
         ctx.wait(d)?;
         // Global fence towards every node: after an rfence, a get completes only once the
-        // earlier writes on that queue pair have landed (spec §5).
+        // earlier writes on that queue pair have landed (docs/model.md §5.2).
         for &q in &others {
             ctx.rfence(q)?;
             let tmp = l.scratch[me.index()].word(q.0 as u64)?;

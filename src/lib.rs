@@ -14,6 +14,9 @@
 //! - [`sc`]: sequentially consistent `read_sc`/`write_sc`/`cas_sc`/`faa_sc` on abstract
 //!   locations, and any sequential data structure made linearizable behind a node lock.
 //!
+//! The model behind these guarantees, the litmus format and the notes on real devices are in
+//! [docs/](https://github.com/loco-rs/loco-rs/blob/main/docs/README.md).
+//!
 //! ```
 //! use loco::prelude::*;
 //!

@@ -1,8 +1,8 @@
-//! A parsed and checked litmus test (the format of `FORMAT.md`).
+//! A parsed and checked litmus test (the format of docs/litmus-format.md).
 //!
 //! Names are resolved to indices by the parser: a statement refers to [`LocId`], [`SvId`],
 //! [`ScId`], [`LockId`], [`RegId`] and [`WidId`], never to strings, and every check of
-//! `FORMAT.md` (locality, declared names, kinds) has already been made.
+//! docs/litmus-format.md (locality, declared names, kinds) has already been made.
 
 use std::fmt;
 
@@ -123,7 +123,7 @@ pub struct LockDecl {
     pub kind: LockKind,
 }
 
-/// The three lock kinds of spec §5.
+/// The three lock kinds of docs/model.md §5.3-§5.5.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum LockKind {
     /// Weak lock (Fig. 10): mutual exclusion only.
@@ -188,7 +188,7 @@ pub enum Var {
     Sv(SvId),
 }
 
-/// A statement (the table of `FORMAT.md`).
+/// A statement (the table of docs/litmus-format.md).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
     /// `r = load(x)`.

@@ -2,12 +2,12 @@
 //! program counter, registers, TSO store buffer and queue pairs.
 //!
 //! The NIC half of every transition is [`loco_rdmawait::model`]'s (each rule is written once in
-//! the project); this module adds the CPU half of `rules.md` §1: store buffers through which
+//! the project); this module adds the CPU half of docs/model.md §4.2: store buffers through which
 //! stores *and* posted remote operations travel in program order, loads, `cas`/`mfence` needing
 //! an empty buffer, `poll`, the atomic form of `wait(d)`, and the two await forms of the spin
-//! loops of §2.
+//! loops of docs/model.md §5.8.
 //!
-//! | state (spec §4) | here |
+//! | state (docs/model.md §4.1) | here |
 //! |---|---|
 //! | memory of every node | [`State::mem`] |
 //! | per node: remote-atomic lock | [`State::locks`] |

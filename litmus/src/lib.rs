@@ -28,21 +28,27 @@
 //!
 //! The `loco` command (crate `loco-cli`) wraps all of this: `loco litmus check`, `run`, `show`.
 //!
+//! The format is specified in [docs/litmus-format.md][loco-format]; section and rule numbers
+//! cited here (`docs/model.md §4`) are those of the [model page][loco-model].
+//!
+//! [loco-format]: https://github.com/loco-rs/loco-rs/blob/main/docs/litmus-format.md
+//! [loco-model]: https://github.com/loco-rs/loco-rs/blob/main/docs/model.md
+//!
 //! # What is checked
-//! A test (format: `FORMAT.md` of the spec; the project's tests are in `tests/litmus/`) is a few
+//! A test (format: docs/litmus-format.md; the project's tests are in `tests/litmus/`) is a few
 //! threads on nodes, each a list of operations of any library of the stack (CPU, rdmatso,
 //! rdmawait, rdmawait+RMW, sv, locks, SC), and a condition on the final state with the verdict
 //! the paper gives it.
 //!
-//! The [explorer](mod@explore) runs the operational model of spec §4 / `rules.md` over **every**
+//! The [explorer](mod@explore) runs the operational model of docs/model.md §4 over **every**
 //! schedule and returns the exact set of reachable final outcomes:
 //! - the NIC half is [`loco_rdmawait::model`], the rules the soft NIC's `Chaos` schedule runs too
 //!   (queue-pair pipes, remote and local write buffers, completion notices, remote-atomic locks);
 //! - the CPU half is here: x86-TSO store buffers that posted remote operations travel through
 //!   in program order with stores, loads, `cas`/`mfence` draining them, `poll`, and `wait(d)` in
-//!   the atomic form of `rules.md`;
+//!   the atomic form of docs/model.md §4;
 //! - library operations are expanded into their implementations over the layers below
-//!   (`rules.md` §2): `bcast` into puts, `gf` into rfences, gets and a wait, each lock kind into
+//!   (docs/model.md §5): `bcast` into puts, `gf` into rfences, gets and a wait, each lock kind into
 //!   its ticket-lock protocol, SC operations into node-lock critical sections. The explorer
 //!   therefore checks the paper's *implementations*, not just their specifications. Spin loops
 //!   are await forms (block until the awaited value is there, then take it), which have the same
@@ -99,7 +105,7 @@
 //!   carry their own work id that nothing waits for, SC writes are not waited for.
 //!
 //! # Implementation
-//! [`parse`](mod@parse) (`FORMAT.md` to [`Test`]), `lower` (the expansion of `rules.md` §2 into machine
+//! [`parse`](mod@parse) (docs/litmus-format.md to [`Test`]), `lower` (the expansion of docs/model.md §5 into machine
 //! operations over a memory layout), `cpu` (whole-system state and transitions, CPU half),
 //! [`explore`](mod@explore) (depth-first search with a visited set of fingerprints, and the
 //! partial-order reduction of `reduce`), [`run`](mod@run). The approach

@@ -1,7 +1,7 @@
-//! Library operations expanded into machine operations (`rules.md` §2): what the explorer runs.
+//! Library operations expanded into machine operations (docs/model.md §5): what the explorer runs.
 //!
 //! A [`Program`] lays every word of a test out in node memory (user words, shared-variable
-//! copies, SC words, the lock words of spec §5, and the scratch words of the global fence and of
+//! copies, SC words, the lock words of docs/model.md §5.3-§5.5, and the scratch words of the global fence and of
 //! the SC library), and turns each statement into [`Instr`]s: CPU accesses, posts to a queue
 //! pair, polls, waits, and the two await forms of the spin loops.
 
@@ -693,7 +693,7 @@ impl Lowering<'_> {
         }
     }
 
-    /// `gf(N)` (`rules.md` §2): per node an rfence and a get of its dummy word, then one wait.
+    /// `gf(N)` (docs/model.md §5.2): per node an rfence and a get of its dummy word, then one wait.
     fn gf(&self, e: &mut Emit, t: usize, nodes: &[NodeId], text: &str) {
         let scratch = self.gf_scratch[t].expect("scratch of a fencing thread");
         for n in nodes {

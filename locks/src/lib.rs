@@ -1,4 +1,4 @@
-//! Locks over RDMA: the paper's weak, strong and node locks (spec §5; Figs. 8, 10 and 13).
+//! Locks over RDMA: the paper's weak, strong and node locks (docs/model.md §5.3-§5.5; Figs. 8, 10 and 13).
 //!
 //! Three locks, one shape ([`lock_api`]'s split into a raw protocol, a handle and a guard):
 //!
@@ -45,7 +45,14 @@
 //! # Ok::<(), loco_locks::Error>(())
 //! ```
 //!
-//! # Guarantees (spec §5, Fig. 8)
+//! Section and rule numbers cited here (`docs/model.md §5.2`, `rule 6`) are those of the
+//! project's [model page][loco-model]; the [docs index][loco-docs] lists the other reference
+//! pages.
+//!
+//! [loco-model]: https://github.com/loco-rs/loco-rs/blob/main/docs/model.md
+//! [loco-docs]: https://github.com/loco-rs/loco-rs/blob/main/docs/README.md
+//!
+//! # Guarantees (docs/model.md §5.3-§5.5, Fig. 8)
 //! All three give **mutual exclusion** and serve tickets in order (FIFO: [`Lock::acquire`],
 //! [`Lock::acquire_timeout`] and [`Lock::acquire_until`]; [`Lock::try_acquire_for`] is not FIFO,
 //! it takes a ticket only when the lock is free). They differ in what a
@@ -159,7 +166,7 @@ pub use lock::{Lock, LockGuard, RawLock, RawLockTimed};
 pub use nlock::RawNLock;
 pub use wlock::{RawSLock, RawWLock};
 
-/// The **weak lock** (spec §5 wlock, Fig. 10): a distributed ticket lock.
+/// The **weak lock** (docs/model.md §5.3, Fig. 10): a distributed ticket lock.
 ///
 /// # Guarantee
 /// Mutual exclusion, and nothing more: the CPU accesses of one critical section happen before
@@ -206,7 +213,7 @@ pub use wlock::{RawSLock, RawWLock};
 /// crate's [Failures](crate#failures)).
 pub type WLock = Lock<RawWLock>;
 
-/// The **strong lock** (spec §5 slock): the weak lock, with a global fence towards every node
+/// The **strong lock** (docs/model.md §5.4): the weak lock, with a global fence towards every node
 /// before each release.
 ///
 /// # Guarantee
@@ -237,7 +244,7 @@ pub type WLock = Lock<RawWLock>;
 /// ```
 pub type SLock = Lock<RawSLock>;
 
-/// The **node lock** on node n (spec §5 nlock@n, Fig. 13): a centralised ticket lock whose words
+/// The **node lock** on node n (docs/model.md §5.5, Fig. 13): a centralised ticket lock whose words
 /// live on n.
 ///
 /// # Guarantee
@@ -246,7 +253,7 @@ pub type SLock = Lock<RawSLock>;
 /// (`rfence(n); put`) does not block the CPU. Tickets are served in order.
 ///
 /// # When to choose it
-/// When the data the critical section touches lives on one node, as in SC objects (spec §5,
+/// When the data the critical section touches lives on one node, as in SC objects (docs/model.md §5.6,
 /// Fig. 14): it orders exactly what it needs to, without a fence round trip at release.
 ///
 /// ```

@@ -18,7 +18,7 @@ use crate::{Error, Result};
 /// # Contract
 /// Implementations guarantee **mutual exclusion**: between a successful acquire by one thread and
 /// its release, no other thread's acquire succeeds. What else a release publishes is each lock's
-/// own guarantee (spec §5). Misuse by the calling thread is checked: acquiring a lock it holds is
+/// own guarantee (docs/model.md §5.3-§5.5). Misuse by the calling thread is checked: acquiring a lock it holds is
 /// [`Error::AlreadyHeld`], releasing one it does not hold is [`Error::NotHeld`].
 pub trait RawLock: Send + Sync + fmt::Debug {
     /// Blocks until the calling thread holds the lock; returns its ticket. Tickets are served in

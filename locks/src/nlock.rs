@@ -36,7 +36,7 @@ pub(crate) const ABANDON_BUDGET: Duration = Duration::from_millis(500);
 /// per dead node).
 const LOOK_EVERY: Duration = Duration::from_millis(1);
 
-/// The node lock's protocol (spec §5 **nlock@n**, Fig. 13): a centralised ticket lock on node n.
+/// The node lock's protocol (docs/model.md §5.5, Fig. 13): a centralised ticket lock on node n.
 ///
 /// Acquire: `rfaa(tkt, 1, ret=loc, d); wait(d)`, then `get(loc, rel, d); wait(d)` until it reads
 /// the ticket; keep `ticket+1` in `loc`, and announce the hold with `put(held[me], loc)` (not

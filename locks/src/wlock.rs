@@ -25,11 +25,11 @@ const LOOK_EVERY: Duration = Duration::from_millis(1);
 
 /// Work id of the weak lock's ticket operations (FAA, CAS, get of `tkt`).
 const WL_ACQ: WorkId = WorkId::internal(0x4C4B_0001);
-/// Work id of the weak lock's release broadcasts. They are not waited for at release (spec §5);
+/// Work id of the weak lock's release broadcasts. They are not waited for at release (docs/model.md §5.3);
 /// the thread's next acquire of any weak lock reaps them, so completions never pile up.
 const WL_REL: WorkId = WorkId::internal(0x4C4B_0002);
 
-/// The weak lock's protocol (spec §5 **wlock**, Fig. 10): a distributed ticket lock.
+/// The weak lock's protocol (docs/model.md §5.3, Fig. 10): a distributed ticket lock.
 ///
 /// A ticket dispenser `tkt` on a chosen node; per thread a private `turn` and a shared variable
 /// `rel[t]`. Acquire: `rfaa(tkt, 1, ret=turn, d); wait(d)`, then spin over the local copies of
@@ -491,7 +491,7 @@ impl RawLock for RawWLock {
     }
 }
 
-/// The strong lock's protocol (spec §5 **slock**): acquire as [`RawWLock`]; release =
+/// The strong lock's protocol (docs/model.md §5.4): acquire as [`RawWLock`]; release =
 /// `gf(all nodes)`, then the weak release. See [`SLock`](crate::SLock) for the guarantee.
 #[derive(Debug)]
 pub struct RawSLock {

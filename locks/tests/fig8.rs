@@ -1,4 +1,4 @@
-//! The paper's Fig. 8 litmus tests (`shared/spec/litmus/fig8*.litmus`), on the backend
+//! The paper's Fig. 8 litmus tests (`tests/litmus/fig8*.litmus`, docs/model.md §6), on the backend
 //! `LOCO_BACKEND` names (`loco_rdmawait::testing`). On the soft NIC (default): the forbidden
 //! outcomes are never seen in 10,000 seeded `Chaos` runs (plus `Threaded` runs), the allowed weak
 //! outcomes of 8(b), 8(c) and the other-node 8(f) variant are seen. On a real device

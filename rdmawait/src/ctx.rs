@@ -1,4 +1,4 @@
-//! Thread contexts: the rdmawait operations (spec §2) and the CPU's access to local words.
+//! Thread contexts: the rdmawait operations (docs/model.md §2) and the CPU's access to local words.
 
 use std::any::{Any, TypeId};
 use std::cell::RefCell;
@@ -17,7 +17,7 @@ use crate::{Cluster, Error, Loc, NodeId, Result, WorkId};
 /// `Sync`: its queue pairs and completion queue are the thread's own). Its methods take `&self`
 /// so that guards of the layers above can hold it.
 ///
-/// # Guarantees (spec §3)
+/// # Guarantees (docs/model.md §3)
 /// - Operations towards one node are issued in program order, after every earlier CPU store of
 ///   the thread is visible; a put reads its source when the NIC gets to it ([`Ctx::put`]).
 /// - `wait(d)` returns once the thread's earlier gets and RMWs tagged `d` have written their
@@ -129,7 +129,7 @@ impl Ctx {
     }
 
     /// CPU compare-and-swap on a local word; returns the old value. Atomic against CPU accesses,
-    /// but not against remote RMWs, which do not take part in it (spec §4).
+    /// but not against remote RMWs, which do not take part in it (docs/model.md §4).
     pub fn cas(&self, x: &Loc, expected: u64, new: u64) -> Result<u64> {
         let w = self.local_word(x)?;
         self.inner.borrow_mut().nic.cas(w, expected, new)
@@ -223,7 +223,7 @@ impl Ctx {
     /// before it got there (see [`Cluster::kill`]): the operations pending towards that node are
     /// then all forgotten (they failed). Operations towards live nodes are not affected.
     ///
-    /// Implemented over polls (spec §5, Fig. 16): it polls the queue pairs towards every node
+    /// Implemented over polls (docs/model.md §5.7, Fig. 16): it polls the queue pairs towards every node
     /// with unpolled operations tagged `d`, and every polled operation leaves the bookkeeping of
     /// its own work id, so a later wait on another id never waits for it again.
     pub fn wait_timeout(&self, wid: WorkId, timeout: Duration) -> Result<()> {
@@ -313,7 +313,7 @@ impl Ctx {
     }
 }
 
-/// The raw rdmatso layer of a context (spec §2): completion by polling the earliest operation of
+/// The raw rdmatso layer of a context (docs/model.md §2): completion by polling the earliest operation of
 /// a queue pair rather than by work id.
 #[derive(Debug, Clone, Copy)]
 pub struct Raw<'a> {

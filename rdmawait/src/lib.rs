@@ -1,10 +1,10 @@
 //! RDMA put/get over reliable-connected queue pairs, with work-id waits and remote fences: the
-//! paper's **rdmawait** library (spec §2), and the raw **rdmatso** layer beneath it.
+//! paper's **rdmawait** library (docs/model.md §2), and the raw **rdmatso** layer beneath it.
 //!
 //! A [`Cluster`] is a set of nodes, each with registered memory; a thread binds to a node with
 //! [`Cluster::context`] and gets a [`Ctx`] with one queue pair towards every node. Everything runs
 //! over a NIC [`backend`]: the in-process soft NIC (default), which executes the operational model
-//! of spec §4, or real ibverbs devices (feature `verbs`).
+//! of docs/model.md §4, or real ibverbs devices (feature `verbs`).
 //!
 //! ```
 //! use loco_rdmawait::{Cluster, NodeId, Schedule, WorkId};
@@ -24,8 +24,15 @@
 //! # Ok::<(), loco_rdmawait::Error>(())
 //! ```
 //!
+//! Section and rule numbers cited here (`docs/model.md §5.2`, `rule 6`) are those of the
+//! project's [model page][loco-model]; the [docs index][loco-docs] lists the other reference
+//! pages.
+//!
+//! [loco-model]: https://github.com/loco-rs/loco-rs/blob/main/docs/model.md
+//! [loco-docs]: https://github.com/loco-rs/loco-rs/blob/main/docs/README.md
+//!
 //! # Guarantees
-//! See [`Ctx`] (spec §3): per-queue-pair ordering with the two exceptions of §3.3, puts reading
+//! See [`Ctx`] (docs/model.md §3): per-queue-pair ordering with the two exceptions of §3.3, puts reading
 //! their source late (Fig. 2), `wait` not covering remote writes (Fig. 5), x86-TSO for the CPU.
 //!
 //! # Errors

@@ -1,4 +1,4 @@
-//! The NIC half of the operational model (spec §4, `rules.md` §1), rule by rule, as a pure state
+//! The NIC half of the operational model (docs/model.md §4), rule by rule, as a pure state
 //! machine.
 //!
 //! One [`Qp`] is the queue pair of one thread towards one node: its pipe of pending operations,
@@ -9,7 +9,7 @@
 //!
 //! The CPU half (store buffers) belongs to threads, not queue pairs, and stays with the driver.
 //!
-//! Rule numbers follow `rules.md`.
+//! Rule numbers follow docs/model.md §4.4.
 
 use std::collections::VecDeque;
 
@@ -40,7 +40,7 @@ pub enum Rmw {
     },
 }
 
-/// A pipe entry: a posted operation at some phase (`rules.md` "Pipe entries").
+/// A pipe entry: a posted operation at some phase (docs/model.md §4.3).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Entry {
     /// A put whose NIC local read (nLR) is pending.
@@ -125,7 +125,7 @@ impl Entry {
         }
     }
 
-    /// "Passable" entries may be overtaken by a later remote write or read (`rules.md`).
+    /// "Passable" entries may be overtaken by a later remote write or read (docs/model.md §4.3).
     fn passable(&self) -> bool {
         matches!(
             self,
@@ -170,7 +170,7 @@ pub enum Step {
     CommitLocal(usize),
 }
 
-/// One thread's queue pair towards one node (spec §4).
+/// One thread's queue pair towards one node (docs/model.md §4).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Qp {
     /// Node of the owning thread (where local words live).
@@ -395,7 +395,7 @@ impl Qp {
         }
     }
 
-    /// `wait(tag)` on this queue pair, in the atomic form of `rules.md` ("wait(d)"): `None` while
+    /// `wait(tag)` on this queue pair, in the atomic form of docs/model.md §4.6: `None` while
     /// an operation tagged `tag` is still in the pipe, or while a local write sits before the last
     /// `tag` notice of the local write buffer; otherwise `Some(k)`, where the wait consumes the
     /// first `k` items of the local write buffer (all notices; `k = 0` when no `tag` notice is

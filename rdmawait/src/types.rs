@@ -30,7 +30,7 @@ impl From<u16> for NodeId {
     }
 }
 
-/// A work id `d` (spec §1): a tag on remote operations; `wait(d)` waits for the thread's earlier
+/// A work id `d` (docs/model.md §1): a tag on remote operations; `wait(d)` waits for the thread's earlier
 /// operations tagged `d`. Work ids are per thread.
 ///
 /// User ids are made with [`WorkId::new`]; ids with the top bit set are reserved for the libraries
@@ -76,7 +76,7 @@ impl From<u32> for WorkId {
     }
 }
 
-/// A location: `len` bytes at byte `offset` of a node's registered memory (spec §1).
+/// A location: `len` bytes at byte `offset` of a node's registered memory (docs/model.md §1).
 ///
 /// Handles are cheap to copy. They are made by [`Cluster::alloc`](crate::Cluster::alloc) and
 /// narrowed with [`Loc::word`] and [`Loc::slice`]; every access is checked against the node's

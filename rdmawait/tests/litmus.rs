@@ -1,4 +1,4 @@
-//! The paper's litmus tests of Figs. 2, 3 and 5 (`shared/spec/litmus/`; Fig. 7 is beside its RMW
+//! The paper's litmus tests of Figs. 2, 3 and 5 (`tests/litmus/`, docs/model.md §6; Fig. 7 is beside its RMW
 //! twin in loco-rdmawaitrmw's litmus tests), on the backend
 //! `LOCO_BACKEND` names: forbidden outcomes never appear, on every backend; on the soft NIC in
 //! `Chaos` (the default, `RUNS` seeded runs) the allowed weak ones do too. On a real device
@@ -143,7 +143,7 @@ fn fig5(seed: u64, gf: bool) -> (u64, u64) {
         let ctx = c.context(me).unwrap();
         ctx.put(target, one, D1).unwrap();
         if gf {
-            // The global fence of spec §5: rfence, a get of a word on the node, wait.
+            // The global fence of docs/model.md §5.2: rfence, a get of a word on the node, wait.
             let scratch = c.alloc_word(me).unwrap();
             ctx.rfence(other).unwrap();
             ctx.get(&scratch, &gfw[other.index()], D2).unwrap();
@@ -218,7 +218,7 @@ fn message_passing(seed: u64, flag_first: bool) -> Option<u64> {
 }
 
 /// Message passing over one queue pair: a reader that sees the flag sees the data (puts on a
-/// queue pair land in order, spec §3.3), and the reader does see the flag in a good share of
+/// queue pair land in order, docs/model.md §3.3), and the reader does see the flag in a good share of
 /// the runs (else the check would hold vacuously).
 #[test]
 fn message_passing_on_one_queue_pair() {

@@ -1,4 +1,4 @@
-//! Remote compare-and-swap and fetch-and-add: the paper's **rdmawait+RMW** library (spec §2).
+//! Remote compare-and-swap and fetch-and-add: the paper's **rdmawait+RMW** library (docs/model.md §2).
 //!
 //! [`Rmw`] adds [`rcas`](Rmw::rcas) and [`rfaa`](Rmw::rfaa) to every [`Ctx`]. Like puts and gets
 //! they are tagged with a work id; the old value lands in a local word once `wait(d)` returns.
@@ -21,7 +21,14 @@
 //! # Ok::<(), loco_rdmawait::Error>(())
 //! ```
 //!
-//! # Guarantees (spec §3.4, Figs. 6 and 7b)
+//! Section and rule numbers cited here (`docs/model.md §5.2`, `rule 6`) are those of the
+//! project's [model page][loco-model]; the [docs index][loco-docs] lists the other reference
+//! pages.
+//!
+//! [loco-model]: https://github.com/loco-rs/loco-rs/blob/main/docs/model.md
+//! [loco-docs]: https://github.com/loco-rs/loco-rs/blob/main/docs/README.md
+//!
+//! # Guarantees (docs/model.md §3.4, Figs. 6 and 7b)
 //! - A remote RMW is atomic **only against other remote RMWs** towards the same node: the NIC of
 //!   the target node holds a remote-atomic lock from the RMW's read to its write (Fig. 6c).
 //! - It is **not** atomic against CPU stores or puts: one that lands between the read and the

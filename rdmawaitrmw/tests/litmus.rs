@@ -1,4 +1,4 @@
-//! The paper's litmus tests of Figs. 6 and 7 (`shared/spec/litmus/`): remote RMWs are atomic
+//! The paper's litmus tests of Figs. 6 and 7 (`tests/litmus/`, docs/model.md §6): remote RMWs are atomic
 //! against each other only, and their read, unlike a get's, is not overtaken by a later put. On the backend `LOCO_BACKEND` names (`loco_rdmawait::testing`):
 //! forbidden outcomes never appear on any; on the soft NIC in `Chaos` (default, `RUNS` seeded
 //! runs) the allowed weak ones do too; on a device (`VERBS_RUNS` runs) every outcome must be

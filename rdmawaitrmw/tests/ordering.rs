@@ -1,5 +1,5 @@
 //! Property tests: random sequences of operations by one thread, on every soft schedule, respect
-//! the per-queue-pair ordering rules of spec §3/§4 (rules.md), and nothing more is assumed of
+//! the per-queue-pair ordering rules of docs/model.md §3 and §4, and nothing more is assumed of
 //! operations towards different nodes. With `LOCO_BACKEND=verbs` (`soft-roce-ci/run.sh`) the
 //! same sequences run on the device (the schedule is then ignored).
 //!

@@ -1,5 +1,5 @@
 //! Sequentially consistent locations and linearizable ported data structures over RDMA: the
-//! paper's **SC** library (spec §2 and §5, Fig. 14), over the node lock of `loco-locks` and the
+//! paper's **SC** library (docs/model.md §2 and §5.6, Fig. 14), over the node lock of `loco-locks` and the
 //! remote RMWs of `loco-rdmawaitrmw`.
 //!
 //! - [`ScLoc`] is an abstract location: one word and its own node lock, placed on a node of your
@@ -39,7 +39,14 @@
 //! # Ok::<(), loco_sc::Error>(())
 //! ```
 //!
-//! # Guarantees (spec §5, Fig. 14)
+//! Section and rule numbers cited here (`docs/model.md §5.2`, `rule 6`) are those of the
+//! project's [model page][loco-model]; the [docs index][loco-docs] lists the other reference
+//! pages.
+//!
+//! [loco-model]: https://github.com/loco-rs/loco-rs/blob/main/docs/model.md
+//! [loco-docs]: https://github.com/loco-rs/loco-rs/blob/main/docs/README.md
+//!
+//! # Guarantees (docs/model.md §5.6, Fig. 14)
 //! - [`Sc`] operations on [`ScLoc`]s are **sequentially consistent**: every run is explained by
 //!   one interleaving of all threads' SC operations, each thread's in program order, each read
 //!   seeing the latest write before it. Message passing, store buffering and IRIW shapes never
@@ -49,7 +56,7 @@
 //!   structures and SC locations (linearizability is local).
 //! - SC operations do **not** complete or order the thread's earlier operations of other
 //!   libraries: a plain `put` to another node before a `write_sc` may still be in flight when
-//!   another thread reads the SC write (the last sentence of spec §5's SC bullet). Fence it
+//!   another thread reads the SC write (docs/model.md §5.6, "other libraries are not covered"). Fence it
 //!   (`loco-sv`'s `gf`) if it must be visible.
 //!
 //! # Cost (round trips per operation, uncontended)
@@ -88,7 +95,7 @@
 //!   `Shutdown`.
 //!
 //! # Implementation
-//! Exactly Fig. 14 (`rules.md` §2): each location x on node n has its own `nlock@n`; `write_sc` is
+//! Exactly Fig. 14 (docs/model.md §5.6): each location x on node n has its own `nlock@n`; `write_sc` is
 //! `acquire; store(b, v); put(x, b); release` with no wait, the others `acquire; get|rcas|rfaa(x,
 //! ret = a); release; wait(d)`. The scratch words `a` and `b` are per (thread, location), on the
 //! thread's node: the write's put reads `b` late, and only an operation towards the same node

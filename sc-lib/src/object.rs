@@ -12,8 +12,8 @@ use crate::{Error, Result};
 
 static NEXT_OBJECT: AtomicU64 = AtomicU64::new(1);
 
-/// Words on one node and the node lock that guards them (spec §5: "each abstract location x lives
-/// on some node n with its own nlock@n").
+/// Words on one node and the node lock that guards them (docs/model.md §5.6: every SC location lives
+/// on one node n, with a node lock of its own on n).
 #[derive(Debug)]
 pub(crate) struct Object {
     /// Process-unique id: the key of the threads' scratch words.
@@ -75,7 +75,7 @@ impl Object {
     /// same node through the same queue pair, whose first wait (the node lock's acquire) consumes
     /// the put's completion, so the put has read its source before the word is reused. An
     /// operation on another object, possibly on another node and so unordered with the put, uses
-    /// other words (`rules.md` §2).
+    /// other words (docs/model.md §5.6).
     pub(crate) fn scratch(&self, ctx: &Ctx, words: usize) -> Result<Loc> {
         self.check_cluster(ctx.cluster().id())?;
         let reg = ctx.extension(|_| Ok(Scratch::default()))?;

@@ -1,4 +1,4 @@
-//! SC locations and the four SC operations (spec §5, Fig. 14; `rules.md` §2).
+//! SC locations and the four SC operations (docs/model.md §5.6, Fig. 14).
 
 use std::fmt;
 use std::sync::Arc;
@@ -18,14 +18,14 @@ pub(crate) const SC_FETCH: WorkId = WorkId::internal(0x5343_0001);
 pub(crate) const SC_WRITE: WorkId = WorkId::internal(0x5343_0002);
 
 /// An SC location: an abstract 8-byte location whose [`Sc`] operations are sequentially
-/// consistent (spec §5, Fig. 14).
+/// consistent (docs/model.md §5.6, Fig. 14).
 ///
 /// Its word and its own node lock live on one node, chosen at creation ([`ScLoc::new_on`]) or
 /// round-robin over the cluster's nodes ([`ScLoc::new`]); after that the caller never names a
 /// node. Cheap to clone (a handle), `Send` and `Sync`: make it once, share it with every thread.
 ///
 /// Memory: three words on the location's node (the word, the lock's `tkt` and `rel`), plus three
-/// on each thread's node per location it touches (the scratch words `a` and `b` of `rules.md` §2,
+/// on each thread's node per location it touches (the scratch words `a` and `b` of docs/model.md §5.6,
 /// and the lock's private `loc`).
 #[derive(Clone)]
 pub struct ScLoc {
@@ -102,10 +102,10 @@ impl fmt::Debug for ScLoc {
     }
 }
 
-/// The SC library's operations (spec §2: `read_sc`, `write_sc`, `cas_sc`, `faa_sc`) on a thread
+/// The SC library's operations (docs/model.md §2: `read_sc`, `write_sc`, `cas_sc`, `faa_sc`) on a thread
 /// context.
 ///
-/// # Guarantees (spec §5, Fig. 14)
+/// # Guarantees (docs/model.md §5.6, Fig. 14)
 /// The operations of all threads on all [`ScLoc`]s are **sequentially consistent**: every
 /// execution is explained by one interleaving of the threads' SC operations in program order,
 /// each reading the value last written in that interleaving. They are also linearizable: each
@@ -113,10 +113,10 @@ impl fmt::Debug for ScLoc {
 ///
 /// They do **not** order or complete the thread's earlier operations of other libraries: a plain
 /// `put` before a `write_sc` to a location on another node may land after another thread has seen
-/// the SC write (the last sentence of spec §5's SC bullet).
+/// the SC write (docs/model.md §5.6, "other libraries are not covered").
 ///
 /// # Implementation
-/// Exactly Fig. 14 over the node lock of the location's node (`rules.md` §2):
+/// Exactly Fig. 14 over the node lock of the location's node (docs/model.md §5.6):
 /// - `write_sc(x, v)`: `acquire; store(b, v); put(x, b); release`, and no wait: the put reaches
 ///   the next holder through the lock's guarantee (Fig. 8f).
 /// - `read_sc`/`cas_sc`/`faa_sc`: `acquire; get|rcas|rfaa(x, ret = a); release; wait`, and return

@@ -1,4 +1,4 @@
-//! SC litmus shapes over SC locations on different nodes (spec §5, Fig. 14): message passing,
+//! SC litmus shapes over SC locations on different nodes (docs/model.md §5.6, Fig. 14): message passing,
 //! store buffering, IRIW and CAS against a write never show an outcome that no interleaving of
 //! the SC operations explains, in 10,000 seeded Chaos runs each (plus Threaded runs). And an SC
 //! write does not make an earlier plain, un-waited `put` of the same thread visible: that weak
@@ -475,7 +475,7 @@ fn soak_all_shapes() {
     }
 }
 
-/// The last sentence of spec §5's SC bullet: SC operations do not complete earlier operations of
+/// docs/model.md §5.6, "other libraries are not covered": SC operations do not complete earlier operations of
 /// other libraries. Thread 0 puts 1 to a plain word y on n1 (no wait; behind a queue of other
 /// puts towards n1, so that it tends to stay in flight), then `write_sc(x, 1)` with x on n2.
 /// Thread 1 starts once `write_sc` has returned (a flag outside the model), reads x with

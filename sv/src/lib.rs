@@ -1,4 +1,4 @@
-//! Shared variables and the global fence: the paper's **sv** library (spec §2 and §5, after
+//! Shared variables and the global fence: the paper's **sv** library (docs/model.md §2, §5.1 and §5.2, after
 //! LOCO).
 //!
 //! A [`SharedVar`] is one 8-byte word with a copy on every node. [`SharedVar::load`] and
@@ -24,9 +24,16 @@
 //! # Ok::<(), loco_sv::Error>(())
 //! ```
 //!
-//! # Guarantees (spec §3, §5; Figs. 5 and 8)
+//! Section and rule numbers cited here (`docs/model.md §5.2`, `rule 6`) are those of the
+//! project's [model page][loco-model]; the [docs index][loco-docs] lists the other reference
+//! pages.
+//!
+//! [loco-model]: https://github.com/loco-rs/loco-rs/blob/main/docs/model.md
+//! [loco-docs]: https://github.com/loco-rs/loco-rs/blob/main/docs/README.md
+//!
+//! # Guarantees (docs/model.md §3, §5.1 and §5.2; Figs. 5 and 8)
 //! - `load`/`store` are CPU accesses to the local copy: x86-TSO, nothing is sent.
-//! - `bcast(s, N, d)` is `put(s@n, s@me, d)` for each n in N, in the order given (`rules.md` §2).
+//! - `bcast(s, N, d)` is `put(s@n, s@me, d)` for each n in N, in the order given (docs/model.md §5.1).
 //!   Like any put it reads the local copy when the NIC gets to it (Fig. 2), and `wait(d)` does not
 //!   mean the copies have been written (Fig. 5).
 //! - `gf(N)` returns only once every earlier operation of this thread towards the nodes in N has
@@ -36,10 +43,10 @@
 //!   (Fig. 8c).
 //!
 //! # Implementation
-//! `gf(N)` is the LOCO global fence (spec §5, `rules.md` §2): for each n in N, `rfence(n)` then a
+//! `gf(N)` is the LOCO global fence (docs/model.md §5.2): for each n in N, `rfence(n)` then a
 //! get of a per-node dummy word into a per-thread scratch word, tagged with the reserved work id
 //! [`GF_WORK_ID`]; then `wait` for it. The get's remote read cannot pass the fence, and a NIC read
-//! flushes every earlier write of the queue pair (spec §4 rule 6), so once it completes everything
+//! flushes every earlier write of the queue pair (docs/model.md rule 6), so once it completes everything
 //! before it towards n has landed. The dummy words are allocated once per cluster, the scratch word
 //! once per thread, both on first use: in a cluster spanning several processes, make the shared
 //! objects before any thread's first `gf`, so that every process allocates them in the same order.
@@ -76,7 +83,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// fence, and a fence never waits for a user's operations beyond what the fence itself orders.
 pub const GF_WORK_ID: WorkId = WorkId::internal(0x5356_0001);
 
-/// A shared variable: one 8-byte word with a copy on every node of a cluster (spec §2).
+/// A shared variable: one 8-byte word with a copy on every node of a cluster (docs/model.md §2).
 ///
 /// Cheap to clone (a handle), `Send` and `Sync`: make it once and share it with every thread.
 /// Allocation is in node order on the cluster's bump allocators, so processes that make the same
@@ -164,7 +171,7 @@ impl SharedVar {
     }
 }
 
-/// The global fence on a thread context (spec §2 `gf(N)`).
+/// The global fence on a thread context (docs/model.md §2 `gf(N)`).
 pub trait GlobalFence {
     /// `gf(N)`: blocks until every earlier operation of this thread towards the nodes of `nodes`
     /// has fully completed, remote writes included (see the [crate docs](crate)).

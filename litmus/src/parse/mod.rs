@@ -1,4 +1,4 @@
-//! The `.litmus` parser: `FORMAT.md`, exactly as written there, into a checked [`Test`].
+//! The `.litmus` parser: docs/litmus-format.md, exactly as written there, into a checked [`Test`].
 //!
 //! Every error names the file, the line and the column, and says what was expected; no input
 //! makes the parser panic (it is fuzzed with proptest).
@@ -44,7 +44,7 @@ pub enum ParseErrorKind {
     /// An integer that does not fit 64 bits.
     #[error("integer `{0}` does not fit in 64 bits")]
     IntTooLarge(String),
-    /// A statement name that is no operation of `FORMAT.md`.
+    /// A statement name that is no operation of docs/litmus-format.md.
     #[error("unknown operation `{name}`; expected one of {}", OPERATIONS.join(", "))]
     UnknownOperation {
         /// The name used.
@@ -144,7 +144,7 @@ pub enum ParseErrorKind {
     },
 }
 
-/// Every operation of `FORMAT.md`, in its table's order.
+/// Every operation of docs/litmus-format.md, in its table's order.
 pub const OPERATIONS: &[&str] = &[
     "load", "store", "cas", "mfence", "put", "get", "rcas", "rfaa", "wait", "poll", "rfence",
     "bcast", "gf", "acquire", "release", "read_sc", "write_sc", "cas_sc", "faa_sc",

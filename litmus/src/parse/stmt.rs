@@ -1,4 +1,4 @@
-//! Statements: one operation of `FORMAT.md` per line, checked and turned into an [`Op`].
+//! Statements: one operation of docs/litmus-format.md per line, checked and turned into an [`Op`].
 
 use super::*;
 

@@ -5,7 +5,7 @@
 //! and one completion queue. The layers above ([`Ctx`](crate::Ctx) and everything built on it) talk
 //! to this interface only, so a new NIC plugs in without changing them.
 //!
-//! Backends: [`soft`] (an in-process NIC that executes the operational model of spec §4, the
+//! Backends: [`soft`] (an in-process NIC that executes the operational model of docs/model.md §4, the
 //! default) and, with the `verbs` feature, the ibverbs backend.
 //!
 //! Addresses here are word indices into a node's registered memory. [`Ctx`](crate::Ctx) checks
@@ -21,7 +21,7 @@ pub mod soft;
 #[cfg(feature = "verbs")]
 pub mod verbs;
 
-/// One work request, as a NIC executes it (spec §2, phases of remote operations). Word indices;
+/// One work request, as a NIC executes it (docs/model.md §2, phases of remote operations). Word indices;
 /// `local` is in the posting thread's node, `remote` in the target node's memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WorkRequest {
@@ -65,7 +65,7 @@ pub enum WorkRequest {
         local: usize,
     },
     /// Remote fence: every earlier request towards the node is ordered before every later one
-    /// (spec §4 rule 1). Produces no completion.
+    /// (docs/model.md rule 1). Produces no completion.
     Fence,
 }
 
@@ -128,7 +128,7 @@ impl WorkRequest {
 
 /// The NICs of a cluster.
 ///
-/// Implementations must give, per queue pair, the ordering of spec §3/§4 (`rules.md`): a weaker
+/// Implementations must give, per queue pair, the ordering of docs/model.md §3 and §4: a weaker
 /// NIC breaks the guarantees every layer above documents.
 pub trait Backend: Send + Sync + fmt::Debug {
     /// Short name (`soft`, `verbs`).
@@ -177,10 +177,10 @@ pub trait Backend: Send + Sync + fmt::Debug {
 /// store buffer does).
 pub trait ThreadNic: Send + fmt::Debug {
     /// Posts `wr` to the queue pair towards `target`. Requests on one queue pair are issued in
-    /// post order, after every earlier CPU store of this thread is visible (spec §4).
+    /// post order, after every earlier CPU store of this thread is visible (docs/model.md §4).
     fn post(&mut self, target: NodeId, wr: WorkRequest) -> Result<()>;
     /// Blocks until the earliest unpolled request towards `target` has completed and consumes its
-    /// completion (spec §2 `poll(n)`); the caller guarantees there is one. A completion is
+    /// completion (docs/model.md §2 `poll(n)`); the caller guarantees there is one. A completion is
     /// reported only after the request's local writes are visible to this thread.
     ///
     /// On [`Error::Timeout`](crate::Error::Timeout) nothing was consumed; on any other error the
@@ -191,7 +191,7 @@ pub trait ThreadNic: Send + fmt::Debug {
     /// CPU store to a local word.
     fn store(&mut self, word: usize, value: u64) -> Result<()>;
     /// CPU compare-and-swap on a local word; returns the old value. Atomic on memory, it ignores
-    /// the remote-atomic lock (spec §4).
+    /// the remote-atomic lock (docs/model.md §4).
     fn cas(&mut self, word: usize, expected: u64, new: u64) -> Result<u64>;
     /// CPU memory fence: drains the store buffer.
     fn mfence(&mut self) -> Result<()>;

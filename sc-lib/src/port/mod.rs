@@ -1,7 +1,7 @@
 //! Porting sequential data structures: state on one node, every operation under that node's lock.
 //!
-//! Spec §5: "any sequential data structure can be made linearizable over RDMA the same way: keep
-//! its state on one node and wrap every operation in that node's nlock". A [`Ported<S>`] keeps the
+//! docs/model.md §5.6 (ported structures): any sequential data structure becomes linearizable by
+//! keeping its state on one node and running every operation inside that node's nlock. A [`Ported<S>`] keeps the
 //! state of a [`Sequential`] structure `S` in a fixed number of words of registered memory on one
 //! node; an operation by any thread, on any node,
 //!
@@ -26,7 +26,7 @@
 //! | any [`Sequential`] with the default | every operation | 3 (one get of the whole state) |
 //!
 //! # Guarantees
-//! Operations on one ported structure are **linearizable** (spec §5, Fig. 14): each takes effect
+//! Operations on one ported structure are **linearizable** (docs/model.md §5.6, Fig. 14): each takes effect
 //! at one instant between its call and its return, namely while its thread holds the node lock,
 //! and the structure goes through the states of the sequential code. Linearizability is local, so
 //! any number of ported structures and [`ScLoc`](crate::ScLoc)s together are linearizable too.

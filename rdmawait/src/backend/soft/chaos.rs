@@ -1,6 +1,6 @@
 //! The `Chaos` schedule: the whole cluster's model state behind one lock, stepped at random.
 //!
-//! | state (spec §4) | here |
+//! | state (docs/model.md §4.1) | here |
 //! |---|---|
 //! | memory of every node | [`Fabric`] (real shared words) |
 //! | per thread: TSO store buffer | [`ThreadState::sb`]: stores *and* posted remote ops, in program order |

@@ -1,4 +1,4 @@
-//! The soft NIC: an in-process NIC that executes the operational model of spec §4.
+//! The soft NIC: an in-process NIC that executes the operational model of docs/model.md §4.
 //!
 //! Every node's registered memory is a block of real shared words; every thread gets queue pairs
 //! and a completion queue. What differs between the three [`Schedule`]s is *when* the NIC does its
@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | [`Schedule::Immediate`] | the posting thread, at post time, in program order | only races between threads |
 //! | [`Schedule::Threaded`] | one engine thread per node, concurrently with the program | the above, plus puts reading their source late |
-//! | [`Schedule::Chaos`] | every thread, at every call, taking random enabled steps of the model | every weak behaviour of spec §3 |
+//! | [`Schedule::Chaos`] | every thread, at every call, taking random enabled steps of the model | every weak behaviour of docs/model.md §3 |
 //!
 //! `Chaos` runs the rules of [`crate::model`] over the whole cluster (store buffers, queue-pair
 //! pipes, remote and local write buffers, remote-atomic locks), choosing among enabled steps with a
@@ -240,7 +240,7 @@ impl Fabric {
 
     /// Executes `wr` from `from` towards `to` completely, each phase in order (one valid schedule
     /// of the model). Remote RMWs hold `to`'s remote-atomic lock between their read and their
-    /// write, and nothing else takes it: CPU stores and puts may still land in between (spec §3.4).
+    /// write, and nothing else takes it: CPU stores and puts may still land in between (docs/model.md §3.4).
     /// The request's ranges were checked at post time.
     fn execute(&self, from: usize, to: usize, wr: WorkRequest) {
         match wr {
@@ -547,7 +547,7 @@ impl DirectCpu {
         Ok(())
     }
 
-    /// Atomic on memory; ignores the remote-atomic lock (spec §4).
+    /// Atomic on memory; ignores the remote-atomic lock (docs/model.md §4).
     fn cas(&self, word: usize, expected: u64, new: u64) -> Result<u64> {
         self.word(word)?;
         Ok(cpu_cas(&self.fabric, self.node, word, expected, new))

@@ -1,7 +1,7 @@
 //! Device selection: which RDMA device, port and GID the backend uses, and what it can do.
 //!
 //! Attributes are read with raw `ibv_query_*` calls rather than sideway's typed getters, whose
-//! `From<u32>` conversions panic on values they do not know (verbs-notes.md, pitfall 5): a device
+//! `From<u32>` conversions panic on values they do not know (docs/verbs-notes.md, pitfall 5): a device
 //! reporting an unusual link layer or atomic capability must give an error, not a panic.
 
 use std::io;

@@ -69,7 +69,7 @@
 //! Raw verbs calls (posting, polling, attribute queries) live in this module, each `unsafe` block
 //! with its justification; registered memory is `crate::mem`, seen by Rust only as atomics.
 //! Extended completion queues are avoided: on rdma-core < 55 polling one on rxe returns stale
-//! completions (verbs-notes.md, pitfall 1).
+//! completions (docs/verbs-notes.md, pitfall 1).
 
 #![allow(unsafe_code)]
 

@@ -6,7 +6,7 @@
 //! Completion bookkeeping: every request is signalled and carries its target node as `wr_id`.
 //! Draining the completion queue appends each completion's status to its queue pair's `done`
 //! queue; an RC queue pair completes its requests in post order, so `poll(n)` consumes the head
-//! of `done[n]`, which is the earliest unpolled request towards `n` (spec §2).
+//! of `done[n]`, which is the earliest unpolled request towards `n` (docs/model.md §2).
 
 use std::collections::VecDeque;
 use std::mem::MaybeUninit;
@@ -450,7 +450,7 @@ impl ThreadNic for VerbsNic {
         let rkey = link.rkey;
         // Remote bounds are the target NIC's to enforce: a request outside the target's memory
         // region completes with a remote access error.
-        // Never post past a queue's capacity (verbs-notes.md, pitfall 4): wait for completions.
+        // Never post past a queue's capacity (docs/verbs-notes.md, pitfall 4): wait for completions.
         if st.links[t].in_flight >= st.links[t].capacity || st.in_flight >= st.cq_capacity {
             self.wait_for_room(st, t)?;
         }

@@ -47,7 +47,7 @@ pub(crate) fn remote_access() -> AccessFlags {
 
 /// Creates an RC queue pair with `send_depth` send-queue entries (one receive entry: the backend
 /// never receives) on `cq`, moved to INIT. Returns it with the send-queue capacity the device
-/// actually granted (rxe rounds up: verbs-notes.md, pitfall 6).
+/// actually granted (rxe rounds up: docs/verbs-notes.md, pitfall 6).
 pub(crate) fn create(
     device: &Device,
     pd: &Arc<ProtectionDomain>,
@@ -138,7 +138,7 @@ pub(crate) fn fail(qp: &mut BasicQueuePair) -> Result<()> {
 }
 
 /// Whether the device says `qp` is in an error state. Queries the device: the state sideway
-/// caches stays RTS after a remote access error (verbs-notes.md, pitfall 3).
+/// caches stays RTS after a remote access error (docs/verbs-notes.md, pitfall 3).
 pub(crate) fn in_error(qp: &BasicQueuePair) -> bool {
     match qp.query(QueuePairAttributeMask::State) {
         Ok((attr, _)) => matches!(
