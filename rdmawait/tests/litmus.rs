@@ -218,8 +218,8 @@ fn message_passing(seed: u64, flag_first: bool) -> Option<u64> {
 }
 
 /// Message passing over one queue pair: a reader that sees the flag sees the data (puts on a
-/// queue pair land in order, docs/model.md §3.3), and the reader does see the flag in a good share of
-/// the runs (else the check would hold vacuously).
+/// queue pair land in order, docs/model.md §3.3), and the reader does see the flag in a good
+/// share of the runs (else the check would hold vacuously).
 #[test]
 fn message_passing_on_one_queue_pair() {
     let h = histogram_n(runs(2_000, VERBS_RUNS), |s| message_passing(s, false));
