@@ -8,6 +8,7 @@
 //!   model, and whether the `exists` outcome was seen. Exit status 0 iff no forbidden outcome was
 //!   observed (and no run failed).
 //! - `loco litmus show FILE`: the outcomes the model allows (`--traces` adds a schedule for each).
+//! - `loco keygen`: a fresh random cluster key (`LOCO_CLUSTER_KEY`) for the verbs backend.
 //!
 //! Every subcommand takes `--json` for machine-readable output.
 
@@ -18,6 +19,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+
+mod keygen;
 use indicatif::{ProgressBar, ProgressStyle};
 use loco_litmus::explore::satisfies;
 use loco_litmus::{Backend, Exploration, RunConfig, RunError, Test};
@@ -46,6 +49,8 @@ enum Command {
     /// Litmus tests: model checking and runs on real backends.
     #[command(subcommand)]
     Litmus(Litmus),
+    /// Print a fresh random cluster key (LOCO_CLUSTER_KEY) for multi-process verbs clusters.
+    Keygen,
 }
 
 #[derive(Subcommand)]
@@ -120,7 +125,10 @@ enum ScheduleArg {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let Command::Litmus(cmd) = cli.command;
+    let cmd = match cli.command {
+        Command::Litmus(cmd) => cmd,
+        Command::Keygen => return keygen::main(),
+    };
     let ok = match cmd {
         Litmus::Check {
             files,
