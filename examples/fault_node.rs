@@ -41,7 +41,6 @@ mod verbs_main {
     use clap::{Parser, ValueEnum};
     use loco::prelude::*;
     use loco::rdmawait::backend::verbs::{Process, VerbsConfig};
-    use loco::rdmawait::Error;
 
     #[derive(Clone, Copy, PartialEq, Eq, ValueEnum, Debug)]
     enum At {
@@ -94,7 +93,7 @@ mod verbs_main {
             .map_or(0, |d| d.as_millis())
     }
 
-    fn run(args: &Args) -> Result<bool, Error> {
+    fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
         let me = NodeId(args.node);
         let victim = NodeId(args.victim);
         let n = args.peers.len();
@@ -187,7 +186,7 @@ mod verbs_main {
                         // A fresh context: the failed queue pair stays in error; the
                         // others were fine, but start clean.
                     }
-                    Err(e) => return Err(e),
+                    Err(e) => return Err(e.into()),
                 }
             }
             std::thread::sleep(Duration::from_micros(500));
