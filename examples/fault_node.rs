@@ -25,7 +25,9 @@
 
 #[cfg(not(feature = "verbs"))]
 fn main() {
-    eprintln!("fault_node needs the verbs backend: cargo run --features verbs --example fault_node");
+    eprintln!(
+        "fault_node needs the verbs backend: cargo run --features verbs --example fault_node"
+    );
     std::process::exit(2);
 }
 
@@ -67,16 +69,70 @@ mod verbs_main {
         /// Where the victim stops.
         #[arg(long, value_enum)]
         at: At,
-        /// How long the survivors do FAAs, in milliseconds.
-        #[arg(long, default_value_t = 6000)]
+        /// How long the survivors wait, doing FAAs, for the victim's death, in milliseconds (they
+        /// go on for 2 s after it).
+        #[arg(long, default_value_t = 60000)]
         work_ms: u64,
         /// Rendezvous and wait timeout, in seconds.
         #[arg(long, default_value_t = 20)]
         timeout: u64,
+        /// Instead of joining: act as a fuzzing client, sending malformed frames over up to 300
+        /// connections (at most 10 s) to this rendezvous address, then exit.
+        #[arg(long)]
+        fuzz: Option<String>,
+    }
+
+    /// Malformed frames to `addr`: random bytes, random bodies behind plausible lengths, huge
+    /// lengths, a Hello-shaped frame with random fields. Bounded in count and time.
+    fn fuzz(addr: &str) -> i32 {
+        use std::io::Write;
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ unix_ms() as u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let start = Instant::now();
+        let (mut conns, mut frames) = (0, 0);
+        while conns < 300 && start.elapsed() < Duration::from_secs(10) {
+            let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            };
+            conns += 1;
+            let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+            for _ in 0..1 + next() % 8 {
+                frames += 1;
+                let mut f: Vec<u8> = match next() % 4 {
+                    0 => Vec::new(),
+                    1 => ((next() % 2048) as u32 + 1).to_le_bytes().to_vec(),
+                    2 => (next() as u32 | 0x8000_0000).to_le_bytes().to_vec(),
+                    _ => {
+                        let mut h = 49u32.to_le_bytes().to_vec();
+                        h.push(1); // the Hello tag, then random fields
+                        h
+                    }
+                };
+                let extra = next() % 64;
+                f.extend((0..extra).map(|_| next() as u8));
+                if s.write_all(&f).is_err() {
+                    break;
+                }
+            }
+        }
+        println!(
+            "fuzz: {frames} malformed frames over {conns} connections to {addr} in {:.2?}",
+            start.elapsed()
+        );
+        0
     }
 
     pub(super) fn main() -> i32 {
         let args = Args::parse();
+        if let Some(addr) = &args.fuzz {
+            return fuzz(addr);
+        }
         match run(&args) {
             Ok(true) => 0,
             Ok(false) => 1,
@@ -168,8 +224,12 @@ mod verbs_main {
         // whose completion it saw (one at a time: an FAA waited for has landed).
         let mut acked = vec![0u64; n];
         let mut dead = vec![false; n];
+        // Until the victim is found dead (at most `work_ms`), then 2 s more with the others.
         let start = Instant::now();
-        while start.elapsed() < Duration::from_millis(args.work_ms) {
+        let mut died: Option<Instant> = None;
+        while start.elapsed() < Duration::from_millis(args.work_ms)
+            && died.is_none_or(|t| t.elapsed() < Duration::from_secs(2))
+        {
             for &q in &others {
                 if dead[q.index()] {
                     continue;
@@ -183,8 +243,7 @@ mod verbs_main {
                     Err(e) if q == victim => {
                         println!("{me}: peer {q} dead at {}: {e}", unix_ms());
                         dead[q.index()] = true;
-                        // A fresh context: the failed queue pair stays in error; the
-                        // others were fine, but start clean.
+                        died = Some(Instant::now());
                     }
                     Err(e) => return Err(e.into()),
                 }
@@ -202,10 +261,7 @@ mod verbs_main {
                     println!("{me}: lock: acquired after {:.2?} (recovered)", t.elapsed());
                     drop(g);
                 }
-                Err(e) => println!(
-                    "{me}: lock: typed error after {:.2?}: {e}",
-                    t.elapsed()
-                ),
+                Err(e) => println!("{me}: lock: typed error after {:.2?}: {e}", t.elapsed()),
             }
         }
         // Tell every live node how many FAAs landed there (count + 1: zero means "not yet").

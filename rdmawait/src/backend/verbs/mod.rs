@@ -52,8 +52,28 @@
 //!   [`Error::QpInError`] (open a new context to reconnect).
 //! - A peer that stops answering: [`Error::PeerDead`], either when the transport gives up
 //!   (`IBV_WC_RETRY_EXC_ERR`, after about `(retry_count + 1) × 4.096 µs × 2^ack_timeout`) or, across
-//!   processes, as soon as the peer's TCP connection drops. Waits never hang: they end with
-//!   [`Error::Timeout`] at the latest.
+//!   processes, as soon as the peer's TCP connection drops, or when nothing (not even a
+//!   heartbeat) arrived from it for [`VerbsConfig::peer_timeout`]. Waits never hang: they end
+//!   with [`Error::Timeout`] at the latest.
+//!
+//! # Failures across processes
+//! - **Membership**: joining takes the cluster key ([`VerbsConfig::cluster_key`],
+//!   `LOCO_CLUSTER_KEY`, from `loco keygen`), proven both ways by an HMAC-SHA256
+//!   challenge-response over fresh nonces, node ids and direction; a node's address, rkey and
+//!   responder queue pairs go only to authenticated, joined connections. Frames are decoded
+//!   strictly (lengths, ranges, no trailing bytes); barrier numbers must advance one by one;
+//!   every peer must register the same memory size. At most 32 connections may be in the
+//!   handshake at once and each gets at most min(timeout, 10 s). Each process listens on its own
+//!   entry of the peer list only.
+//! - **Detection**: a joined peer whose connection ends without a goodbye is dead at once; one
+//!   that goes silent (no FIN: power-off, partition, stopped process) is dead after the peer
+//!   timeout (default 5 s; heartbeats every fifth of it). Death is final for the lifetime of
+//!   the cluster. From then on every operation, wait and barrier that involves the node fails
+//!   with [`Error::PeerDead`] naming it; threads opened afterwards still work with the other
+//!   nodes (their link to the dead one is born failed). [`Cluster::check_alive`] sees it.
+//! - **Not covered**: a restarted process cannot rejoin under its old id (it is refused as a
+//!   duplicate); frames after the handshake are not MACed one by one, so someone able to
+//!   rewrite TCP segments on the path could tamper with them (as they could with RoCE packets).
 //!
 //! # Soft-RoCE and the Fence flag
 //! On rxe (seen with Linux 6.1, rdma-core 44), a request posted with the Fence flag can stall
