@@ -346,7 +346,9 @@ fn a_failed_build_releases_its_port_and_threads() {
                     .distributed(NodeId(0), peers.clone()),
             )
             .build();
-        let e = r.err().expect("a peer that never answers fails the build");
+        let Err(e) = r else {
+            panic!("a peer that never answers must fail the build")
+        };
         assert!(
             e.to_string().contains("did not answer"),
             "attempt {attempt}: {e}"

@@ -330,24 +330,26 @@ fn serve(
         Ok(Msg::Join { info }) => info,
         _ => return, // it left before joining: nothing happened
     };
-    let mut refuse = |reason: String| {
+    let refuse = |stream: &mut TcpStream, reason: String| {
         tracing::warn!(target: "loco::rdmawait", %from, %reason, "rendezvous join refused");
-        let _ = write_msg(&mut stream, &Msg::reject(reason));
+        let _ = write_msg(stream, &Msg::reject(reason));
     };
     if peers.nodes[from.index()].joined.load(SeqCst) {
         // No side effect: the joined connection stays as it is.
-        return refuse(format!(
-            "{from} already joined; two processes with LOCO_NODE_ID={}?",
-            from.0
-        ));
+        return refuse(
+            &mut stream,
+            format!(
+                "{from} already joined; two processes with LOCO_NODE_ID={}?",
+                from.0
+            ),
+        );
     }
     if let Err(r) = record_info(shared, from, info, ours.words) {
-        return refuse(r);
+        return refuse(&mut stream, r);
     }
     if peers.nodes[from.index()].joined.swap(true, SeqCst) {
-        return refuse(format!("{from} already joined"));
+        return refuse(&mut stream, format!("{from} already joined"));
     }
-    drop(refuse);
     if write_msg(&mut stream, &Msg::Welcome { info: ours }).is_err() {
         peers.mark_dead(from, "its connection failed while joining".to_string());
         return;
