@@ -8,7 +8,7 @@
 #   --native      run on this host's RDMA device (create rxe0 over a dummy netdev if there is
 #                 none and rdma_rxe can be loaded; needs root)
 #   --vm          run in the VM (soft-roce-ci/vm.sh) even if the host could do it natively
-#   --no-example  skip the multi-process runs of examples/distributed_counter
+#   --no-example  skip the multi-process runs of examples/distributed_counter and fault_node
 #   TEST-ARGS     passed to every test binary (e.g. a name filter)
 #
 # What runs, with LOCO_BACKEND=verbs (so the backend-generic tests, which build their clusters
@@ -24,6 +24,13 @@
 #     each, default 20): no outcome the model forbids may be observed;
 #   - examples/distributed_counter as 3 processes (exact totals), and again with one process
 #     killed mid-run (the others must fail with "peer n2 is not responding" within 15 s);
+#   - fault injection with examples/fault_node (3 processes with a cluster key, n2 the victim,
+#     peer timeout 2 s): kill -9 of n2 between FAAs and their wait (meanwhile a stranger with
+#     the wrong key tries to join and a fuzzing client sends 300 connections of random bytes to
+#     n0's rendezvous port), inside an NLock critical section, inside gf; and SIGSTOP of n2 (a
+#     partition without FIN: only heartbeats tell). Survivors must see n2 dead, finish, and
+#     find every FAA they saw complete counted ("survivor check OK"); detection times are
+#     printed. ~1 min;
 #   - on a host without a device (VM path), first the `smoke` test on the host itself: it must
 #     fail, with the backend's explanation of how to get a device, not pass silently; and (as
 #     root) again with libibverbs masked: it must say what to install.
@@ -79,7 +86,8 @@ run_inside() {
         rm -f "$out"
     done <"$list"
     if [ "$example" != - ]; then
-        for scenario in example_totals example_killed_peer; do
+        for scenario in example_totals example_killed_peer fault_faa_wait fault_critical_section \
+            fault_gf fault_silent; do
             if "$scenario" "$example"; then
                 passed=$((passed + 1))
             else
@@ -200,6 +208,92 @@ example_killed_peer() {
     return "$rc"
 }
 
+# ----- fault injection (examples/fault_node): 3 keyed processes, n2 the victim -------------
+
+unix_ms() { date +%s%3N; }
+
+# fault_run AT SIGNAL [EXTRA]: starts n0..n2 (victim n2 stopping at AT), waits for "n2: at AT",
+# sends SIGNAL to n2 (and runs the function EXTRA before that, if given), then checks that n0
+# and n1 exit 0 with "survivor check OK" and print when they saw n2 dead (detection time).
+fault_run() {
+    local at=$1 sig=$2 extra=${3:-} peers dir i pids=() t_kill rc=0 st t line
+    local ex=${LOCO_FAULT_BIN:?}
+    peers=$(example_peers)
+    dir=$(mktemp -d)
+    echo "-- fault_node: n2 at $at, kill -$sig"
+    for i in 0 1 2; do
+        LOCO_CLUSTER_KEY=$LOCO_FAULT_KEY LOCO_PEER_TIMEOUT_MS=2000 "$ex" --node "$i" --peers "$peers" \
+            --victim 2 --at "$at" --work-ms 60000 --timeout 10 >"$dir/$i" 2>&1 &
+        pids+=($!)
+    done
+    for _ in $(seq 600); do
+        grep -q "^n2: at $at" "$dir/2" && break
+        sleep 0.1
+    done
+    if ! grep -q "^n2: at $at" "$dir/2"; then
+        echo "   n2 never reached $at"
+        rc=1
+    fi
+    [ -z "$extra" ] || "$extra" "$peers" "$dir" || rc=1
+    t_kill=$(unix_ms)
+    kill "-$sig" "${pids[2]}" 2>/dev/null || true
+    for i in 0 1; do
+        st=0
+        for _ in $(seq 600); do
+            kill -0 "${pids[$i]}" 2>/dev/null || break
+            sleep 0.1
+        done
+        if kill -0 "${pids[$i]}" 2>/dev/null; then
+            echo "   n$i still running 60 s after the fault"
+            kill -9 "${pids[$i]}" 2>/dev/null || true
+            rc=1
+        fi
+        wait "${pids[$i]}" || st=$?
+        if [ "$st" -ne 0 ] || ! grep -q "^n$i: survivor check OK" "$dir/$i"; then
+            echo "   n$i: exit $st, expected 0 with 'survivor check OK'"
+            rc=1
+        fi
+        line=$(grep -m1 "^n$i: peer n2 dead at " "$dir/$i" || true)
+        if [ -n "$line" ]; then
+            t=$(sed -n 's/^n[0-9]*: peer n2 dead at \([0-9]*\):.*/\1/p' <<<"$line")
+            echo "   n$i detected n2's failure $((t - t_kill)) ms after kill -$sig"
+        else
+            echo "   n$i never reported n2 dead"
+            rc=1
+        fi
+    done
+    kill -9 "${pids[2]}" 2>/dev/null || true
+    wait "${pids[2]}" 2>/dev/null || true
+    cat "$dir"/0 "$dir"/1 "$dir"/2 | grep -v '^ *$' | sed 's/^/   | /'
+    rm -rf "$dir"
+    echo "   fault $at/$sig: $([ "$rc" -eq 0 ] && echo ok || echo FAILED)"
+    return "$rc"
+}
+
+# During a run: a stranger (the wrong key) tries to join as n1 from a port of its own, and a
+# fuzzing client sends 300 connections of random bytes to n0's rendezvous port (bounded: 10 s).
+# The stranger must be refused; the members must not notice (checked by fault_run).
+strangers() {
+    local peers=$1 dir=$2 own st=0
+    own=$(sed 's/,.*//' <<<"$peers"),127.0.0.1:$((40000 + RANDOM % 20000)),$(sed 's/.*,//' <<<"$peers")
+    LOCO_CLUSTER_KEY=$(tr 0-9a-f f-fa-e <<<"$LOCO_FAULT_KEY") "$LOCO_FAULT_BIN" --node 1 --peers "$own" \
+        --victim 2 --at faa-wait --timeout 10 >"$dir/stranger" 2>&1 || st=$?
+    if [ "$st" -ne 2 ] || ! grep -q 'authentication' "$dir/stranger"; then
+        echo "   stranger: exit $st, expected 2 with an authentication failure:"
+        sed 's/^/   | /' "$dir/stranger"
+        return 1
+    fi
+    echo "   stranger with the wrong key refused: $(grep -o 'failed authentication.\{0,60\}' "$dir/stranger" | head -n1)"
+    "$LOCO_FAULT_BIN" --node 1 --peers "$peers" --victim 2 --at faa-wait --fuzz "$(sed 's/,.*//' <<<"$peers")" \
+        | sed 's/^/   /'
+}
+
+fault_faa_wait() { fault_run faa-wait KILL strangers; }
+fault_critical_section() { fault_run critical-section KILL; }
+fault_gf() { fault_run gf KILL; }
+# A partition without FIN: n2 stops (SIGSTOP) and only the heartbeats can tell.
+fault_silent() { fault_run faa-wait STOP; }
+
 if [ "${1:-}" = --inside ]; then
     shift
     run_inside "$@"
@@ -255,11 +349,17 @@ grep '"reason":"compiler-artifact"' "$STATE_DIR/build.json" \
 ex_bin=-
 if [ "$example" -eq 1 ]; then
     (cd "$ROOT" && cargo build -p loco --features verbs --example distributed_counter \
-        --message-format=json-render-diagnostics) >"$STATE_DIR/example.json" \
-        || die "building examples/distributed_counter failed"
+        --example fault_node --message-format=json-render-diagnostics) >"$STATE_DIR/example.json" \
+        || die "building examples/distributed_counter and fault_node failed"
     ex_bin=$(grep '"executable":"[^"]*distributed_counter"' "$STATE_DIR/example.json" \
         | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n1)
     [ -x "$ex_bin" ] || die "no distributed_counter executable in $STATE_DIR/example.json"
+    LOCO_FAULT_BIN=$(grep '"executable":"[^"]*fault_node"' "$STATE_DIR/example.json" \
+        | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n1)
+    [ -x "$LOCO_FAULT_BIN" ] || die "no fault_node executable in $STATE_DIR/example.json"
+    # A fresh cluster key for the fault runs (what `loco keygen` prints).
+    LOCO_FAULT_KEY=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+    export LOCO_FAULT_BIN LOCO_FAULT_KEY
 fi
 (cd "$ROOT" && cargo build -p loco-cli --features verbs --message-format=json-render-diagnostics) \
     >"$STATE_DIR/cli.json" || die "building the loco command with verbs failed"

@@ -6,6 +6,7 @@
 //!   real and prints the histogram of observed outcomes, each marked allowed or FORBIDDEN by the
 //!   model, and whether the `exists` outcome was seen.
 //! - `loco litmus show FILE`: the outcomes the model allows (`--traces` adds a schedule for each).
+//! - `loco keygen`: a fresh random cluster key (`LOCO_CLUSTER_KEY`) for the verbs backend.
 //!
 //! Every subcommand takes `--json` for machine-readable output. A file's error (it cannot be
 //! read or does not parse, or the explorer gave up on it) is printed before that file's row or
@@ -21,6 +22,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+
+mod keygen;
 use indicatif::{ProgressBar, ProgressStyle};
 use loco_litmus::explore::satisfies;
 use loco_litmus::{Backend, Exploration, RunConfig, RunError, Test};
@@ -62,6 +65,8 @@ enum Command {
     /// Litmus tests: model checking and runs on real backends.
     #[command(subcommand, after_help = LITMUS_EXIT_CODES)]
     Litmus(Litmus),
+    /// Print a fresh random cluster key (LOCO_CLUSTER_KEY) for multi-process verbs clusters.
+    Keygen,
 }
 
 /// The explorer's budget (`check`, `run`, `show`).
@@ -199,10 +204,10 @@ enum ScheduleArg {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let status = match cli.command {
-        Command::Litmus(cmd) => litmus(cmd),
-    };
-    ExitCode::from(status.code())
+    match cli.command {
+        Command::Litmus(cmd) => ExitCode::from(litmus(cmd).code()),
+        Command::Keygen => keygen::main(),
+    }
 }
 
 fn litmus(cmd: Litmus) -> Status {

@@ -4,7 +4,11 @@
 //!
 //! - three processes doing remote FAAs and puts on each other get the exact totals;
 //! - a process killed mid-run makes the others fail with `PeerDead` within a bounded time;
-//! - two processes claiming the same node id are refused.
+//! - two processes claiming the same node id are refused;
+//! - processes with different cluster keys refuse each other;
+//! - a process that stops (SIGSTOP: no FIN, no RDMA error, the kernel still answers its queue
+//!   pairs) is found dead by the heartbeats within the peer timeout;
+//! - a build that fails gives back its port and threads.
 #![cfg(feature = "verbs")]
 
 mod common;
@@ -39,7 +43,7 @@ fn spawn(role: &str, node: usize, peers: &str) -> Child {
     spawn_with(role, node, peers, &[])
 }
 
-fn spawn_with(role: &str, node: usize, peers: &str, env: &[(&str, &std::path::Path)]) -> Child {
+fn spawn_with(role: &str, node: usize, peers: &str, env: &[(&str, &str)]) -> Child {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args([
         "--exact",
@@ -96,10 +100,16 @@ fn wait_exit(child: &mut Child, limit: Duration) -> Option<i32> {
     }
 }
 
+/// A cluster key for the children (hex, as `loco keygen` prints it).
+const KEY: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
 #[test]
 fn three_processes_faa_and_put_exact_totals() {
     let peers = peers(3);
-    let mut children: Vec<Child> = (0..3).map(|i| spawn("counter", i, &peers)).collect();
+    let env = [("LOCO_CLUSTER_KEY", KEY)];
+    let mut children: Vec<Child> = (0..3)
+        .map(|i| spawn_with("counter", i, &peers, &env))
+        .collect();
     let rx = watch(&mut children);
     let codes: Vec<_> = children
         .iter_mut()
@@ -174,7 +184,7 @@ fn a_duplicate_node_id_is_refused() {
     let peers = peers(2);
     let hold = std::env::temp_dir().join(format!("loco-hold-{}", std::process::id()));
     let _ = std::fs::remove_file(&hold);
-    let env = [("LOCO_TEST_HOLD_FILE", hold.as_path())];
+    let env = [("LOCO_TEST_HOLD_FILE", hold.to_str().unwrap())];
     let mut members = vec![
         spawn_with("hold", 0, &peers, &env),
         spawn_with("hold", 1, &peers, &env),
@@ -228,6 +238,129 @@ fn a_duplicate_node_id_is_refused() {
     log.extend(rx.try_iter().map(|(i, l)| format!("member{i}: {l}")));
     let _ = std::fs::remove_file(&hold);
     assert_eq!(codes, vec![Some(0); 2], "{}", log.join("\n"));
+}
+
+/// Two processes with different keys: each refuses the other, neither joins.
+#[test]
+fn processes_with_different_keys_refuse_each_other() {
+    let peers = peers(2);
+    let other = KEY.replace('0', "f");
+    let mut children = vec![
+        spawn_with("join-only", 0, &peers, &[("LOCO_CLUSTER_KEY", KEY)]),
+        spawn_with("join-only", 1, &peers, &[("LOCO_CLUSTER_KEY", &other)]),
+    ];
+    let rx = watch(&mut children);
+    let codes: Vec<_> = children
+        .iter_mut()
+        .map(|c| wait_exit(c, Duration::from_secs(60)))
+        .collect();
+    let log: Vec<String> = rx.try_iter().map(|(i, l)| format!("n{i}: {l}")).collect();
+    let log = log.join("\n");
+    assert_eq!(codes, vec![Some(1); 2], "{log}");
+    assert!(!log.contains("joined as"), "{log}");
+    assert!(log.contains("authentication"), "{log}");
+}
+
+/// A process that stops answering without closing anything (SIGSTOP): its queue pairs still
+/// work (the kernel serves them), so only the heartbeats can tell. The others fail with
+/// `PeerDead` naming it within the peer timeout (1 s here; bound checked generously, measured
+/// time printed).
+#[test]
+fn a_silent_peer_is_found_dead_by_heartbeats() {
+    let peers = peers(3);
+    let env = [("LOCO_PEER_TIMEOUT_MS", "1000"), ("LOCO_CLUSTER_KEY", KEY)];
+    let mut children: Vec<Child> = (0..3)
+        .map(|i| spawn_with("long", i, &peers, &env))
+        .collect();
+    let rx = watch(&mut children);
+    let mut log = Vec::new();
+    let mut ready = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ready < 3 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((i, l)) => {
+                ready += usize::from(l.ends_with("ready"));
+                log.push(format!("n{i}: {l}"));
+            }
+            Err(_) => panic!("children never got ready:\n{}", log.join("\n")),
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = children[2].id().to_string();
+    let stopped = Command::new("kill").args(["-STOP", &pid]).status().unwrap();
+    assert!(stopped.success());
+    let t = Instant::now();
+    let codes: Vec<_> = children[..2]
+        .iter_mut()
+        .map(|c| wait_exit(c, Duration::from_secs(60)))
+        .collect();
+    let took = t.elapsed();
+    let _ = children[2].kill();
+    let _ = children[2].wait();
+    log.extend(rx.try_iter().map(|(i, l)| format!("n{i}: {l}")));
+    let log = log.join("\n");
+    eprintln!("silent peer detected by the survivors {took:.2?} after SIGSTOP (peer timeout 1 s)");
+    assert_eq!(
+        codes,
+        vec![Some(3); 2],
+        "survivors must fail with PeerDead:\n{log}"
+    );
+    for i in 0..2 {
+        assert!(
+            log.lines().any(|l| l.starts_with(&format!("n{i}:"))
+                && l.contains("PeerDead { node: NodeId(2)")
+                && l.contains("heartbeat")),
+            "{log}"
+        );
+    }
+}
+
+/// Names of this process's threads that belong to a rendezvous.
+fn rendezvous_threads() -> Vec<String> {
+    let mut names = Vec::new();
+    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        if let Ok(n) = std::fs::read_to_string(t.path().join("comm")) {
+            if n.starts_with("loco-rendezvous") || n.starts_with("loco-heartbeat") {
+                names.push(n.trim().to_string());
+            }
+        }
+    }
+    names
+}
+
+/// A build whose peer never answers fails, and gives back its port and threads: the same
+/// build can listen again at once.
+#[test]
+fn a_failed_build_releases_its_port_and_threads() {
+    let peers: Vec<String> = self::peers(2).split(',').map(String::from).collect();
+    for attempt in 0..2 {
+        let t = Instant::now();
+        let r = Cluster::builder()
+            .nodes(2)
+            .memory_per_node(64 * 1024)
+            .timeout(Duration::from_secs(1))
+            .verbs(
+                common::verbs_config()
+                    .cluster_key([7u8; 32])
+                    .distributed(NodeId(0), peers.clone()),
+            )
+            .build();
+        let Err(e) = r else {
+            panic!("a peer that never answers must fail the build")
+        };
+        assert!(
+            e.to_string().contains("did not answer"),
+            "attempt {attempt}: {e}"
+        );
+        eprintln!("attempt {attempt}: failed in {:.2?}: {e}", t.elapsed());
+        assert!(
+            rendezvous_threads().is_empty(),
+            "threads left behind: {:?}",
+            rendezvous_threads()
+        );
+        drop(TcpListener::bind(&peers[0]).expect("the port was given back"));
+    }
 }
 
 // ----- the child side -----

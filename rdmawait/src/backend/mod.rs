@@ -20,6 +20,11 @@ use crate::{NodeId, Result};
 pub mod soft;
 #[cfg(feature = "verbs")]
 pub mod verbs;
+// The verbs backend's rendezvous parts that need no device (wire format, handshake, listener),
+// built without the feature too so that their tests run where there is no RDMA.
+#[cfg_attr(not(feature = "verbs"), allow(dead_code))]
+#[path = "verbs/rendezvous/mod.rs"]
+pub(crate) mod rendezvous;
 
 /// One work request, as a NIC executes it (docs/model.md §2, phases of remote operations). Word indices;
 /// `local` is in the posting thread's node, `remote` in the target node's memory.

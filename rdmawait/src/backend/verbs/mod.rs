@@ -52,8 +52,28 @@
 //!   [`Error::QpInError`] (open a new context to reconnect).
 //! - A peer that stops answering: [`Error::PeerDead`], either when the transport gives up
 //!   (`IBV_WC_RETRY_EXC_ERR`, after about `(retry_count + 1) × 4.096 µs × 2^ack_timeout`) or, across
-//!   processes, as soon as the peer's TCP connection drops. Waits never hang: they end with
-//!   [`Error::Timeout`] at the latest.
+//!   processes, as soon as the peer's TCP connection drops, or when nothing (not even a
+//!   heartbeat) arrived from it for [`VerbsConfig::peer_timeout`]. Waits never hang: they end
+//!   with [`Error::Timeout`] at the latest.
+//!
+//! # Failures across processes
+//! - **Membership**: joining takes the cluster key ([`VerbsConfig::cluster_key`],
+//!   `LOCO_CLUSTER_KEY`, from `loco keygen`), proven both ways by an HMAC-SHA256
+//!   challenge-response over fresh nonces, node ids and direction; a node's address, rkey and
+//!   responder queue pairs go only to authenticated, joined connections. Frames are decoded
+//!   strictly (lengths, ranges, no trailing bytes); barrier numbers must advance one by one;
+//!   every peer must register the same memory size. At most 32 connections may be in the
+//!   handshake at once and each gets at most min(timeout, 10 s). Each process listens on its own
+//!   entry of the peer list only.
+//! - **Detection**: a joined peer whose connection ends without a goodbye is dead at once; one
+//!   that goes silent (no FIN: power-off, partition, stopped process) is dead after the peer
+//!   timeout (default 5 s; heartbeats every fifth of it). Death is final for the lifetime of
+//!   the cluster. From then on every operation, wait and barrier that involves the node fails
+//!   with [`Error::PeerDead`] naming it; threads opened afterwards still work with the other
+//!   nodes (their link to the dead one is born failed). [`Cluster::check_alive`] sees it.
+//! - **Not covered**: a restarted process cannot rejoin under its old id (it is refused as a
+//!   duplicate); frames after the handshake are not MACed one by one, so someone able to
+//!   rewrite TCP segments on the path could tamper with them (as they could with RoCE packets).
 //!
 //! # Soft-RoCE and the Fence flag
 //! On rxe (seen with Linux 6.1, rdma-core 44), a request posted with the Fence flag can stall
@@ -76,7 +96,7 @@
 mod device;
 mod nic;
 mod qp;
-mod rendezvous;
+mod session;
 
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -89,11 +109,14 @@ use sideway::ibverbs::completion::BasicCompletionQueue;
 use sideway::ibverbs::memory_region::MemoryRegion;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 
+use super::rendezvous::auth::ClusterKey;
+use super::rendezvous::peers::Peers;
 use super::{Backend, ThreadNic};
 use crate::mem::Words;
 use crate::{Cluster, Error, NodeId, Result, WORD};
 
-pub use rendezvous::Process;
+pub(crate) use crate::backend::rendezvous::wire::NodeInfo;
+pub use session::Process;
 
 /// Default send-queue depth asked for per queue pair (the device may grant more).
 pub const DEFAULT_SEND_QUEUE_DEPTH: u32 = 256;
@@ -113,6 +136,22 @@ pub struct VerbsConfig {
     retry_count: u8,
     software_fence: Option<bool>,
     distributed: Option<Distributed>,
+    cluster_key: Option<Secret>,
+    allow_no_key: bool,
+    peer_timeout: Duration,
+}
+
+/// Default of [`VerbsConfig::peer_timeout`].
+pub const DEFAULT_PEER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Key bytes; `Debug` never shows them.
+#[derive(Clone)]
+struct Secret(Vec<u8>);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "<{} bytes, redacted>", self.0.len())
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -132,6 +171,9 @@ impl Default for VerbsConfig {
             retry_count: 7,
             software_fence: None,
             distributed: None,
+            cluster_key: None,
+            allow_no_key: false,
+            peer_timeout: DEFAULT_PEER_TIMEOUT,
         }
     }
 }
@@ -145,8 +187,10 @@ impl VerbsConfig {
 
     /// The defaults, overridden by the environment: `LOCO_RDMA_DEVICE` (device name, e.g.
     /// `rxe0`), `LOCO_RDMA_PORT` (port number, from 1), `LOCO_GID_INDEX`, and, for a cluster
-    /// spanning processes, `LOCO_NODE_ID` with `LOCO_PEERS` (see [`VerbsConfig::distributed`]).
-    /// Fails on values that do not parse.
+    /// spanning processes, `LOCO_NODE_ID` with `LOCO_PEERS` (see [`VerbsConfig::distributed`]),
+    /// `LOCO_CLUSTER_KEY` (hex, see [`VerbsConfig::cluster_key`]), `LOCO_CLUSTER_INSECURE=1`
+    /// ([`VerbsConfig::allow_no_key`]) and `LOCO_PEER_TIMEOUT_MS`
+    /// ([`VerbsConfig::peer_timeout`]). Fails on values that do not parse.
     pub fn from_env() -> Result<Self> {
         let mut c = VerbsConfig::new();
         if let Some(v) = env("LOCO_RDMA_DEVICE") {
@@ -169,6 +213,18 @@ impl VerbsConfig {
                     "LOCO_NODE_ID and LOCO_PEERS go together: set both (multi-process cluster) or neither",
                 ))
             }
+        }
+        if let Some(v) = env("LOCO_CLUSTER_KEY") {
+            let key = ClusterKey::from_hex(&v)
+                .map_err(|e| verbs_error(format!("LOCO_CLUSTER_KEY: {e}")))?;
+            c.cluster_key = Some(Secret(key.bytes().to_vec()));
+        }
+        if let Some(v) = env("LOCO_CLUSTER_INSECURE") {
+            c = c.allow_no_key(matches!(v.trim(), "1" | "true" | "yes"));
+        }
+        if let Some(v) = env("LOCO_PEER_TIMEOUT_MS") {
+            let ms: u64 = parse_env("LOCO_PEER_TIMEOUT_MS", &v)?;
+            c = c.peer_timeout(Duration::from_millis(ms));
         }
         Ok(c)
     }
@@ -224,11 +280,64 @@ impl VerbsConfig {
     /// Makes the cluster span processes: this process is node `node`, and `peers[i]` is the
     /// `host:port` where node `i`'s process listens for the rendezvous (`LOCO_NODE_ID`, and
     /// `LOCO_PEERS` as a comma-separated list). The cluster has `peers.len()` nodes; this
-    /// process listens on the port of `peers[node]` (all interfaces) and builds once every peer
-    /// has answered (within the cluster's timeout).
+    /// process listens on `peers[node]` itself (that address only, not every interface) and
+    /// builds once every peer has answered and proven the cluster key (within the cluster's
+    /// timeout; see [`VerbsConfig::cluster_key`]).
     pub fn distributed(mut self, node: NodeId, peers: Vec<String>) -> Self {
         self.distributed = Some(Distributed { node, peers });
         self
+    }
+
+    /// The secret every process of a multi-process cluster must hold to join it
+    /// (`LOCO_CLUSTER_KEY`, as hex; at least 16 bytes, `loco keygen` prints 32 random ones).
+    /// Joining is a mutual HMAC-SHA256 challenge-response over fresh nonces; nothing about this
+    /// process's memory or queue pairs is sent to a connection that has not proven the key.
+    ///
+    /// Without a key, a cluster whose peer list names only loopback addresses still runs (with a
+    /// warning: any local user could join it); one that spans hosts is refused unless
+    /// [`VerbsConfig::allow_no_key`] is set.
+    pub fn cluster_key(mut self, key: impl AsRef<[u8]>) -> Self {
+        self.cluster_key = Some(Secret(key.as_ref().to_vec()));
+        self
+    }
+
+    /// Lets a multi-process cluster spanning hosts run without a cluster key
+    /// (`LOCO_CLUSTER_INSECURE=1`): anyone who can reach its ports can join it and then read
+    /// and write its memory. For trusted, isolated networks only.
+    pub fn allow_no_key(mut self, allow: bool) -> Self {
+        self.allow_no_key = allow;
+        self
+    }
+
+    /// How long a peer process may stay silent (no heartbeat, no message) on its rendezvous
+    /// connection before it is taken for dead (`LOCO_PEER_TIMEOUT_MS`; default
+    /// [`DEFAULT_PEER_TIMEOUT`], at least 50 ms). Heartbeats go out every fifth of it. A peer
+    /// whose connection closes without a goodbye is dead at once; this bounds the detection of
+    /// the ones that vanish without closing (power-off, a stopped process, a partition).
+    pub fn peer_timeout(mut self, timeout: Duration) -> Self {
+        self.peer_timeout = timeout.max(Duration::from_millis(50));
+        self
+    }
+
+    /// The cluster key to use, or why the configuration may not run.
+    fn key(&self, peers: &[String]) -> Result<ClusterKey> {
+        if let Some(Secret(bytes)) = &self.cluster_key {
+            return ClusterKey::new(bytes).map_err(verbs_error);
+        }
+        if self.allow_no_key {
+            tracing::warn!(target: "loco::rdmawait", "multi-process cluster without a cluster key \
+                (allow_no_key): anyone who reaches its ports can join it");
+        } else if session::all_loopback(peers) {
+            tracing::warn!(target: "loco::rdmawait", "multi-process cluster without a cluster key \
+                (LOCO_CLUSTER_KEY): any local user can join it; generate one with `loco keygen`");
+        } else {
+            return Err(verbs_error(
+                "a multi-process cluster spanning hosts needs a cluster key: give every process \
+                 the same LOCO_CLUSTER_KEY (generate one with `loco keygen`), or opt out with \
+                 LOCO_CLUSTER_INSECURE=1 on a trusted network",
+            ));
+        }
+        Ok(ClusterKey::none())
     }
 
     fn transport(&self) -> qp::Transport {
@@ -266,7 +375,7 @@ fn parse_peers(v: &str) -> Vec<String> {
 /// directly to drive [`ThreadNic`]s without the rdmawait bookkeeping (tests do).
 pub struct VerbsBackend {
     shared: Arc<Shared>,
-    session: Option<rendezvous::Session>,
+    session: Option<session::Session>,
 }
 
 impl fmt::Debug for VerbsBackend {
@@ -296,7 +405,9 @@ pub(crate) struct Shared {
     /// `rfence` waits for earlier READs and atomics instead of setting the Fence flag.
     software_fence: bool,
     shutdown: AtomicBool,
-    peers: rendezvous::Peers,
+    peers: Peers,
+    /// Responder queue pairs serving other processes' threads.
+    responders: session::Responders,
     /// Live thread NICs, for `quiesce`.
     nics: Mutex<Vec<std::sync::Weak<Mutex<nic::State>>>>,
 }
@@ -318,14 +429,6 @@ pub(crate) struct LocalNode {
 pub(crate) struct Memory {
     mr: Arc<MemoryRegion>,
     words: Words,
-}
-
-/// What a remote request needs to address a node's memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct NodeInfo {
-    pub(crate) addr: u64,
-    pub(crate) rkey: u32,
-    pub(crate) words: u64,
 }
 
 impl Memory {
@@ -431,6 +534,10 @@ impl VerbsBackend {
                 )));
             }
         }
+        let key = match &config.distributed {
+            Some(d) => Some(config.key(&d.peers)?),
+            None => None,
+        };
         let device = device::open(&config)?;
         let send_depth = config.send_queue_depth.min(device.max_qp_wr);
         tracing::debug!(target: "loco::rdmawait", device = %device.name, port = device.port,
@@ -460,12 +567,19 @@ impl VerbsBackend {
             send_depth,
             timeout,
             shutdown: AtomicBool::new(false),
-            peers: rendezvous::Peers::new(nodes),
+            peers: Peers::new(nodes),
+            responders: Mutex::new(std::collections::HashMap::new()),
             nics: Mutex::new(Vec::new()),
         });
-        let session = match &config.distributed {
-            Some(d) => Some(rendezvous::Session::start(&shared, &d.peers)?),
-            None => None,
+        let session = match (&config.distributed, key) {
+            (Some(d), Some(key)) => {
+                let sc = session::SessionConfig {
+                    key,
+                    peer_timeout: config.peer_timeout,
+                };
+                Some(session::Session::start(&shared, &d.peers, sc)?)
+            }
+            _ => None,
         };
         Ok(VerbsBackend { shared, session })
     }

@@ -19,7 +19,7 @@ use rdma_mummy_sys as sys;
 use sideway::ibverbs::completion::{BasicCompletionQueue, CompletionQueue};
 use sideway::ibverbs::queue_pair::{BasicQueuePair, QueuePair};
 
-use super::{qp, rendezvous, verbs_error, verbs_source, LocalNode, Shared};
+use super::{qp, session, verbs_error, verbs_source, LocalNode, Shared};
 use crate::backend::{ThreadNic, WorkRequest};
 use crate::error::TimeoutKind;
 use crate::{Error, NodeId, Result, WORD};
@@ -101,6 +101,8 @@ enum Far {
     },
     /// Responder queue pair in another process, released when this thread's NIC goes.
     Remote { qpn: u32 },
+    /// None: the target's process was dead when the thread opened; the link only reports it.
+    Dead,
 }
 
 #[derive(Clone, Debug)]
@@ -140,9 +142,21 @@ impl VerbsNic {
         // the provider set at creation to the granted capacity.
         let granted = unsafe { (*cq.cq().as_ptr()).cqe };
         let cq_capacity = usize::try_from(granted).unwrap_or(0).max(1);
-        let mut links = Vec::with_capacity(nodes);
+        let mut links: Vec<Link> = Vec::with_capacity(nodes);
         for t in 0..nodes {
-            links.push(Link::connect(shared, &home, &cq, NodeId(t as u16))?);
+            match Link::connect(shared, &home, &cq, NodeId(t as u16)) {
+                Ok(link) => links.push(link),
+                Err(e) => {
+                    // Nothing stays behind: the responders other processes made for the links
+                    // already connected go too (local queue pairs drop with `links`).
+                    for link in &links {
+                        if let Far::Remote { qpn } = link.far {
+                            session::release_qp(shared, link.target, qpn);
+                        }
+                    }
+                    return Err(e);
+                }
+            }
         }
         let state = Arc::new(Mutex::new(State {
             links,
@@ -203,6 +217,7 @@ impl Link {
         let info = shared.info(target)?;
         let (mut qp, capacity) = qp::create(device, &home.pd, cq, shared.send_depth)?;
         let local = qp::endpoint(device, &qp, qp::random_psn());
+        let mut dead = None;
         let far = match shared.local(target) {
             Some(node) => {
                 let (mut responder, _) = qp::create(device, &node.pd, &node.responder_cq, 1)?;
@@ -219,9 +234,31 @@ impl Link {
                 }
             }
             None => {
-                let remote = rendezvous::connect_qp(shared, target, &local)?;
-                qp::connect(device, &mut qp, &local, &remote, shared.transport)?;
-                Far::Remote { qpn: remote.qpn }
+                // A dead process does not keep the thread from working with the others: its
+                // link is born failed, and every operation towards it reports the death.
+                let remote = match shared.peers.dead(target) {
+                    Some(reason) => Err(Error::PeerDead {
+                        node: target,
+                        reason,
+                    }),
+                    None => session::connect_qp(shared, target, &local),
+                };
+                match remote {
+                    Ok(remote) => {
+                        if let Err(e) =
+                            qp::connect(device, &mut qp, &local, &remote, shared.transport)
+                        {
+                            session::release_qp(shared, target, remote.qpn);
+                            return Err(e);
+                        }
+                        Far::Remote { qpn: remote.qpn }
+                    }
+                    Err(Error::PeerDead { reason, .. }) => {
+                        dead = Some(reason);
+                        Far::Dead
+                    }
+                    Err(e) => return Err(e),
+                }
             }
         };
         let rkey = shared.peers.rkey_override(target).unwrap_or(info.rkey);
@@ -236,8 +273,9 @@ impl Link {
             posted: 0,
             completed: 0,
             last_read: 0,
-            failed: None,
-            flushed: false,
+            // A link born dead never reached RTS: nothing to flush.
+            flushed: dead.is_some(),
+            failed: dead.map(Failure::Peer),
             remote_addr: info.addr,
             rkey,
             remote_words: info.words as usize,
@@ -667,7 +705,7 @@ impl Drop for VerbsNic {
         }
         for link in &st.links {
             if let Far::Remote { qpn } = link.far {
-                rendezvous::release_qp(&self.shared, link.target, qpn);
+                session::release_qp(&self.shared, link.target, qpn);
             }
         }
     }

@@ -17,16 +17,7 @@ use super::device::Device;
 use super::{verbs_error, verbs_source};
 use crate::Result;
 
-/// One end of a connection, as the other end needs to know it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Endpoint {
-    pub(crate) qpn: u32,
-    pub(crate) psn: u32,
-    pub(crate) lid: u16,
-    pub(crate) gid: [u8; 16],
-    /// Active MTU code of the end's port (the path uses the smaller of the two).
-    pub(crate) mtu: u8,
-}
+pub(crate) use crate::backend::rendezvous::wire::Endpoint;
 
 /// How a queue pair's transport behaves when the peer stops answering.
 #[derive(Clone, Copy, Debug)]

@@ -1,0 +1,305 @@
+//! Fault injection across processes on the verbs backend: N processes do remote FAAs on each
+//! other; one of them (the victim) stops at a chosen point and waits to be killed (`kill -9`)
+//! or stopped (`kill -STOP`). The survivors must get typed errors about the victim within the
+//! peer timeout, keep working with each other, and lose none of their own updates.
+//!
+//! ```text
+//! cargo build --features verbs --example fault_node
+//! P=127.0.0.1:7470,127.0.0.1:7471,127.0.0.1:7472
+//! export LOCO_CLUSTER_KEY=$(loco keygen)
+//! for i in 0 1 2; do target/debug/examples/fault_node --node $i --peers $P --victim 2 --at faa-wait & done
+//! # once n2 printed "n2: at faa-wait", kill -9 it; n0 and n1 print their checks and exit 0
+//! ```
+//!
+//! Stop points (`--at`): `faa-wait` (FAAs posted, not waited for), `critical-section` (holding
+//! an NLock the survivors then try to take), `gf` (looping in the global fence `gf_all`, so a
+//! kill lands inside one). Every survivor FAAs on its own counter word on every other node and
+//! counts the FAAs whose completion it saw; at the end it tells each live node that count
+//! (an RDMA WRITE of count + 1 into its slot there), and each node checks that its counter words
+//! hold exactly what each live survivor said it added.
+//!
+//! Output lines the CI greps: `nX: ready`, `nX: at POINT` (the victim), `nX: peer nV dead at
+//! UNIX_MS: ERROR` (a survivor's first error about the victim), `nX: lock: ...` (the outcome of
+//! taking the victim's lock), `nX: survivor check OK` or `... LOST`. Exit status: 0 when the
+//! check passed, 1 when an update was lost, 2 on any other error.
+
+#[cfg(not(feature = "verbs"))]
+fn main() {
+    eprintln!(
+        "fault_node needs the verbs backend: cargo run --features verbs --example fault_node"
+    );
+    std::process::exit(2);
+}
+
+#[cfg(feature = "verbs")]
+fn main() {
+    std::process::exit(verbs_main::main());
+}
+
+#[cfg(feature = "verbs")]
+mod verbs_main {
+    use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+    use clap::{Parser, ValueEnum};
+    use loco::prelude::*;
+    use loco::rdmawait::backend::verbs::{Process, VerbsConfig};
+
+    #[derive(Clone, Copy, PartialEq, Eq, ValueEnum, Debug)]
+    enum At {
+        /// FAAs posted towards every node, not waited for.
+        FaaWait,
+        /// Holding an NLock on node 0.
+        CriticalSection,
+        /// Looping in gf_all.
+        Gf,
+    }
+
+    #[derive(Parser)]
+    #[command(about = "remote FAAs between N processes while one of them is killed")]
+    struct Args {
+        /// This process's node id (0..N).
+        #[arg(long, env = "LOCO_NODE_ID")]
+        node: u16,
+        /// Every node's rendezvous address, in node order: host:port,host:port,...
+        #[arg(long, env = "LOCO_PEERS", value_delimiter = ',', required = true)]
+        peers: Vec<String>,
+        /// The node that stops (and is killed by whoever runs this).
+        #[arg(long)]
+        victim: u16,
+        /// Where the victim stops.
+        #[arg(long, value_enum)]
+        at: At,
+        /// How long the survivors wait, doing FAAs, for the victim's death, in milliseconds (they
+        /// go on for 2 s after it).
+        #[arg(long, default_value_t = 60000)]
+        work_ms: u64,
+        /// Rendezvous and wait timeout, in seconds.
+        #[arg(long, default_value_t = 20)]
+        timeout: u64,
+        /// Instead of joining: act as a fuzzing client, sending malformed frames over up to 300
+        /// connections (at most 10 s) to this rendezvous address, then exit.
+        #[arg(long)]
+        fuzz: Option<String>,
+    }
+
+    /// Malformed frames to `addr`: random bytes, random bodies behind plausible lengths, huge
+    /// lengths, a Hello-shaped frame with random fields. Bounded in count and time.
+    fn fuzz(addr: &str) -> i32 {
+        use std::io::Write;
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ unix_ms() as u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let start = Instant::now();
+        let (mut conns, mut frames) = (0, 0);
+        while conns < 300 && start.elapsed() < Duration::from_secs(10) {
+            let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            };
+            conns += 1;
+            let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+            for _ in 0..1 + next() % 8 {
+                frames += 1;
+                let mut f: Vec<u8> = match next() % 4 {
+                    0 => Vec::new(),
+                    1 => ((next() % 2048) as u32 + 1).to_le_bytes().to_vec(),
+                    2 => (next() as u32 | 0x8000_0000).to_le_bytes().to_vec(),
+                    _ => {
+                        let mut h = 49u32.to_le_bytes().to_vec();
+                        h.push(1); // the Hello tag, then random fields
+                        h
+                    }
+                };
+                let extra = next() % 64;
+                f.extend((0..extra).map(|_| next() as u8));
+                if s.write_all(&f).is_err() {
+                    break;
+                }
+            }
+        }
+        println!(
+            "fuzz: {frames} malformed frames over {conns} connections to {addr} in {:.2?}",
+            start.elapsed()
+        );
+        0
+    }
+
+    pub(super) fn main() -> i32 {
+        let args = Args::parse();
+        if let Some(addr) = &args.fuzz {
+            return fuzz(addr);
+        }
+        match run(&args) {
+            Ok(true) => 0,
+            Ok(false) => 1,
+            Err(e) => {
+                println!("n{}: error: {e}", args.node);
+                2
+            }
+        }
+    }
+
+    fn unix_ms() -> u128 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis())
+    }
+
+    fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
+        let me = NodeId(args.node);
+        let victim = NodeId(args.victim);
+        let n = args.peers.len();
+        let config = VerbsConfig::from_env()?.distributed(me, args.peers.clone());
+        let timeout = Duration::from_secs(args.timeout);
+        let cluster = Cluster::builder()
+            .nodes(n)
+            .memory_per_node(64 * 1024)
+            .timeout(timeout)
+            .verbs(config)
+            .build()?;
+        let process = Process::of(&cluster)?;
+        let ids: Vec<NodeId> = cluster.node_ids().collect();
+        // Same allocation order everywhere: per node, a counter word and a slot per writer.
+        let counters: Vec<Loc> = ids
+            .iter()
+            .map(|&i| cluster.alloc_words(i, n as u64))
+            .collect::<Result<_, _>>()?;
+        let slots: Vec<Loc> = ids
+            .iter()
+            .map(|&i| cluster.alloc_words(i, n as u64))
+            .collect::<Result<_, _>>()?;
+        let scratch: Vec<Loc> = ids
+            .iter()
+            .map(|&i| cluster.alloc_words(i, 2 * n as u64))
+            .collect::<Result<_, _>>()?;
+        let lock = NLock::new(&cluster, NodeId(0))?;
+        process.barrier()?;
+        let ctx = cluster.context(me)?;
+        println!("{me}: ready");
+        let d = WorkId::new(1);
+        let others: Vec<NodeId> = ids.iter().copied().filter(|&q| q != me).collect();
+
+        if me == victim {
+            // Some work first, so that the kill lands in a running cluster.
+            for &q in &others {
+                let ret = scratch[me.index()].word(q.0 as u64)?;
+                ctx.rfaa(&counters[q.index()].word(me.0 as u64)?, 1, &ret, d)?;
+            }
+            ctx.wait(d)?;
+            match args.at {
+                At::FaaWait => {
+                    for &q in &others {
+                        let ret = scratch[me.index()].word(q.0 as u64)?;
+                        ctx.rfaa(&counters[q.index()].word(me.0 as u64)?, 1, &ret, d)?;
+                    }
+                    println!("{me}: at faa-wait");
+                    std::thread::sleep(timeout * 3);
+                }
+                At::CriticalSection => {
+                    let _guard = lock.acquire(&ctx)?;
+                    println!("{me}: at critical-section");
+                    std::thread::sleep(timeout * 3);
+                }
+                At::Gf => {
+                    let start = Instant::now();
+                    let mut said = false;
+                    while start.elapsed() < timeout * 3 {
+                        ctx.gf_all()?;
+                        if !said {
+                            println!("{me}: at gf");
+                            said = true;
+                        }
+                    }
+                }
+            }
+            println!("{me}: was not killed");
+            return Ok(false);
+        }
+
+        // A survivor: FAAs on its own word of every other node's counter, counting the ones
+        // whose completion it saw (one at a time: an FAA waited for has landed).
+        let mut acked = vec![0u64; n];
+        let mut dead = vec![false; n];
+        // Until the victim is found dead (at most `work_ms`), then 2 s more with the others.
+        let start = Instant::now();
+        let mut died: Option<Instant> = None;
+        while start.elapsed() < Duration::from_millis(args.work_ms)
+            && died.is_none_or(|t| t.elapsed() < Duration::from_secs(2))
+        {
+            for &q in &others {
+                if dead[q.index()] {
+                    continue;
+                }
+                let ret = scratch[me.index()].word(q.0 as u64)?;
+                let r = ctx
+                    .rfaa(&counters[q.index()].word(me.0 as u64)?, 1, &ret, d)
+                    .and_then(|()| ctx.wait(d));
+                match r {
+                    Ok(()) => acked[q.index()] += 1,
+                    Err(e) if q == victim => {
+                        println!("{me}: peer {q} dead at {}: {e}", unix_ms());
+                        dead[q.index()] = true;
+                        died = Some(Instant::now());
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        if !dead[victim.index()] {
+            println!("{me}: the victim was never reported dead");
+            return Ok(false);
+        }
+        if args.at == At::CriticalSection {
+            let t = Instant::now();
+            match lock.try_acquire_for(&ctx, timeout) {
+                Ok(g) => {
+                    println!("{me}: lock: acquired after {:.2?} (recovered)", t.elapsed());
+                    drop(g);
+                }
+                Err(e) => println!("{me}: lock: typed error after {:.2?}: {e}", t.elapsed()),
+            }
+        }
+        // Tell every live node how many FAAs landed there (count + 1: zero means "not yet").
+        let live: Vec<NodeId> = others.iter().copied().filter(|&q| q != victim).collect();
+        for &q in &live {
+            let src = scratch[me.index()].word((n + q.index()) as u64)?;
+            ctx.store(&src, acked[q.index()] + 1)?;
+            ctx.put(&slots[q.index()].word(me.0 as u64)?, &src, d)?;
+        }
+        ctx.wait(d)?;
+        // Check our own counter words against what each live survivor said.
+        let t = Instant::now();
+        let mut ok = true;
+        for &q in &live {
+            let slot = slots[me.index()].word(q.0 as u64)?;
+            let said = loop {
+                let v = cluster.peek(&slot)?;
+                if v != 0 {
+                    break v - 1;
+                }
+                if t.elapsed() > timeout {
+                    println!("{me}: {q} never reported its count");
+                    return Ok(false);
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            let got = cluster.peek(&counters[me.index()].word(q.0 as u64)?)?;
+            if got != said {
+                println!("{me}: counter of {q} holds {got}, {q} saw {said} FAAs complete: LOST");
+                ok = false;
+            }
+        }
+        if ok {
+            let total: u64 = live.iter().map(|q| acked[q.index()]).sum();
+            println!(
+                "{me}: survivor check OK ({total} FAAs acknowledged to live nodes, every one counted)"
+            );
+        }
+        Ok(ok)
+    }
+}

@@ -1,0 +1,26 @@
+//! The device-free half of the verbs backend's TCP rendezvous: wire format, authentication
+//! handshake, listener and per-peer state. It builds without the `verbs` feature, so that its
+//! tests (strangers, wrong keys, replays, fuzzing) run on machines without RDMA; the session
+//! that drives it with queue pairs and memory is `verbs::session`.
+//!
+//! Every process listens on its own entry of the peer list and opens one connection to every
+//! other process (its *client* connection to that peer). On each:
+//!
+//! | message | reply | meaning |
+//! |---|---|---|
+//! | `Hello { nodes, from, to, nonce }` | `Challenge { nonce, mac }` or `Reject` | start of the handshake ([`auth`]) |
+//! | `Proof { mac }` | none, or `Reject` | the client proves the cluster key; the server closes on failure |
+//! | `Join { info }` | `Welcome { info }` or `Reject { reason }` | after the handshake only: memory (address, rkey, words) exchanged, checked against ours |
+//! | `Connect { endpoint }` | `Accepted { endpoint }` or `Reject` | a thread of `from` opened a queue pair towards us: create a responder queue pair, connect it, return its QPN, PSN, LID, GID |
+//! | `Release { qpn }` | none | that thread is gone: destroy the responder |
+//! | `Barrier { epoch }` | none | `from` reached its barrier number `epoch` (exactly one more than its last) |
+//! | `Ping` | none | heartbeat, every `peer_timeout / 5` |
+//! | `Bye` | none | `from` is leaving; its memory stays registered until every peer said bye |
+//!
+//! A joined connection that ends without `Bye`, or on which nothing (not even a `Ping`) arrives
+//! for the peer timeout, means the peer is dead or cut off: it is marked dead, for good.
+
+pub(crate) mod auth;
+pub(crate) mod gate;
+pub(crate) mod peers;
+pub(crate) mod wire;
