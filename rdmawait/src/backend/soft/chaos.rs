@@ -17,6 +17,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crossbeam_utils::Backoff;
 use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -391,6 +392,7 @@ impl Chaos {
 
     pub(super) fn quiesce(&self, timeout: Duration) -> Result<()> {
         let deadline = deadline(timeout);
+        let backoff = Backoff::new();
         loop {
             {
                 let mut st = self.lock();
@@ -410,7 +412,7 @@ impl Chaos {
                     after: timeout,
                 });
             }
-            std::thread::yield_now();
+            backoff.snooze();
         }
     }
 
@@ -468,6 +470,7 @@ impl ThreadNic for ChaosNic {
         let t = self.chaos.fabric.check_node(target)?;
         let deadline = deadline(timeout);
         let chaos = &self.chaos;
+        let backoff = Backoff::new();
         let mut first = true;
         loop {
             {
@@ -501,7 +504,7 @@ impl ThreadNic for ChaosNic {
                     after: timeout,
                 });
             }
-            std::thread::yield_now();
+            backoff.snooze();
         }
     }
 

@@ -13,6 +13,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
+use crossbeam_utils::Backoff;
 use parking_lot::Mutex;
 
 use super::{deadline, expired, DirectCpu, Fabric};
@@ -22,8 +23,6 @@ use crate::{Error, NodeId, Result};
 
 /// How long an idle engine spins before it starts sleeping between looks at its queue.
 const SPIN_BEFORE_SLEEP: Duration = Duration::from_micros(200);
-/// Spins of a blocked poll (each trying to help) before it starts yielding its time slice.
-const SPINS_BEFORE_YIELD: u32 = 256;
 /// Longest sleep of an idle engine (pollers help, so this bounds only background latency).
 const MAX_SLEEP: Duration = Duration::from_millis(1);
 
@@ -198,6 +197,7 @@ impl Engines {
 
     pub(super) fn quiesce(&self, fabric: &Fabric, timeout: Duration) -> Result<()> {
         let deadline = deadline(timeout);
+        let backoff = Backoff::new();
         while self.inflight.load(SeqCst) != 0 {
             fabric.check_open()?;
             if expired(deadline) {
@@ -212,7 +212,7 @@ impl Engines {
                 .iter()
                 .any(|q| q.run_one(fabric, &self.inflight, false))
             {
-                std::thread::yield_now();
+                backoff.snooze();
             }
         }
         Ok(())
@@ -275,7 +275,7 @@ impl ThreadNic for ThreadedNic {
         let fabric = self.cpu.fabric.clone();
         let t = fabric.check_node(target)?;
         let want = self.polled[t] + 1;
-        let mut spins = 0u32;
+        let backoff = Backoff::new();
         let mut deadline = None;
         loop {
             self.cpu.alive()?;
@@ -294,18 +294,16 @@ impl ThreadNic for ThreadedNic {
             if self.queue.run_one(&fabric, &self.inflight, false) {
                 continue;
             }
-            if spins < SPINS_BEFORE_YIELD {
-                spins += 1;
-                std::hint::spin_loop();
-                continue;
-            }
-            if expired(*deadline.get_or_insert_with(|| super::deadline(timeout))) {
+            // Spin briefly, then yield; the clock is read only once spinning is over.
+            if backoff.is_completed()
+                && expired(*deadline.get_or_insert_with(|| super::deadline(timeout)))
+            {
                 return Err(Error::Timeout {
                     what: TimeoutKind::Poll(target),
                     after: timeout,
                 });
             }
-            std::thread::yield_now();
+            backoff.snooze();
         }
         self.polled[t] = want;
         Ok(())
