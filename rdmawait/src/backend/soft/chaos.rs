@@ -98,11 +98,11 @@ const BIASES: [f64; 4] = [0.02, 0.2, 1.0, 5.0];
 struct Mem<'a>(&'a Fabric);
 
 impl Memory for Mem<'_> {
-    fn read(&self, node: usize, word: usize) -> u64 {
-        self.0.read(node, word)
+    fn read(&self, node: NodeId, word: usize) -> u64 {
+        self.0.read(node.index(), word)
     }
-    fn write(&mut self, node: usize, word: usize, value: u64) {
-        self.0.write(node, word, value)
+    fn write(&mut self, node: NodeId, word: usize, value: u64) {
+        self.0.write(node.index(), word, value)
     }
 }
 
@@ -145,16 +145,16 @@ impl State {
                 th.sb.clear();
                 for qp in &mut th.qps {
                     if holds_lock(qp) {
-                        locks[qp.remote_node] = false;
+                        locks[qp.remote_node.index()] = false;
                     }
                     *qp = Qp::new(qp.local_node, qp.remote_node);
                 }
             } else {
                 th.sb
                     .retain(|i| !matches!(i, SbItem::Post { target, .. } if dead[*target]));
-                for qp in th.qps.iter_mut().filter(|qp| dead[qp.remote_node]) {
+                for qp in th.qps.iter_mut().filter(|qp| dead[qp.remote_node.index()]) {
                     if holds_lock(qp) {
-                        locks[qp.remote_node] = false;
+                        locks[qp.remote_node.index()] = false;
                     }
                     qp.pipe.clear();
                     qp.br.clear();
@@ -364,7 +364,9 @@ impl Chaos {
             node,
             alive: true,
             sb: VecDeque::new(),
-            qps: (0..nodes).map(|n| Qp::new(node, n)).collect(),
+            qps: (0..nodes)
+                .map(|n| Qp::new(NodeId(node as u16), NodeId(n as u16)))
+                .collect(),
         };
         let id = match st.threads.iter().position(Option::is_none) {
             Some(i) => {
