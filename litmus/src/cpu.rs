@@ -17,7 +17,7 @@
 
 use std::collections::VecDeque;
 
-use loco_rdmawait::model::{Entry, LocalItem, Memory, Qp, Step};
+use loco_rdmawait::model::{ClusterMemory, Entry, LocalItem, Qp, Step};
 use loco_rdmawait::{NodeId, WorkRequest};
 
 use crate::lower::{Instr, Program};
@@ -106,7 +106,7 @@ fn node_id(n: usize) -> NodeId {
     NodeId(n as u16)
 }
 
-impl Memory for Mem<'_> {
+impl ClusterMemory for Mem<'_> {
     fn read(&self, node: NodeId, word: usize) -> u64 {
         self.0[node.index()][word]
     }

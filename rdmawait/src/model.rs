@@ -17,16 +17,24 @@ use crate::backend::WorkRequest;
 use crate::NodeId;
 
 /// Word-addressed memory of every node, as the NIC rules see it.
-pub trait Memory {
+pub trait ClusterMemory {
     /// Reads word `word` of node `node`.
     fn read(&self, node: NodeId, word: usize) -> u64;
     /// Writes word `word` of node `node`.
     fn write(&mut self, node: NodeId, word: usize, value: u64);
 }
 
-/// The two remote read-modify-writes.
+/// Former name of [`ClusterMemory`], kept for existing implementations.
+pub use ClusterMemory as Memory;
+
+/// Former name of [`RmwOp`].
+#[deprecated(note = "renamed to `RmwOp` (distinct from the `loco_rdmawaitrmw::Rmw` trait)")]
+pub type Rmw = RmwOp;
+
+/// The two remote read-modify-writes, as a pipe entry carries them (not to be confused with the
+/// `loco_rdmawaitrmw::Rmw` trait, which posts them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Rmw {
+pub enum RmwOp {
     /// Compare-and-swap.
     Cas {
         /// Expected value.
@@ -92,7 +100,7 @@ pub enum Entry {
     /// A remote RMW whose atomic read (nAR) is pending.
     Rmw {
         /// Which RMW.
-        op: Rmw,
+        op: RmwOp,
         /// Remote target word.
         remote: usize,
         /// Local word for the old value.
@@ -227,13 +235,13 @@ impl Qp {
                 new,
                 local,
             } => Entry::Rmw {
-                op: Rmw::Cas { expected, new },
+                op: RmwOp::Cas { expected, new },
                 remote,
                 local,
                 tag,
             },
             WorkRequest::FetchAdd { remote, add, local } => Entry::Rmw {
-                op: Rmw::Faa { add },
+                op: RmwOp::Faa { add },
                 remote,
                 local,
                 tag,
@@ -278,7 +286,7 @@ impl Qp {
     }
 
     /// Takes `step`, which [`Qp::steps`] must have listed for the current state.
-    pub fn apply(&mut self, step: Step, mem: &mut impl Memory, locks: &mut [bool]) {
+    pub fn apply(&mut self, step: Step, mem: &mut impl ClusterMemory, locks: &mut [bool]) {
         let (ln, rn) = (self.local_node, self.remote_node);
         match step {
             Step::CommitRemote => {
@@ -355,8 +363,8 @@ impl Qp {
                 } => {
                     let old = mem.read(rn, remote);
                     let new = match op {
-                        Rmw::Cas { expected, new } => (old == expected).then_some(new),
-                        Rmw::Faa { add } => Some(old.wrapping_add(add)),
+                        RmwOp::Cas { expected, new } => (old == expected).then_some(new),
+                        RmwOp::Faa { add } => Some(old.wrapping_add(add)),
                     };
                     let load = Entry::Load {
                         local,
@@ -449,7 +457,7 @@ mod tests {
     /// Two nodes of 8 words each.
     #[derive(Default)]
     struct Mem([[u64; 8]; 2]);
-    impl Memory for Mem {
+    impl ClusterMemory for Mem {
         fn read(&self, n: NodeId, w: usize) -> u64 {
             self.0[n.index()][w]
         }

@@ -25,7 +25,7 @@ use rand_chacha::ChaCha8Rng;
 use super::{deadline, expired, Fabric};
 use crate::backend::{ThreadNic, WorkRequest};
 use crate::error::TimeoutKind;
-use crate::model::{Entry, LocalItem, Memory, Qp, Step};
+use crate::model::{ClusterMemory, Entry, LocalItem, Qp, Step};
 use crate::{Error, NodeId, Result};
 
 /// Probabilities that a call takes no random step at all (so work stays pending across calls);
@@ -94,10 +94,10 @@ const IDLE_WEIGHT: f64 = 0.5;
 /// The weights an action kind can get in a run.
 const BIASES: [f64; 4] = [0.02, 0.2, 1.0, 5.0];
 
-/// The fabric seen through the model's [`Memory`] trait.
+/// The fabric seen through the model's [`ClusterMemory`] trait.
 struct Mem<'a>(&'a Fabric);
 
-impl Memory for Mem<'_> {
+impl ClusterMemory for Mem<'_> {
     fn read(&self, node: NodeId, word: usize) -> u64 {
         self.0.read(node.index(), word)
     }

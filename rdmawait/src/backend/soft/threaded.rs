@@ -164,10 +164,10 @@ impl Engines {
         })
     }
 
-    pub(super) fn open(&self, fabric: &Arc<Fabric>, node: usize) -> Result<ThreadedNic> {
+    pub(super) fn open(&self, fabric: &Arc<Fabric>, node: usize) -> Result<EngineNic> {
         let tx = self.senders.lock().as_ref().ok_or(Error::Shutdown)?[node].clone();
         let nodes = fabric.nodes();
-        Ok(ThreadedNic {
+        Ok(EngineNic {
             cpu: DirectCpu {
                 fabric: fabric.clone(),
                 node,
@@ -242,11 +242,11 @@ fn run(fabric: &Fabric, queue: &NodeQueue, inflight: &AtomicU64) {
     }
 }
 
-/// A thread's NIC under `Threaded`: posts go to its node's queue; completions are counted per
-/// queue pair (one request of a node executes at a time, in post order, so completions of a
-/// queue pair arrive in order).
+/// A thread's [`ThreadNic`] under `Threaded` (it feeds its node's engine thread): posts go to its
+/// node's queue; completions are counted per queue pair (one request of a node executes at a
+/// time, in post order, so completions of a queue pair arrive in order).
 #[derive(Debug)]
-pub(super) struct ThreadedNic {
+pub(super) struct EngineNic {
     cpu: DirectCpu,
     tx: Sender<Job>,
     queue: Arc<NodeQueue>,
@@ -255,7 +255,7 @@ pub(super) struct ThreadedNic {
     polled: Vec<u64>,
 }
 
-impl ThreadNic for ThreadedNic {
+impl ThreadNic for EngineNic {
     fn post(&mut self, target: NodeId, wr: WorkRequest) -> Result<()> {
         let t = self.cpu.fabric.check_post(self.cpu.node, target, &wr)?;
         self.inflight.fetch_add(1, SeqCst);
