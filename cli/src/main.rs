@@ -26,7 +26,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 mod keygen;
 use indicatif::{ProgressBar, ProgressStyle};
 use loco_litmus::explore::satisfies;
-use loco_litmus::{Backend, Exploration, RunConfig, RunError, Test};
+use loco_litmus::{Exploration, RunBackend, RunConfig, RunError, Test};
 use serde_json::{json, Value};
 
 /// `println!` that ends the process quietly when stdout is closed (`loco ... | head`), with the
@@ -229,9 +229,9 @@ fn litmus(cmd: Litmus) -> Status {
             budget,
         } => {
             let backend = match (backend, schedule) {
-                (BackendArg::Soft, ScheduleArg::Chaos) => Backend::SoftChaos,
-                (BackendArg::Soft, ScheduleArg::Threaded) => Backend::SoftThreaded,
-                (BackendArg::Verbs, _) => Backend::Verbs,
+                (BackendArg::Soft, ScheduleArg::Chaos) => RunBackend::SoftChaos,
+                (BackendArg::Soft, ScheduleArg::Threaded) => RunBackend::SoftThreaded,
+                (BackendArg::Verbs, _) => RunBackend::Verbs,
             };
             let mut cfg = RunConfig::new(backend, runs, seed);
             cfg.until_exists = until_exists;
@@ -442,9 +442,9 @@ fn run(files: &[PathBuf], cfg: &RunConfig, json: bool, budget: Budget) -> Status
     let mut status = Status::default();
     let mut rows = Vec::new();
     let backend = match cfg.backend {
-        Backend::SoftChaos => "soft (chaos)",
-        Backend::SoftThreaded => "soft (threaded)",
-        Backend::Verbs => "verbs",
+        RunBackend::SoftChaos => "soft (chaos)",
+        RunBackend::SoftThreaded => "soft (threaded)",
+        RunBackend::Verbs => "verbs",
     };
     for f in files {
         let test = match load_or_count(f, &mut status) {

@@ -17,8 +17,8 @@
 
 use std::collections::VecDeque;
 
-use loco_rdmawait::model::{Entry, LocalItem, Memory, Qp, Step};
-use loco_rdmawait::WorkRequest;
+use loco_rdmawait::model::{ClusterMemory, Entry, LocalItem, Qp, Step};
+use loco_rdmawait::{NodeId, WorkRequest};
 
 use crate::lower::{Instr, Program};
 use crate::reduce::Owners;
@@ -100,12 +100,18 @@ impl Action {
 
 struct Mem<'a>(&'a mut [Vec<u64>]);
 
-impl Memory for Mem<'_> {
-    fn read(&self, node: usize, word: usize) -> u64 {
-        self.0[node][word]
+/// The [`NodeId`] of node index `n`; every node index of a program comes from a test's
+/// [`NodeId`]s, so it fits.
+fn node_id(n: usize) -> NodeId {
+    NodeId(n as u16)
+}
+
+impl ClusterMemory for Mem<'_> {
+    fn read(&self, node: NodeId, word: usize) -> u64 {
+        self.0[node.index()][word]
     }
-    fn write(&mut self, node: usize, word: usize, value: u64) {
-        self.0[node][word] = value;
+    fn write(&mut self, node: NodeId, word: usize, value: u64) {
+        self.0[node.index()][word] = value;
     }
 }
 
@@ -144,7 +150,9 @@ impl State {
                     pc: 0,
                     regs: vec![0; c.regs],
                     sb: VecDeque::new(),
-                    qps: (0..nodes).map(|n| Qp::new(c.node, n)).collect(),
+                    qps: (0..nodes)
+                        .map(|n| Qp::new(node_id(c.node), node_id(n)))
+                        .collect(),
                     guard: None,
                 })
                 .collect(),

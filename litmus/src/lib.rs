@@ -2,7 +2,7 @@
 //! paper's operational model, and a runner that executes a test for real on a backend.
 //!
 //! ```
-//! use loco_litmus::{explore, parse, Backend, RunConfig};
+//! use loco_litmus::{explore, parse, RunBackend, RunConfig};
 //!
 //! let test = parse(
 //!     "litmus fig2d-put-wait
@@ -21,7 +21,7 @@
 //! assert!(model.verdict(&test).matches()); // the model forbids y = 1, as expected
 //! assert_eq!(model.outcomes.len(), 1);     // the only final state: x = 1, y = 0
 //!
-//! let runs = loco_litmus::run(&test, &RunConfig::new(Backend::SoftChaos, 50, 0), |_| {})?;
+//! let runs = loco_litmus::run(&test, &RunConfig::new(RunBackend::SoftChaos, 50, 0), |_| {})?;
 //! assert!(runs.histogram.keys().all(|o| model.allows(o))); // the soft NIC agrees
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -125,7 +125,9 @@ pub mod run;
 pub use ast::Test;
 pub use explore::{explore, Exploration, Outcome, Verdict};
 pub use parse::{parse, parse_file, ParseError, ParseErrorKind};
-pub use run::{run, Backend, RunConfig, RunError, RunReport};
+#[allow(deprecated)]
+pub use run::Backend;
+pub use run::{run, RunBackend, RunConfig, RunError, RunReport};
 
 /// Most nodes a test may name (`n0` to `n7`).
 pub const MAX_NODES: usize = 8;

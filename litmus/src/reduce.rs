@@ -105,8 +105,8 @@ fn covers(first: usize, len: usize, w: usize) -> bool {
 /// entries' local words, `Bl` writes) if `node` is its local node, on its remote side (pipe
 /// entries' remote words, `Br`) if `node` is its target.
 fn qp_names(qp: &Qp, node: usize, w: usize, local_side: bool, remote_side: bool) -> bool {
-    let loc = local_side && qp.local_node == node;
-    let rem = remote_side && qp.remote_node == node;
+    let loc = local_side && qp.local_node.index() == node;
+    let rem = remote_side && qp.remote_node.index() == node;
     if !loc && !rem {
         return false;
     }

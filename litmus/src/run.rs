@@ -27,9 +27,16 @@ use crate::explore::Outcome;
 /// Default wait/poll timeout of a run's cluster ([`RunConfig::timeout`]).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The backend a test runs on.
+/// Former name of [`RunBackend`].
+#[deprecated(
+    note = "renamed to `RunBackend` (distinct from the `loco_rdmawait::backend::Backend` trait)"
+)]
+pub type Backend = RunBackend;
+
+/// The backend a test runs on (not to be confused with the `loco_rdmawait::backend::Backend` trait, which
+/// a NIC implements).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
+pub enum RunBackend {
     /// The soft NIC with its adversarial `Chaos` schedule (seeded per run).
     SoftChaos,
     /// The soft NIC with NIC engine threads.
@@ -43,8 +50,8 @@ pub enum Backend {
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct RunConfig {
-    /// Backend (default [`Backend::SoftChaos`]).
-    pub backend: Backend,
+    /// Backend (default [`RunBackend::SoftChaos`]).
+    pub backend: RunBackend,
     /// Number of runs (default 100).
     pub runs: usize,
     /// Seed of the first run; run `i` uses `seed + i` (default 0).
@@ -67,7 +74,7 @@ pub const DEFAULT_NOISE: u32 = 0;
 impl Default for RunConfig {
     fn default() -> Self {
         RunConfig {
-            backend: Backend::SoftChaos,
+            backend: RunBackend::SoftChaos,
             runs: 100,
             seed: 0,
             timeout: DEFAULT_TIMEOUT,
@@ -79,7 +86,7 @@ impl Default for RunConfig {
 
 impl RunConfig {
     /// The default settings with this backend, run count and seed.
-    pub fn new(backend: Backend, runs: usize, seed: u64) -> Self {
+    pub fn new(backend: RunBackend, runs: usize, seed: u64) -> Self {
         RunConfig {
             backend,
             runs,
@@ -192,8 +199,8 @@ impl RunReport {
 
 /// Checks that the runner can use `backend`. (Every operation of docs/litmus-format.md dispatches to its
 /// library: rdmawait, rdmawait+RMW, loco-sv, loco-locks, loco-sc.)
-pub fn supported(backend: Backend) -> Result<(), RunError> {
-    if backend == Backend::Verbs && !cfg!(feature = "verbs") {
+pub fn supported(backend: RunBackend) -> Result<(), RunError> {
+    if backend == RunBackend::Verbs && !cfg!(feature = "verbs") {
         return Err(RunError::BackendUnavailable(
             "loco-litmus was built without the `verbs` feature".into(),
         ));
@@ -345,11 +352,11 @@ fn cluster(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Cluster, RunError>
         .memory_per_node(4096)
         .timeout(cfg.timeout);
     let c = match cfg.backend {
-        Backend::SoftChaos => b.soft(Schedule::Chaos { seed }).build(),
-        Backend::SoftThreaded => b.soft(Schedule::Threaded).build(),
+        RunBackend::SoftChaos => b.soft(Schedule::Chaos { seed }).build(),
+        RunBackend::SoftThreaded => b.soft(Schedule::Threaded).build(),
         // The device comes from the environment (`VerbsConfig::from_env`); a build without the
         // `verbs` feature gets rdmawait's typed `BackendNotBuilt` error.
-        Backend::Verbs => b
+        RunBackend::Verbs => b
             .backend(loco_rdmawait::BackendKind::Verbs)
             .and_then(loco_rdmawait::ClusterBuilder::build),
     };
@@ -657,7 +664,7 @@ expect allowed
     #[test]
     fn a_lock_held_at_the_end_is_an_error() {
         let test = crate::parse(HELD, "held").unwrap();
-        let cfg = RunConfig::new(Backend::SoftChaos, 10, 0);
+        let cfg = RunConfig::new(RunBackend::SoftChaos, 10, 0);
         let e = run(&test, &cfg, |_| {}).unwrap_err();
         assert!(matches!(e, RunError::HeldAtEnd { .. }), "{e}");
         assert!(e.to_string().contains("t0 ends holding lock `l`"), "{e}");
@@ -674,7 +681,7 @@ expect allowed
     #[test]
     fn a_stalled_run_ends() {
         let test = crate::parse(HELD, "held").unwrap();
-        let mut cfg = RunConfig::new(Backend::SoftChaos, 10, 0);
+        let mut cfg = RunConfig::new(RunBackend::SoftChaos, 10, 0);
         cfg.timeout = Duration::from_millis(300);
         let start = Instant::now();
         let (mut stalled, mut finished) = (0, 0);

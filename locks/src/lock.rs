@@ -149,6 +149,9 @@ impl<R: RawLock> Lock<R> {
     }
 
     /// The raw protocol, for acquire and release without a guard.
+    ///
+    /// "Raw" here is the lock protocol under the guard-returning handle; it is unrelated to
+    /// [`Ctx::raw`], the context's layer of puts and gets without work ids.
     pub fn raw(&self) -> &R {
         &self.raw
     }

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crossbeam_utils::Backoff;
 use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, WorkId};
 
 use crate::{Error, Result};
@@ -260,17 +261,18 @@ impl Deadline {
 }
 
 /// Backoff for spin loops on a machine that may have fewer cores than spinning threads: spin
-/// briefly, then yield, then sleep a little. Every round checks that the cluster is still open
-/// ([`Cluster::check_open`]), so that a shutdown frees the spinning thread.
+/// briefly, then yield ([`Backoff`]), then, past 50 ms (a slow or dead holder), sleep a little.
+/// Every round checks that the cluster is still open ([`Cluster::check_open`]), so that a
+/// shutdown frees the spinning thread.
 pub(crate) struct Spin {
-    round: u32,
+    backoff: Backoff,
     start: Instant,
 }
 
 impl Spin {
     pub(crate) fn new() -> Self {
         Spin {
-            round: 0,
+            backoff: Backoff::new(),
             start: Instant::now(),
         }
     }
@@ -287,11 +289,8 @@ impl Spin {
 
     pub(crate) fn wait(&mut self, cluster: &Cluster) -> Result<()> {
         cluster.check_open()?;
-        if self.round < 6 {
-            for _ in 0..(1 << self.round) {
-                std::hint::spin_loop();
-            }
-            self.round += 1;
+        if !self.backoff.is_completed() {
+            self.backoff.snooze();
         } else if self.start.elapsed() < Duration::from_millis(50) {
             std::thread::yield_now();
         } else {

@@ -268,6 +268,9 @@ impl Ctx {
     }
 
     /// The raw layer (the paper's rdmatso): puts and gets without work ids, and `poll(n)`.
+    ///
+    /// "Raw" here is the layer below rdmawait; it is unrelated to `Lock::raw` of `loco-locks`,
+    /// which returns a lock's protocol object (acquire and release without a guard).
     pub fn raw(&self) -> Raw<'_> {
         Raw { ctx: self }
     }

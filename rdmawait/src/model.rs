@@ -14,18 +14,27 @@
 use std::collections::VecDeque;
 
 use crate::backend::WorkRequest;
+use crate::NodeId;
 
 /// Word-addressed memory of every node, as the NIC rules see it.
-pub trait Memory {
+pub trait ClusterMemory {
     /// Reads word `word` of node `node`.
-    fn read(&self, node: usize, word: usize) -> u64;
+    fn read(&self, node: NodeId, word: usize) -> u64;
     /// Writes word `word` of node `node`.
-    fn write(&mut self, node: usize, word: usize, value: u64);
+    fn write(&mut self, node: NodeId, word: usize, value: u64);
 }
 
-/// The two remote read-modify-writes.
+/// Former name of [`ClusterMemory`], kept for existing implementations.
+pub use ClusterMemory as Memory;
+
+/// Former name of [`RmwOp`].
+#[deprecated(note = "renamed to `RmwOp` (distinct from the `loco_rdmawaitrmw::Rmw` trait)")]
+pub type Rmw = RmwOp;
+
+/// The two remote read-modify-writes, as a pipe entry carries them (not to be confused with the
+/// `loco_rdmawaitrmw::Rmw` trait, which posts them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Rmw {
+pub enum RmwOp {
     /// Compare-and-swap.
     Cas {
         /// Expected value.
@@ -91,7 +100,7 @@ pub enum Entry {
     /// A remote RMW whose atomic read (nAR) is pending.
     Rmw {
         /// Which RMW.
-        op: Rmw,
+        op: RmwOp,
         /// Remote target word.
         remote: usize,
         /// Local word for the old value.
@@ -174,9 +183,9 @@ pub enum Step {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Qp {
     /// Node of the owning thread (where local words live).
-    pub local_node: usize,
+    pub local_node: NodeId,
     /// Target node.
-    pub remote_node: usize,
+    pub remote_node: NodeId,
     /// Pending operations, oldest first.
     pub pipe: VecDeque<Entry>,
     /// Remote write buffer.
@@ -187,7 +196,7 @@ pub struct Qp {
 
 impl Qp {
     /// An empty queue pair from `local_node` to `remote_node`.
-    pub fn new(local_node: usize, remote_node: usize) -> Self {
+    pub fn new(local_node: NodeId, remote_node: NodeId) -> Self {
         Qp {
             local_node,
             remote_node,
@@ -226,13 +235,13 @@ impl Qp {
                 new,
                 local,
             } => Entry::Rmw {
-                op: Rmw::Cas { expected, new },
+                op: RmwOp::Cas { expected, new },
                 remote,
                 local,
                 tag,
             },
             WorkRequest::FetchAdd { remote, add, local } => Entry::Rmw {
-                op: Rmw::Faa { add },
+                op: RmwOp::Faa { add },
                 remote,
                 local,
                 tag,
@@ -254,7 +263,7 @@ impl Qp {
                 Entry::Send { .. } | Entry::Atomic { .. } => only_passable,      // rules 3, 12
                 Entry::Get { .. } => only_passable && self.br.is_empty(),        // rule 6
                 Entry::Rmw { .. } => {
-                    only_passable && self.br.is_empty() && !locks[self.remote_node]
+                    only_passable && self.br.is_empty() && !locks[self.remote_node.index()]
                     // rules 9-11
                 }
             };
@@ -277,7 +286,7 @@ impl Qp {
     }
 
     /// Takes `step`, which [`Qp::steps`] must have listed for the current state.
-    pub fn apply(&mut self, step: Step, mem: &mut impl Memory, locks: &mut [bool]) {
+    pub fn apply(&mut self, step: Step, mem: &mut impl ClusterMemory, locks: &mut [bool]) {
         let (ln, rn) = (self.local_node, self.remote_node);
         match step {
             Step::CommitRemote => {
@@ -289,7 +298,7 @@ impl Qp {
                     mem.write(rn, w.remote + k, *v);
                 }
                 if w.atomic {
-                    locks[rn] = false; // rule 13
+                    locks[rn.index()] = false; // rule 13
                 }
             }
             Step::CommitLocal(j) => {
@@ -354,8 +363,8 @@ impl Qp {
                 } => {
                     let old = mem.read(rn, remote);
                     let new = match op {
-                        Rmw::Cas { expected, new } => (old == expected).then_some(new),
-                        Rmw::Faa { add } => Some(old.wrapping_add(add)),
+                        RmwOp::Cas { expected, new } => (old == expected).then_some(new),
+                        RmwOp::Faa { add } => Some(old.wrapping_add(add)),
                     };
                     let load = Entry::Load {
                         local,
@@ -365,7 +374,7 @@ impl Qp {
                     match new {
                         None => self.pipe[i] = load, // rule 9: failed CAS, no lock, no write
                         Some(value) => {
-                            locks[rn] = true; // rules 10/11
+                            locks[rn.index()] = true; // rules 10/11
                             self.pipe[i] = Entry::Atomic { remote, value };
                             self.pipe.insert(i + 1, load);
                         }
@@ -448,12 +457,12 @@ mod tests {
     /// Two nodes of 8 words each.
     #[derive(Default)]
     struct Mem([[u64; 8]; 2]);
-    impl Memory for Mem {
-        fn read(&self, n: usize, w: usize) -> u64 {
-            self.0[n][w]
+    impl ClusterMemory for Mem {
+        fn read(&self, n: NodeId, w: usize) -> u64 {
+            self.0[n.index()][w]
         }
-        fn write(&mut self, n: usize, w: usize, v: u64) {
-            self.0[n][w] = v;
+        fn write(&mut self, n: NodeId, w: usize, v: u64) {
+            self.0[n.index()][w] = v;
         }
     }
 
@@ -474,7 +483,7 @@ mod tests {
         let mut mem = Mem::default();
         mem.0[0][0] = 7;
         let mut locks = [false; 2];
-        let mut qp = Qp::new(0, 1);
+        let mut qp = Qp::new(NodeId(0), NodeId(1));
         qp.issue(
             WorkRequest::Write {
                 local: 0,
@@ -501,7 +510,7 @@ mod tests {
 
     #[test]
     fn get_blocked_by_pending_remote_write() {
-        let mut qp = Qp::new(0, 1);
+        let mut qp = Qp::new(NodeId(0), NodeId(1));
         qp.br.push_back(RemoteWrite {
             remote: 0,
             values: vec![1],
@@ -523,7 +532,7 @@ mod tests {
     #[test]
     fn later_put_may_pass_pending_get_but_not_pending_rmw() {
         let mut s = Vec::new();
-        let mut qp = Qp::new(0, 1);
+        let mut qp = Qp::new(NodeId(0), NodeId(1));
         qp.issue(
             WorkRequest::Read {
                 local: 0,
@@ -543,7 +552,7 @@ mod tests {
             "Fig. 7a: the put's nRW may overtake the get"
         );
         s.clear();
-        let mut qp = Qp::new(0, 1);
+        let mut qp = Qp::new(NodeId(0), NodeId(1));
         qp.issue(
             WorkRequest::FetchAdd {
                 remote: 0,
@@ -565,7 +574,7 @@ mod tests {
     fn rmw_takes_and_releases_the_atomic_lock() {
         let mut mem = Mem::default();
         let mut locks = [false; 2];
-        let mut qp = Qp::new(0, 1);
+        let mut qp = Qp::new(NodeId(0), NodeId(1));
         qp.issue(
             WorkRequest::FetchAdd {
                 remote: 2,
@@ -576,7 +585,7 @@ mod tests {
         );
         qp.apply(Step::Pipe(0), &mut mem, &mut locks);
         assert!(locks[1]);
-        let mut other = Qp::new(0, 1);
+        let mut other = Qp::new(NodeId(0), NodeId(1));
         other.issue(
             WorkRequest::CompareSwap {
                 remote: 2,
@@ -599,7 +608,7 @@ mod tests {
         let mut mem = Mem::default();
         mem.0[1][0] = 9;
         let mut locks = [false; 2];
-        let mut qp = Qp::new(0, 1);
+        let mut qp = Qp::new(NodeId(0), NodeId(1));
         qp.issue(
             WorkRequest::CompareSwap {
                 remote: 0,
@@ -620,7 +629,7 @@ mod tests {
     fn wait_ready_follows_the_atomic_wait_rule() {
         let mut mem = Mem::default();
         let mut locks = [false; 2];
-        let mut qp = Qp::new(0, 1);
+        let mut qp = Qp::new(NodeId(0), NodeId(1));
         assert_eq!(
             qp.wait_ready(1),
             Some(0),
@@ -651,7 +660,7 @@ mod tests {
         );
         qp.take_notices(2);
         assert!(qp.bl.is_empty());
-        let mut qp = Qp::new(0, 1);
+        let mut qp = Qp::new(NodeId(0), NodeId(1));
         qp.issue(
             WorkRequest::FetchAdd {
                 remote: 0,
@@ -667,7 +676,7 @@ mod tests {
 
     #[test]
     fn fence_blocks_everything_behind_it() {
-        let mut qp = Qp::new(0, 1);
+        let mut qp = Qp::new(NodeId(0), NodeId(1));
         qp.issue(
             WorkRequest::Read {
                 local: 0,

@@ -17,6 +17,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crossbeam_utils::Backoff;
 use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -24,7 +25,7 @@ use rand_chacha::ChaCha8Rng;
 use super::{deadline, expired, Fabric};
 use crate::backend::{ThreadNic, WorkRequest};
 use crate::error::TimeoutKind;
-use crate::model::{Entry, LocalItem, Memory, Qp, Step};
+use crate::model::{ClusterMemory, Entry, LocalItem, Qp, Step};
 use crate::{Error, NodeId, Result};
 
 /// Probabilities that a call takes no random step at all (so work stays pending across calls);
@@ -93,15 +94,15 @@ const IDLE_WEIGHT: f64 = 0.5;
 /// The weights an action kind can get in a run.
 const BIASES: [f64; 4] = [0.02, 0.2, 1.0, 5.0];
 
-/// The fabric seen through the model's [`Memory`] trait.
+/// The fabric seen through the model's [`ClusterMemory`] trait.
 struct Mem<'a>(&'a Fabric);
 
-impl Memory for Mem<'_> {
-    fn read(&self, node: usize, word: usize) -> u64 {
-        self.0.read(node, word)
+impl ClusterMemory for Mem<'_> {
+    fn read(&self, node: NodeId, word: usize) -> u64 {
+        self.0.read(node.index(), word)
     }
-    fn write(&mut self, node: usize, word: usize, value: u64) {
-        self.0.write(node, word, value)
+    fn write(&mut self, node: NodeId, word: usize, value: u64) {
+        self.0.write(node.index(), word, value)
     }
 }
 
@@ -144,16 +145,16 @@ impl State {
                 th.sb.clear();
                 for qp in &mut th.qps {
                     if holds_lock(qp) {
-                        locks[qp.remote_node] = false;
+                        locks[qp.remote_node.index()] = false;
                     }
                     *qp = Qp::new(qp.local_node, qp.remote_node);
                 }
             } else {
                 th.sb
                     .retain(|i| !matches!(i, SbItem::Post { target, .. } if dead[*target]));
-                for qp in th.qps.iter_mut().filter(|qp| dead[qp.remote_node]) {
+                for qp in th.qps.iter_mut().filter(|qp| dead[qp.remote_node.index()]) {
                     if holds_lock(qp) {
-                        locks[qp.remote_node] = false;
+                        locks[qp.remote_node.index()] = false;
                     }
                     qp.pipe.clear();
                     qp.br.clear();
@@ -363,7 +364,9 @@ impl Chaos {
             node,
             alive: true,
             sb: VecDeque::new(),
-            qps: (0..nodes).map(|n| Qp::new(node, n)).collect(),
+            qps: (0..nodes)
+                .map(|n| Qp::new(NodeId(node as u16), NodeId(n as u16)))
+                .collect(),
         };
         let id = match st.threads.iter().position(Option::is_none) {
             Some(i) => {
@@ -391,6 +394,7 @@ impl Chaos {
 
     pub(super) fn quiesce(&self, timeout: Duration) -> Result<()> {
         let deadline = deadline(timeout);
+        let backoff = Backoff::new();
         loop {
             {
                 let mut st = self.lock();
@@ -410,7 +414,7 @@ impl Chaos {
                     after: timeout,
                 });
             }
-            std::thread::yield_now();
+            backoff.snooze();
         }
     }
 
@@ -468,6 +472,7 @@ impl ThreadNic for ChaosNic {
         let t = self.chaos.fabric.check_node(target)?;
         let deadline = deadline(timeout);
         let chaos = &self.chaos;
+        let backoff = Backoff::new();
         let mut first = true;
         loop {
             {
@@ -501,7 +506,7 @@ impl ThreadNic for ChaosNic {
                     after: timeout,
                 });
             }
-            std::thread::yield_now();
+            backoff.snooze();
         }
     }
 

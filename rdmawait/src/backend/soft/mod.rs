@@ -48,6 +48,7 @@
 //! panicked is logged, not propagated: nothing panics in `Drop`).
 
 mod chaos;
+mod immediate;
 mod threaded;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
@@ -393,13 +394,7 @@ impl Backend for SoftBackend {
         let n = self.fabric.check_node(node)?;
         self.fabric.check_alive(n)?;
         Ok(match &self.engine {
-            Engine::Immediate => Box::new(ImmediateNic {
-                cpu: DirectCpu {
-                    fabric: self.fabric.clone(),
-                    node: n,
-                },
-                unpolled: vec![0; self.nodes()],
-            }),
+            Engine::Immediate => Box::new(immediate::ImmediateNic::open(&self.fabric, n)),
             Engine::Threaded(e) => Box::new(e.open(&self.fabric, n)?),
             Engine::Chaos(c) => Box::new(chaos::Chaos::open(c, n)),
         })
@@ -463,55 +458,6 @@ impl Drop for SoftBackend {
         if let Engine::Threaded(e) = &mut self.engine {
             e.join();
         }
-    }
-}
-
-/// The `Immediate` schedule's thread NIC: executes at post time, so a poll only counts.
-#[derive(Debug)]
-struct ImmediateNic {
-    cpu: DirectCpu,
-    /// Completed, unpolled requests per target node.
-    unpolled: Vec<u64>,
-}
-
-impl ThreadNic for ImmediateNic {
-    fn post(&mut self, target: NodeId, wr: WorkRequest) -> Result<()> {
-        let DirectCpu { fabric, node } = &self.cpu;
-        let to = fabric.check_post(*node, target, &wr)?;
-        fabric.execute(*node, to, wr);
-        if wr.completes() {
-            self.unpolled[to] += 1;
-        }
-        Ok(())
-    }
-
-    fn poll(&mut self, target: NodeId, _timeout: Duration) -> Result<()> {
-        // Everything executed at post time: a completion of a request towards a node that died
-        // since is still delivered, as from a real NIC's completion queue.
-        self.cpu.alive()?;
-        let t = self.cpu.fabric.check_node(target)?;
-        let c = &mut self.unpolled[t];
-        if *c == 0 {
-            return Err(Error::NothingPending { node: target });
-        }
-        *c -= 1;
-        Ok(())
-    }
-
-    fn load(&mut self, word: usize) -> Result<u64> {
-        self.cpu.load(word)
-    }
-
-    fn store(&mut self, word: usize, value: u64) -> Result<()> {
-        self.cpu.store(word, value)
-    }
-
-    fn cas(&mut self, word: usize, expected: u64, new: u64) -> Result<u64> {
-        self.cpu.cas(word, expected, new)
-    }
-
-    fn mfence(&mut self) -> Result<()> {
-        self.cpu.mfence()
     }
 }
 

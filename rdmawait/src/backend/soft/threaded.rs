@@ -13,6 +13,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
+use crossbeam_utils::Backoff;
 use parking_lot::Mutex;
 
 use super::{deadline, expired, DirectCpu, Fabric};
@@ -22,8 +23,6 @@ use crate::{Error, NodeId, Result};
 
 /// How long an idle engine spins before it starts sleeping between looks at its queue.
 const SPIN_BEFORE_SLEEP: Duration = Duration::from_micros(200);
-/// Spins of a blocked poll (each trying to help) before it starts yielding its time slice.
-const SPINS_BEFORE_YIELD: u32 = 256;
 /// Longest sleep of an idle engine (pollers help, so this bounds only background latency).
 const MAX_SLEEP: Duration = Duration::from_millis(1);
 
@@ -165,10 +164,10 @@ impl Engines {
         })
     }
 
-    pub(super) fn open(&self, fabric: &Arc<Fabric>, node: usize) -> Result<ThreadedNic> {
+    pub(super) fn open(&self, fabric: &Arc<Fabric>, node: usize) -> Result<EngineNic> {
         let tx = self.senders.lock().as_ref().ok_or(Error::Shutdown)?[node].clone();
         let nodes = fabric.nodes();
-        Ok(ThreadedNic {
+        Ok(EngineNic {
             cpu: DirectCpu {
                 fabric: fabric.clone(),
                 node,
@@ -198,6 +197,7 @@ impl Engines {
 
     pub(super) fn quiesce(&self, fabric: &Fabric, timeout: Duration) -> Result<()> {
         let deadline = deadline(timeout);
+        let backoff = Backoff::new();
         while self.inflight.load(SeqCst) != 0 {
             fabric.check_open()?;
             if expired(deadline) {
@@ -212,7 +212,7 @@ impl Engines {
                 .iter()
                 .any(|q| q.run_one(fabric, &self.inflight, false))
             {
-                std::thread::yield_now();
+                backoff.snooze();
             }
         }
         Ok(())
@@ -242,11 +242,11 @@ fn run(fabric: &Fabric, queue: &NodeQueue, inflight: &AtomicU64) {
     }
 }
 
-/// A thread's NIC under `Threaded`: posts go to its node's queue; completions are counted per
-/// queue pair (one request of a node executes at a time, in post order, so completions of a
-/// queue pair arrive in order).
+/// A thread's [`ThreadNic`] under `Threaded` (it feeds its node's engine thread): posts go to its
+/// node's queue; completions are counted per queue pair (one request of a node executes at a
+/// time, in post order, so completions of a queue pair arrive in order).
 #[derive(Debug)]
-pub(super) struct ThreadedNic {
+pub(super) struct EngineNic {
     cpu: DirectCpu,
     tx: Sender<Job>,
     queue: Arc<NodeQueue>,
@@ -255,7 +255,7 @@ pub(super) struct ThreadedNic {
     polled: Vec<u64>,
 }
 
-impl ThreadNic for ThreadedNic {
+impl ThreadNic for EngineNic {
     fn post(&mut self, target: NodeId, wr: WorkRequest) -> Result<()> {
         let t = self.cpu.fabric.check_post(self.cpu.node, target, &wr)?;
         self.inflight.fetch_add(1, SeqCst);
@@ -275,7 +275,7 @@ impl ThreadNic for ThreadedNic {
         let fabric = self.cpu.fabric.clone();
         let t = fabric.check_node(target)?;
         let want = self.polled[t] + 1;
-        let mut spins = 0u32;
+        let backoff = Backoff::new();
         let mut deadline = None;
         loop {
             self.cpu.alive()?;
@@ -294,18 +294,16 @@ impl ThreadNic for ThreadedNic {
             if self.queue.run_one(&fabric, &self.inflight, false) {
                 continue;
             }
-            if spins < SPINS_BEFORE_YIELD {
-                spins += 1;
-                std::hint::spin_loop();
-                continue;
-            }
-            if expired(*deadline.get_or_insert_with(|| super::deadline(timeout))) {
+            // Spin briefly, then yield; the clock is read only once spinning is over.
+            if backoff.is_completed()
+                && expired(*deadline.get_or_insert_with(|| super::deadline(timeout)))
+            {
                 return Err(Error::Timeout {
                     what: TimeoutKind::Poll(target),
                     after: timeout,
                 });
             }
-            std::thread::yield_now();
+            backoff.snooze();
         }
         self.polled[t] = want;
         Ok(())
