@@ -256,9 +256,15 @@ mod verbs_main {
         }
         if args.at == At::CriticalSection {
             let t = Instant::now();
-            match lock.try_acquire_for(&ctx, timeout) {
+            // FIFO acquire: a waiter passes the dead holder's ticket on (its node announced
+            // the hold), and is told the critical section before did not finish.
+            match lock.acquire_timeout(&ctx, timeout) {
                 Ok(g) => {
-                    println!("{me}: lock: acquired after {:.2?} (recovered)", t.elapsed());
+                    let poisoned = loco::locks::LockGuard::was_poisoned(&g);
+                    println!(
+                        "{me}: lock: acquired after {:.2?} (recovered; poisoned: {poisoned})",
+                        t.elapsed()
+                    );
                     drop(g);
                 }
                 Err(e) => println!("{me}: lock: typed error after {:.2?}: {e}", t.elapsed()),
