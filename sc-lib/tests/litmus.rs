@@ -431,6 +431,11 @@ fn ww_catches(mutant: Mutant, seeds: u64, stop: usize) -> Vec<(u64, Outcome)> {
 /// seeds, so a miss by chance has odds below 1e-5. The loop stops at the first catch.
 #[test]
 fn the_write_write_seed_count_catches_broken_sc_writes() {
+    if !common::shows_weak_outcomes() {
+        // A real NIC need not interleave the mutants' operations badly: the seed count is a
+        // property of the soft NIC's Chaos schedule.
+        return;
+    }
     for mutant in [Mutant::SharedScratch, Mutant::Unlocked] {
         let caught = ww_catches(mutant, WW_CHAOS_RUNS, 1);
         let Some((seed, o)) = caught.first() else {
@@ -449,6 +454,9 @@ fn the_write_write_seed_count_catches_broken_sc_writes() {
 #[test]
 #[ignore = "soak: 30,000 seeds of a mutant"]
 fn a_weak_lock_in_sc_writes_is_caught_in_a_soak() {
+    if !common::shows_weak_outcomes() {
+        return; // as above: a property of the Chaos schedule
+    }
     let caught = ww_catches(Mutant::WeakLock, 30_000, 1);
     assert!(
         !caught.is_empty(),
