@@ -397,153 +397,38 @@ impl ThreadNic for VerbsNic {
         let t = target.index();
         let mut guard = self.state.lock();
         let st = &mut *guard;
-        if t >= st.links.len() {
+        let Some(link) = st.links.get_mut(t) else {
             return Err(Error::UnknownNode {
                 node: target,
                 nodes: st.links.len(),
             });
-        }
-        if let Some(reason) = self.shared.peers.dead(target) {
-            st.links[t].kill(reason);
-        }
-        if let Some(e) = st.links[t].failure() {
-            return Err(e);
-        }
+        };
+        check_alive(&self.shared, link)?;
         if wr == WorkRequest::Fence {
-            st.links[t].fence = true;
+            link.fence = true;
             return Ok(());
         }
-        let link = &st.links[t];
-        // Word addresses; an index so large that the address overflows is out of range.
-        let overflow = u64::MAX;
-        let at = |word: usize| {
-            (word as u64)
-                .checked_mul(WORD)
-                .and_then(|off| link.remote_addr.checked_add(off))
-                .unwrap_or(overflow)
-        };
-        // (opcode, first local word, words, remote address, compare/add operand, swap operand)
-        let (opcode, local, words, remote_addr, compare_add, swap) = match wr {
-            WorkRequest::Write {
-                local,
-                remote,
-                words,
-            } => (
-                sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE,
-                local,
-                words,
-                at(remote),
-                0,
-                0,
-            ),
-            WorkRequest::Read {
-                local,
-                remote,
-                words,
-            } => (
-                sys::ibv_wr_opcode::IBV_WR_RDMA_READ,
-                local,
-                words,
-                at(remote),
-                0,
-                0,
-            ),
-            WorkRequest::CompareSwap {
-                remote,
-                expected,
-                new,
-                local,
-            } => {
-                let op = sys::ibv_wr_opcode::IBV_WR_ATOMIC_CMP_AND_SWP;
-                (op, local, 1, at(remote), expected, new)
-            }
-            WorkRequest::FetchAdd { remote, add, local } => {
-                let op = sys::ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD;
-                (op, local, 1, at(remote), add, 0)
-            }
-            WorkRequest::Fence => unreachable!("handled above"),
-        };
-        self.check_local(local, words)?;
-        if remote_addr == overflow {
-            return Err(Error::OutOfRange {
-                node: target,
-                offset: u64::MAX,
-                len: words as u64 * WORD,
-                size: link.remote_words as u64 * WORD,
-            });
-        }
-        let atomic = matches!(
-            wr,
-            WorkRequest::CompareSwap { .. } | WorkRequest::FetchAdd { .. }
-        );
-        // Atomics need 8-byte aligned targets; word addresses are, if the base is.
-        if atomic && remote_addr % WORD != 0 {
-            return Err(Error::Misaligned {
-                offset: remote_addr - link.remote_addr,
-                len: WORD,
-            });
-        }
-        let length = u32::try_from(words as u64 * WORD)
-            .map_err(|_| verbs_error(format!("a transfer of {words} words is over 4 GiB")))?;
-        let rkey = link.rkey;
-        // Remote bounds are the target NIC's to enforce: a request outside the target's memory
-        // region completes with a remote access error.
+        let enc = Encoded::new(wr, link)?;
+        self.check_local(enc.local, enc.words)?;
         // Never post past a queue's capacity (docs/verbs-notes.md, pitfall 4): wait for completions.
-        if st.links[t].in_flight >= st.links[t].capacity || st.in_flight >= st.cq_capacity {
-            self.wait_for_room(st, t)?;
-        }
+        self.drain_until(st, t, "send queue space", |st| {
+            st.links[t].in_flight < st.links[t].capacity && st.in_flight < st.cq_capacity
+        })?;
         let software_fence = st.links[t].fence && self.shared.software_fence;
         if software_fence {
-            self.wait_for_reads(st, t)?;
+            // The Fence flag's promise, kept by the poster: every earlier RDMA READ and atomic
+            // on this queue pair has completed.
+            self.drain_until(st, t, "rfence (earlier reads and atomics)", |st| {
+                st.links[t].completed >= st.links[t].last_read
+            })?;
         }
         let link = &mut st.links[t];
-        let mut sge = sys::ibv_sge {
-            addr: self.home.mem.words.addr() as u64 + local as u64 * WORD,
-            length,
-            lkey: self.home.mem.lkey(),
-        };
-        // SAFETY: `ibv_send_wr` is plain old data (integers, raw pointers, unions of those):
-        // all zeroes is a valid value of each field.
-        let mut swr: sys::ibv_send_wr = unsafe { MaybeUninit::zeroed().assume_init() };
-        swr.wr_id = t as u64;
-        swr.sg_list = &mut sge;
-        swr.num_sge = 1;
-        swr.opcode = opcode;
-        swr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
-        if link.fence && !software_fence {
-            swr.send_flags |= sys::ibv_send_flags::IBV_SEND_FENCE.0;
-        }
-        if atomic {
-            swr.wr.atomic = sys::atomic_t {
-                remote_addr,
-                compare_add,
-                swap,
-                rkey,
-            };
-        } else {
-            swr.wr.rdma = sys::rdma_t { remote_addr, rkey };
-        }
-        let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
-        // SAFETY: the queue pair is alive (owned by `st`); `swr` is a complete single request
-        // (`next` null) whose scatter entry `sge` outlives the call and names `lkey`-registered
-        // memory of this node, inside it (checked above). The provider copies the request.
-        let ret = unsafe { sys::ibv_post_send(link.qp.qp().as_ptr(), &mut swr, &mut bad) };
-        if ret != 0 {
-            let os = std::io::Error::from_raw_os_error(ret);
-            if qp::in_error(&link.qp) {
-                link.failed.get_or_insert(Failure::Qp);
-                return Err(Error::QpInError { node: target });
-            }
-            return Err(Error::Backend {
-                backend: "verbs",
-                message: format!("ibv_post_send towards {target} failed"),
-                source: Some(os),
-            });
-        }
+        let hardware_fence = link.fence && !software_fence;
+        self.send(link, &enc, hardware_fence)?;
         link.fence = false;
         link.in_flight += 1;
         link.posted += 1;
-        if opcode != sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE {
+        if enc.opcode != sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE {
             link.last_read = link.posted;
         }
         st.in_flight += 1;
@@ -625,57 +510,178 @@ impl ThreadNic for VerbsNic {
 }
 
 impl VerbsNic {
-    /// Waits, draining completions, until queue pair `t` and the completion queue have room.
-    fn wait_for_room(&self, st: &mut State, t: usize) -> Result<()> {
+    /// Drains completions until `done` holds, failing if the peer of queue pair `t` dies or the
+    /// queue pair fails, or with [`Error::Timeout`] (`what`) after the cluster's timeout.
+    fn drain_until(
+        &self,
+        st: &mut State,
+        t: usize,
+        what: &'static str,
+        done: impl Fn(&State) -> bool,
+    ) -> Result<()> {
         let start = Instant::now();
         let mut idle = 0u32;
         loop {
+            check_alive(&self.shared, &mut st.links[t])?;
+            if done(st) {
+                return Ok(());
+            }
             if st.drain()? == 0 {
                 if start.elapsed() >= self.shared.timeout {
                     return Err(Error::Timeout {
-                        what: TimeoutKind::Other("send queue space"),
+                        what: TimeoutKind::Other(what),
                         after: self.shared.timeout,
                     });
                 }
                 pause(&mut idle, start);
-            }
-            if let Some(reason) = self.shared.peers.dead(st.links[t].target) {
-                st.links[t].kill(reason);
-            }
-            if let Some(e) = st.links[t].failure() {
-                return Err(e);
-            }
-            if st.links[t].in_flight < st.links[t].capacity && st.in_flight < st.cq_capacity {
-                return Ok(());
             }
         }
     }
+
+    /// Posts the encoded request on `link`'s queue pair, signalled, with the Fence flag if
+    /// `fence`. The caller has checked the local words and made room.
+    fn send(&self, link: &mut Link, enc: &Encoded, fence: bool) -> Result<()> {
+        let mut sge = sys::ibv_sge {
+            addr: self.home.mem.words.addr() as u64 + enc.local as u64 * WORD,
+            length: enc.length,
+            lkey: self.home.mem.lkey(),
+        };
+        // SAFETY: `ibv_send_wr` is plain old data (integers, raw pointers, unions of those):
+        // all zeroes is a valid value of each field.
+        let mut swr: sys::ibv_send_wr = unsafe { MaybeUninit::zeroed().assume_init() };
+        swr.wr_id = link.target.index() as u64;
+        swr.sg_list = &mut sge;
+        swr.num_sge = 1;
+        swr.opcode = enc.opcode;
+        swr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
+        if fence {
+            swr.send_flags |= sys::ibv_send_flags::IBV_SEND_FENCE.0;
+        }
+        if enc.atomic {
+            swr.wr.atomic = sys::atomic_t {
+                remote_addr: enc.remote_addr,
+                compare_add: enc.compare_add,
+                swap: enc.swap,
+                rkey: link.rkey,
+            };
+        } else {
+            swr.wr.rdma = sys::rdma_t {
+                remote_addr: enc.remote_addr,
+                rkey: link.rkey,
+            };
+        }
+        let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: the queue pair is alive (owned by the link); `swr` is a complete single
+        // request (`next` null) whose scatter entry `sge` outlives the call and names
+        // `lkey`-registered memory of this node, inside it (checked by the caller). The provider
+        // copies the request.
+        let ret = unsafe { sys::ibv_post_send(link.qp.qp().as_ptr(), &mut swr, &mut bad) };
+        if ret == 0 {
+            return Ok(());
+        }
+        let os = std::io::Error::from_raw_os_error(ret);
+        if qp::in_error(&link.qp) {
+            link.failed.get_or_insert(Failure::Qp);
+            return Err(Error::QpInError { node: link.target });
+        }
+        Err(Error::Backend {
+            backend: "verbs",
+            message: format!("ibv_post_send towards {} failed", link.target),
+            source: Some(os),
+        })
+    }
 }
 
-impl VerbsNic {
-    /// The software fence: waits, draining completions, until every RDMA READ and atomic posted
-    /// on queue pair `t` has completed (the Fence flag's promise, kept by the poster).
-    fn wait_for_reads(&self, st: &mut State, t: usize) -> Result<()> {
-        let start = Instant::now();
-        let mut idle = 0u32;
-        while st.links[t].completed < st.links[t].last_read {
-            if let Some(reason) = self.shared.peers.dead(st.links[t].target) {
-                st.links[t].kill(reason);
+/// The one peer-alive check: marks `link` failed if the rendezvous reports its peer dead, and
+/// returns the error every operation on a failed link gets.
+fn check_alive(shared: &Shared, link: &mut Link) -> Result<()> {
+    if let Some(reason) = shared.peers.dead(link.target) {
+        link.kill(reason);
+    }
+    link.failure().map_or(Ok(()), Err)
+}
+
+/// A work request in ibverbs terms, checked against the link's remote memory.
+struct Encoded {
+    opcode: u32,
+    /// First local word and word count.
+    local: usize,
+    words: usize,
+    remote_addr: u64,
+    /// The atomic's compare (CAS) or addend (FAA) operand, and its swap operand.
+    compare_add: u64,
+    swap: u64,
+    atomic: bool,
+    /// Bytes to transfer.
+    length: u32,
+}
+
+impl Encoded {
+    /// Encodes `wr` (not a fence) for `link`: opcode, addresses, operands. Remote bounds are
+    /// the target NIC's to enforce (a request outside its memory region completes with a remote
+    /// access error); an address that overflows is refused here.
+    fn new(wr: WorkRequest, link: &Link) -> Result<Encoded> {
+        use sys::ibv_wr_opcode::*;
+        let at = |word: usize| {
+            (word as u64)
+                .checked_mul(WORD)
+                .and_then(|off| link.remote_addr.checked_add(off))
+        };
+        let (opcode, local, words, remote, compare_add, swap) = match wr {
+            WorkRequest::Write {
+                local,
+                remote,
+                words,
+            } => (IBV_WR_RDMA_WRITE, local, words, remote, 0, 0),
+            WorkRequest::Read {
+                local,
+                remote,
+                words,
+            } => (IBV_WR_RDMA_READ, local, words, remote, 0, 0),
+            WorkRequest::CompareSwap {
+                remote,
+                expected,
+                new,
+                local,
+            } => (IBV_WR_ATOMIC_CMP_AND_SWP, local, 1, remote, expected, new),
+            WorkRequest::FetchAdd { remote, add, local } => {
+                (IBV_WR_ATOMIC_FETCH_AND_ADD, local, 1, remote, add, 0)
             }
-            if let Some(e) = st.links[t].failure() {
-                return Err(e);
+            WorkRequest::Fence => {
+                return Err(verbs_error("a fence is not a work request".to_owned()))
             }
-            if st.drain()? == 0 {
-                if start.elapsed() >= self.shared.timeout {
-                    return Err(Error::Timeout {
-                        what: TimeoutKind::Other("rfence (earlier reads and atomics)"),
-                        after: self.shared.timeout,
-                    });
-                }
-                pause(&mut idle, start);
-            }
+        };
+        let Some(remote_addr) = at(remote) else {
+            return Err(Error::OutOfRange {
+                node: link.target,
+                offset: u64::MAX,
+                len: (words as u64).saturating_mul(WORD),
+                size: link.remote_words as u64 * WORD,
+            });
+        };
+        let atomic = matches!(
+            wr,
+            WorkRequest::CompareSwap { .. } | WorkRequest::FetchAdd { .. }
+        );
+        // Atomics need 8-byte aligned targets; word addresses are, if the base is.
+        if atomic && remote_addr % WORD != 0 {
+            return Err(Error::Misaligned {
+                offset: remote_addr - link.remote_addr,
+                len: WORD,
+            });
         }
-        Ok(())
+        let length = u32::try_from((words as u64).saturating_mul(WORD))
+            .map_err(|_| verbs_error(format!("a transfer of {words} words is over 4 GiB")))?;
+        Ok(Encoded {
+            opcode,
+            local,
+            words,
+            remote_addr,
+            compare_add,
+            swap,
+            atomic,
+            length,
+        })
     }
 }
 
