@@ -60,7 +60,7 @@ impl Parser {
                 line.next();
                 let sv = self.sv(&(Arg::Ident(name), span), "a condition on a copy")?;
                 let (n, nspan) = line.ident("a node, such as `n1`")?;
-                let node = self.node_name(&n, nspan)?;
+                let node = Self::node_ref(&n, nspan)?;
                 self.sv_atoms.push((node, nspan));
                 Observable::Sv { sv, node }
             }

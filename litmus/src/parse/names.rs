@@ -3,18 +3,26 @@
 use super::*;
 
 impl Parser {
+    /// A node named where nodes are introduced (threads, declarations, node sets): the test
+    /// gains it.
     pub(super) fn node_name(&mut self, name: &str, span: Span) -> PResult<NodeId> {
+        let node = Self::node_ref(name, span)?;
+        if !self.nodes.contains(&node) {
+            self.nodes.push(node);
+        }
+        Ok(node)
+    }
+
+    /// A node named where it must already be one of the test's (a condition on an sv copy):
+    /// parsed, not added; `finish` checks it.
+    pub(super) fn node_ref(name: &str, span: Span) -> PResult<NodeId> {
         let n = name
             .strip_prefix('n')
             .filter(|d| !d.is_empty() && d.chars().all(|c| c.is_ascii_digit()))
             .and_then(|d| d.parse::<usize>().ok())
             .filter(|&n| n < MAX_NODES)
             .ok_or((span, ParseErrorKind::BadNode(name.to_string())))?;
-        let node = NodeId(n as u16);
-        if !self.nodes.contains(&node) {
-            self.nodes.push(node);
-        }
-        Ok(node)
+        Ok(NodeId(n as u16))
     }
 
     pub(super) fn node(&mut self, line: &mut Line) -> PResult<NodeId> {

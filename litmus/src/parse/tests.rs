@@ -214,3 +214,20 @@ expect allowed
     assert_eq!(t.exists.atoms.len(), 3);
     assert!(t.locs[0].written && t.locs[1].written);
 }
+
+#[test]
+fn an_sv_condition_names_a_node_of_the_test() {
+    let src = "litmus sv-far
+sv s
+thread t0 @n0 {
+  store(s, 1)
+}
+exists s@n5 = 0
+expect allowed
+";
+    let e = err(src);
+    assert!(e.contains("a node of the test") && e.contains("n5"), "{e}");
+    // A node the test has is fine, and the condition adds none.
+    let t = parse(&src.replace("s@n5", "s@n0"), "t.litmus").unwrap();
+    assert_eq!(t.nodes, vec![NodeId(0)]);
+}
