@@ -138,20 +138,8 @@ fn qp_names(qp: &Qp, node: usize, w: usize, local_side: bool, remote_side: bool)
 
 /// Whether a work request names word `w` of `node` (posted by a thread on `me` to `target`).
 fn wr_names(wr: &WorkRequest, me: usize, target: usize, node: usize, w: usize) -> bool {
-    let (local, remote, len) = match *wr {
-        WorkRequest::Write {
-            local,
-            remote,
-            words,
-        }
-        | WorkRequest::Read {
-            local,
-            remote,
-            words,
-        } => (local, remote, words),
-        WorkRequest::CompareSwap { remote, local, .. }
-        | WorkRequest::FetchAdd { remote, local, .. } => (local, remote, 1),
-        WorkRequest::Fence => return false,
+    let Some((local, remote, len)) = wr.span() else {
+        return false;
     };
     (me == node && covers(local, len, w)) || (target == node && covers(remote, len, w))
 }

@@ -16,12 +16,18 @@
 //! of the process that calls the lock or waits for it.
 
 use std::sync::Mutex;
+use std::time::Duration;
 
-use loco_rdmawait::{Ctx, Loc, WorkId};
+use loco_rdmawait::{Ctx, Loc, NodeId, WorkId};
 use loco_rdmawaitrmw::Rmw;
 
 use crate::thread::Deadline;
 use crate::Result;
+
+/// How long a thread that gives a ticket up spends marking it (beyond the caller's deadline):
+/// a few round trips to the lock's node. If that does not suffice, the mark is owed (see
+/// [`Debts`]).
+pub(crate) const ABANDON_BUDGET: Duration = Duration::from_millis(500);
 
 /// Words in a lock's ring of abandon marks.
 pub(crate) const MARKS: u64 = 16;
@@ -93,8 +99,33 @@ impl Debts {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).push(u);
     }
 
-    /// Tries `pay` on every owed ticket; keeps those it could not pay.
-    pub(crate) fn pay(&self, mut pay: impl FnMut(u64) -> bool) {
+    /// Gives ticket `u` up with `try_abandon` (pass it on, or leave its mark), within
+    /// [`ABANDON_BUDGET`]; a ticket that could not be marked is owed. `kind` and `node` name the
+    /// lock kind and the calling thread's node in the logs.
+    pub(crate) fn abandon(
+        &self,
+        lock: u64,
+        kind: &'static str,
+        node: NodeId,
+        u: u64,
+        try_abandon: impl FnOnce(&Deadline) -> Result<bool>,
+    ) {
+        match try_abandon(&Deadline::after(ABANDON_BUDGET)) {
+            Ok(true) => {
+                tracing::debug!(target: "loco::locks", lock, kind, %node, ticket = u, "ticket abandoned");
+            }
+            Ok(false) => self.push(u),
+            Err(e) => {
+                self.push(u);
+                tracing::warn!(target: "loco::locks", lock, kind, %node, ticket = u, error = %e,
+                    "could not mark an abandoned ticket; owed to the next caller");
+            }
+        }
+    }
+
+    /// Tries `try_abandon` (within [`ABANDON_BUDGET`] each) on every owed ticket; keeps those it
+    /// could not mark.
+    pub(crate) fn pay(&self, mut try_abandon: impl FnMut(u64, &Deadline) -> Result<bool>) {
         let owed: Vec<u64> = {
             let mut v = self.0.lock().unwrap_or_else(|p| p.into_inner());
             if v.is_empty() {
@@ -102,7 +133,10 @@ impl Debts {
             }
             std::mem::take(&mut *v)
         };
-        let left: Vec<u64> = owed.into_iter().filter(|&u| !pay(u)).collect();
+        let left: Vec<u64> = owed
+            .into_iter()
+            .filter(|&u| !matches!(try_abandon(u, &Deadline::after(ABANDON_BUDGET)), Ok(true)))
+            .collect();
         if !left.is_empty() {
             self.0
                 .lock()

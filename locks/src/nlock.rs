@@ -27,11 +27,6 @@ const NL_ACQ: WorkId = WorkId::internal(0x4C4B_0011);
 /// queue pair and reaps them.
 const NL_REL: WorkId = WorkId::internal(0x4C4B_0012);
 
-/// How long a thread that gives a ticket up spends marking it (beyond the caller's deadline):
-/// a few round trips to the lock's node. If that does not suffice, the mark is owed (see
-/// [`marks::Debts`]).
-pub(crate) const ABANDON_BUDGET: Duration = Duration::from_millis(500);
-
 /// How often a stalled waiter looks for an abandoned or dead ticket (a round trip to n, plus one
 /// per dead node).
 const LOOK_EVERY: Duration = Duration::from_millis(1);
@@ -226,29 +221,16 @@ impl RawNLock {
     }
 
     /// Gives ticket `u` up: if the lock is already released to it, pass it on at once;
-    /// otherwise leave its abandon mark. Takes at most [`ABANDON_BUDGET`]; on failure the mark
-    /// is owed (paid by the process's next caller).
+    /// otherwise leave its abandon mark (see [`marks::Debts::abandon`]).
     fn abandon(&self, ctx: &Ctx, me: &ThreadLock, u: u64) {
-        let d = Deadline::after(ABANDON_BUDGET);
-        match self.try_abandon(ctx, me, u, &d) {
-            Ok(true) => {
-                tracing::debug!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = u, "nlock: ticket abandoned");
-            }
-            Ok(false) => self.debts.push(u),
-            Err(e) => {
-                self.debts.push(u);
-                tracing::warn!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = u, error = %e,
-                    "nlock: could not mark an abandoned ticket; owed to the next caller");
-            }
-        }
+        self.debts.abandon(self.id, "nlock", ctx.node(), u, |d| {
+            self.try_abandon(ctx, me, u, d)
+        });
     }
 
     /// Marks the tickets given up earlier in this process that could not be marked then.
     fn pay_debts(&self, ctx: &Ctx, me: &ThreadLock) {
-        self.debts.pay(|u| {
-            let d = Deadline::after(ABANDON_BUDGET);
-            matches!(self.try_abandon(ctx, me, u, &d), Ok(true))
-        });
+        self.debts.pay(|u, d| self.try_abandon(ctx, me, u, d));
     }
 
     fn try_abandon(&self, ctx: &Ctx, me: &ThreadLock, u: u64, d: &Deadline) -> Result<bool> {

@@ -16,7 +16,6 @@ use loco_rdmawaitrmw::Rmw;
 use loco_sv::{GlobalFence, SharedVar};
 
 use crate::marks::{self, MARKS, POISON};
-use crate::nlock::ABANDON_BUDGET;
 use crate::thread::{next_lock_id, thread_lock, Deadline, OnDrop, Spin, ThreadLock};
 use crate::{Error, RawLock, Result};
 
@@ -283,27 +282,16 @@ impl RawWLock {
         }
     }
 
+    /// Gives ticket `u` up (see [`marks::Debts::abandon`]).
     fn abandon(&self, ctx: &Ctx, me: &ThreadLock, u: u64) {
-        let d = Deadline::after(ABANDON_BUDGET);
-        match self.try_abandon(ctx, me, u, &d) {
-            Ok(true) => {
-                tracing::debug!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = u, "wlock: ticket abandoned");
-            }
-            Ok(false) => self.debts.push(u),
-            Err(e) => {
-                self.debts.push(u);
-                tracing::warn!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = u, error = %e,
-                    "wlock: could not mark an abandoned ticket; owed to the next caller");
-            }
-        }
+        self.debts.abandon(self.id, "wlock", ctx.node(), u, |d| {
+            self.try_abandon(ctx, me, u, d)
+        });
     }
 
     /// Marks the tickets given up earlier in this process that could not be marked then.
     fn pay_debts(&self, ctx: &Ctx, me: &ThreadLock) {
-        self.debts.pay(|u| {
-            let d = Deadline::after(ABANDON_BUDGET);
-            matches!(self.try_abandon(ctx, me, u, &d), Ok(true))
-        });
+        self.debts.pay(|u, d| self.try_abandon(ctx, me, u, d));
     }
 
     fn try_abandon(&self, ctx: &Ctx, me: &ThreadLock, u: u64, d: &Deadline) -> Result<bool> {

@@ -80,6 +80,26 @@ impl WorkRequest {
         !matches!(self, WorkRequest::Fence)
     }
 
+    /// The words the request touches: `(first local word, first remote word, word count)`;
+    /// `None` for a fence.
+    pub fn span(&self) -> Option<(usize, usize, usize)> {
+        match *self {
+            WorkRequest::Write {
+                local,
+                remote,
+                words,
+            }
+            | WorkRequest::Read {
+                local,
+                remote,
+                words,
+            } => Some((local, remote, words)),
+            WorkRequest::CompareSwap { remote, local, .. }
+            | WorkRequest::FetchAdd { remote, local, .. } => Some((local, remote, 1)),
+            WorkRequest::Fence => None,
+        }
+    }
+
     /// Checks every word range of the request: its local words against the `local_words` words
     /// of the posting thread's node `from`, its remote words against the `remote_words` words of
     /// the target node `to`. Fails with [`Error::OutOfRange`](crate::Error::OutOfRange) (byte
@@ -91,26 +111,12 @@ impl WorkRequest {
         to: NodeId,
         remote_words: usize,
     ) -> Result<()> {
-        match *self {
-            WorkRequest::Write {
-                local,
-                remote,
-                words,
-            }
-            | WorkRequest::Read {
-                local,
-                remote,
-                words,
-            } => {
+        match self.span() {
+            Some((local, remote, words)) => {
                 Self::check_range(from, local, words, local_words)?;
                 Self::check_range(to, remote, words, remote_words)
             }
-            WorkRequest::CompareSwap { remote, local, .. }
-            | WorkRequest::FetchAdd { remote, local, .. } => {
-                Self::check_range(from, local, 1, local_words)?;
-                Self::check_range(to, remote, 1, remote_words)
-            }
-            WorkRequest::Fence => Ok(()),
+            None => Ok(()),
         }
     }
 
