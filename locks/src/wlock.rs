@@ -11,7 +11,7 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, WorkId};
+use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, WorkId, WORD};
 use loco_rdmawaitrmw::Rmw;
 use loco_sv::{GlobalFence, SharedVar};
 
@@ -77,6 +77,27 @@ impl RawWLock {
     pub fn new(cluster: &Cluster, ticket_node: NodeId, max_threads: usize) -> Result<Self> {
         if max_threads == 0 {
             return Err(Error::NoThreads);
+        }
+        // Check the memory first: running out half-way would strand what was taken (allocations
+        // are never freed). One `rel` word per thread on every node, and on the ticket node the
+        // dispenser, the slot counter and the abandon marks.
+        let per_node = (max_threads as u64).saturating_mul(WORD);
+        for node in cluster.node_ids() {
+            let extra = if node == ticket_node {
+                (2 + MARKS) * WORD
+            } else {
+                0
+            };
+            let requested = per_node.saturating_add(extra);
+            let free = cluster.free_bytes(node)?;
+            if requested > free {
+                return Err(loco_rdmawait::Error::OutOfMemory {
+                    node,
+                    requested,
+                    free,
+                }
+                .into());
+            }
         }
         let tkt = cluster.alloc_word(ticket_node)?;
         let slots = cluster.alloc_word(ticket_node)?;

@@ -135,6 +135,31 @@ fn misuse_is_an_error() -> Result<()> {
     })
 }
 
+/// A weak lock for more threads than memory holds is refused before anything is allocated:
+/// the memory stays free for the next lock.
+#[test]
+fn a_lock_too_big_for_memory_takes_nothing() -> Result<()> {
+    let c = cluster(Schedule::Immediate);
+    let free: Vec<u64> = c
+        .node_ids()
+        .map(|n| c.free_bytes(n))
+        .collect::<Result<_, _>>()?;
+    for max in [usize::MAX, (free[1] / 8) as usize + 1] {
+        let e = WLock::new(&c, NodeId(0), max).unwrap_err();
+        assert!(
+            matches!(e, Error::Rdma(loco_rdmawait::Error::OutOfMemory { .. })),
+            "{e:?}"
+        );
+        let now: Vec<u64> = c
+            .node_ids()
+            .map(|n| c.free_bytes(n))
+            .collect::<Result<_, _>>()?;
+        assert_eq!(now, free, "nothing taken by the refused lock");
+    }
+    SLock::new(&c, NodeId(0), 2)?;
+    Ok(())
+}
+
 #[test]
 fn bounds_and_foreign_contexts_are_errors() -> Result<()> {
     let c = cluster(Schedule::Immediate);

@@ -388,6 +388,36 @@ impl Cluster {
         self.alloc_in(node, bytes, true)
     }
 
+    /// Allocates one word on every node, all or nothing (a shared variable's copies): when one
+    /// node is out of memory, nothing is taken on any node.
+    pub fn alloc_word_on_each(&self) -> Result<Vec<Loc>> {
+        let mut next = self.inner.next.lock();
+        if let Some((i, &(low, high))) = next.iter().enumerate().find(|(_, (l, h))| h - l < WORD) {
+            return Err(Error::OutOfMemory {
+                node: NodeId(i as u16),
+                requested: WORD,
+                free: high - low,
+            });
+        }
+        Ok(next
+            .iter_mut()
+            .enumerate()
+            .map(|(i, (low, _))| {
+                *low += WORD;
+                Loc::new(self.inner.id, NodeId(i as u16), *low - WORD, WORD)
+            })
+            .collect())
+    }
+
+    /// Bytes of `node`'s registered memory not yet allocated (shared or private): a layer that
+    /// makes many allocations checks it first, so that running out half-way does not strand
+    /// what was taken before (allocations are never freed).
+    pub fn free_bytes(&self, node: NodeId) -> Result<u64> {
+        self.check_node(node)?;
+        let (low, high) = self.inner.next.lock()[node.index()];
+        Ok(high - low)
+    }
+
     fn alloc_in(&self, node: NodeId, bytes: u64, private: bool) -> Result<Loc> {
         self.check_node(node)?;
         let mut next = self.inner.next.lock();

@@ -96,10 +96,8 @@ pub struct SharedVar {
 impl SharedVar {
     /// A shared variable with every copy 0.
     pub fn new(cluster: &Cluster) -> Result<SharedVar> {
-        let copies = cluster
-            .node_ids()
-            .map(|n| cluster.alloc_word(n))
-            .collect::<Result<Vec<_>, _>>()?;
+        // All or nothing: a node out of memory must not strand the copies taken on the others.
+        let copies = cluster.alloc_word_on_each()?;
         Ok(SharedVar {
             copies: copies.into(),
         })

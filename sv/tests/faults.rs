@@ -115,3 +115,28 @@ fn edge_values() {
         ctx.wait(WorkId::new(u32::MAX)).unwrap();
     }
 }
+
+/// A shared variable's copies are allocated all or nothing: a node out of memory strands no
+/// copy on the others.
+#[test]
+fn a_shared_variable_that_does_not_fit_takes_nothing() {
+    let c = Cluster::builder()
+        .nodes(3)
+        .memory_per_node(64)
+        .build()
+        .unwrap();
+    c.alloc_words(NodeId(2), 8).unwrap(); // n2 full
+    let e = SharedVar::new(&c).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Rdma(loco_rdmawait::Error::OutOfMemory {
+                node: NodeId(2),
+                ..
+            })
+        ),
+        "{e:?}"
+    );
+    assert_eq!(c.free_bytes(NodeId(0)).unwrap(), 64);
+    assert_eq!(c.free_bytes(NodeId(1)).unwrap(), 64);
+}
