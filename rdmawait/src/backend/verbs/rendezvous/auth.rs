@@ -2,11 +2,17 @@
 //!
 //! ```text
 //! client (node `from`)                          server (node `to`)
-//!   Hello { nodes, from, to, client nonce } -->
-//!                                          <--  Challenge { server nonce, MAC_s }
+//!   Hello { nodes, from, to, client incarnation, client nonce } -->
+//!                                          <--  Challenge { server incarnation, server nonce, MAC_s }
 //!   Proof { MAC_c }                          -->
-//! MAC_r = HMAC-SHA256(key, label_r || nodes || from || to || client nonce || server nonce)
+//! MAC_r = HMAC-SHA256(key, label_r || nodes || from || to || client incarnation
+//!                          || server incarnation || client nonce || server nonce)
 //! ```
+//!
+//! An *incarnation* is a random non-zero number each process draws at start: a restarted
+//! process comes back under its node id with a new one, which is how its peers tell a rejoin
+//! from a duplicate (the same incarnation twice) or a stale process (an incarnation they
+//! declared dead). The MACs bind both, so neither can be swapped on the way.
 //!
 //! Each side picks a fresh 32-byte nonce from the operating system's generator, so a recorded
 //! transcript does not verify against a new one (replay). The MAC binds the cluster size, both
@@ -28,8 +34,8 @@ use super::wire::{self, Msg, MAC, NONCE};
 
 type HmacSha256 = Hmac<Sha256>;
 
-const CLIENT_LABEL: &[u8] = b"loco rendezvous v2: client proof";
-const SERVER_LABEL: &[u8] = b"loco rendezvous v2: server proof";
+const CLIENT_LABEL: &[u8] = b"loco rendezvous v3: client proof";
+const SERVER_LABEL: &[u8] = b"loco rendezvous v3: server proof";
 
 /// Fewest bytes a configured cluster key may have.
 pub(crate) const MIN_KEY: usize = 16;
@@ -108,6 +114,19 @@ pub(crate) fn nonce() -> io::Result<[u8; NONCE]> {
     Ok(n)
 }
 
+/// A fresh incarnation number (random, never 0) from the operating system's generator.
+pub(crate) fn incarnation() -> io::Result<u64> {
+    loop {
+        let n = nonce()?;
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&n[..8]);
+        let v = u64::from_le_bytes(b);
+        if v != 0 {
+            return Ok(v);
+        }
+    }
+}
+
 /// What both MACs cover.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Transcript {
@@ -116,6 +135,8 @@ pub(crate) struct Transcript {
     pub(crate) from: u16,
     /// The listening node.
     pub(crate) to: u16,
+    pub(crate) client_incarnation: u64,
+    pub(crate) server_incarnation: u64,
     pub(crate) client_nonce: [u8; NONCE],
     pub(crate) server_nonce: [u8; NONCE],
 }
@@ -137,6 +158,8 @@ fn hmac(key: &ClusterKey, role: Role, t: &Transcript) -> HmacSha256 {
     m.update(&t.nodes.to_le_bytes());
     m.update(&t.from.to_le_bytes());
     m.update(&t.to.to_le_bytes());
+    m.update(&t.client_incarnation.to_le_bytes());
+    m.update(&t.server_incarnation.to_le_bytes());
     m.update(&t.client_nonce);
     m.update(&t.server_nonce);
     m
@@ -156,16 +179,18 @@ fn denied(message: String) -> io::Error {
     io::Error::new(io::ErrorKind::PermissionDenied, message)
 }
 
-/// The connecting side: node `from` proves the key to node `to` and checks `to`'s proof.
-/// Errors: `PermissionDenied` when the peer refused us or failed to prove the key, `InvalidData`
-/// on a protocol violation, or the I/O error.
+/// The connecting side: node `from` (incarnation `incarnation`) proves the key to node `to` and
+/// checks `to`'s proof. Returns `to`'s incarnation. Errors: `PermissionDenied` when the peer
+/// refused us or failed to prove the key, `InvalidData` on a protocol violation, or the I/O
+/// error.
 pub(crate) fn client<S: Read + Write>(
     s: &mut S,
     key: &ClusterKey,
     nodes: u16,
     from: u16,
     to: u16,
-) -> io::Result<()> {
+    incarnation: u64,
+) -> io::Result<u64> {
     let client_nonce = nonce()?;
     wire::write_msg(
         s,
@@ -173,11 +198,16 @@ pub(crate) fn client<S: Read + Write>(
             nodes,
             from,
             to,
+            incarnation,
             nonce: client_nonce,
         },
     )?;
-    let (server_nonce, server_mac) = match wire::read_msg(s)? {
-        Msg::Challenge { nonce, mac } => (nonce, mac),
+    let (server_incarnation, server_nonce, server_mac) = match wire::read_msg(s)? {
+        Msg::Challenge {
+            incarnation,
+            nonce,
+            mac,
+        } => (incarnation, nonce, mac),
         Msg::Reject { reason } => return Err(denied(format!("refused: {reason}"))),
         other => {
             return Err(wire::bad(format!(
@@ -190,6 +220,8 @@ pub(crate) fn client<S: Read + Write>(
         nodes,
         from,
         to,
+        client_incarnation: incarnation,
+        server_incarnation,
         client_nonce,
         server_nonce,
     };
@@ -205,7 +237,8 @@ pub(crate) fn client<S: Read + Write>(
         &Msg::Proof {
             mac: mac(key, Role::Client, &t),
         },
-    )
+    )?;
+    Ok(server_incarnation)
 }
 
 /// Why the server side refused a connection.
@@ -226,23 +259,26 @@ impl fmt::Display for Refused {
     }
 }
 
-/// The listening side, node `me` of `nodes`: reads a `Hello`, checks it is meant for this
-/// cluster and node, proves the key, checks the client's proof. Returns the client's node id.
+/// The listening side, node `me` of `nodes` (incarnation `incarnation`): reads a `Hello`,
+/// checks it is meant for this cluster and node, proves the key, checks the client's proof.
+/// Returns the client's node id and incarnation.
 pub(crate) fn server<S: Read + Write>(
     s: &mut S,
     key: &ClusterKey,
     nodes: u16,
     me: u16,
-) -> Result<u16, Refused> {
+    incarnation: u64,
+) -> Result<(u16, u64), Refused> {
     let refuse = |s: &mut S, reason: String| {
         let _ = wire::write_msg(s, &Msg::reject(reason.clone()));
         Refused::Told(reason)
     };
-    let (from, client_nonce) = match wire::read_msg(s).map_err(Refused::Io)? {
+    let (from, client_incarnation, client_nonce) = match wire::read_msg(s).map_err(Refused::Io)? {
         Msg::Hello {
             nodes: n,
             from,
             to,
+            incarnation,
             nonce,
         } => {
             if n != nodes {
@@ -260,7 +296,7 @@ pub(crate) fn server<S: Read + Write>(
                     format!("node id n{from} is invalid here (n{me} of {nodes})"),
                 ));
             }
-            (from, nonce)
+            (from, incarnation, nonce)
         }
         other => {
             return Err(Refused::Io(wire::bad(format!(
@@ -273,19 +309,22 @@ pub(crate) fn server<S: Read + Write>(
         nodes,
         from,
         to: me,
+        client_incarnation,
+        server_incarnation: incarnation,
         client_nonce,
         server_nonce: nonce().map_err(Refused::Io)?,
     };
     wire::write_msg(
         s,
         &Msg::Challenge {
+            incarnation,
             nonce: t.server_nonce,
             mac: mac(key, Role::Server, &t),
         },
     )
     .map_err(Refused::Io)?;
     match wire::read_msg(s).map_err(Refused::Io)? {
-        Msg::Proof { mac } if verify(key, Role::Client, &t, &mac) => Ok(from),
+        Msg::Proof { mac } if verify(key, Role::Client, &t, &mac) => Ok((from, client_incarnation)),
         Msg::Proof { .. } => Err(refuse(
             s,
             "authentication failed: you do not hold this cluster's key (LOCO_CLUSTER_KEY)"
@@ -330,6 +369,8 @@ mod tests {
             nodes: 3,
             from: 1,
             to: 2,
+            client_incarnation: 10,
+            server_incarnation: 20,
             client_nonce: [4; NONCE],
             server_nonce: [5; NONCE],
         };
@@ -348,6 +389,17 @@ mod tests {
             ..t
         };
         assert!(!verify(&k, Role::Client, &fresh, &c), "replay");
+        let restarted = Transcript {
+            client_incarnation: 11,
+            ..t
+        };
+        assert!(!verify(&k, Role::Client, &restarted, &c), "another incarnation");
+        let swapped = Transcript {
+            client_incarnation: 20,
+            server_incarnation: 10,
+            ..t
+        };
+        assert!(!verify(&k, Role::Client, &swapped, &c), "incarnations swapped");
         assert!(!verify(&k, Role::Client, &t, &c[..31]), "short tag");
     }
 
@@ -406,22 +458,24 @@ mod tests {
         server_key: ClusterKey,
         from: u16,
         to: u16,
-    ) -> (io::Result<()>, Result<u16, Refused>) {
+    ) -> (io::Result<u64>, Result<(u16, u64), Refused>) {
         let (mut a, mut b) = pipe();
-        let srv = std::thread::spawn(move || server(&mut b, &server_key, 3, 1));
-        let c = client(&mut a, &client_key, 3, from, to);
+        let srv = std::thread::spawn(move || server(&mut b, &server_key, 3, 1, 500));
+        let c = client(&mut a, &client_key, 3, from, to, 700);
         drop(a);
         (c, srv.join().unwrap())
     }
 
     #[test]
     fn the_same_key_joins_both_ways() {
+        // Each side learns the other's incarnation.
         let (c, s) = run(key(7), key(7), 2, 1);
-        c.unwrap();
-        assert_eq!(s.unwrap(), 2);
+        assert_eq!(c.unwrap(), 500);
+        assert_eq!(s.unwrap(), (2, 700));
         let (c, s) = run(ClusterKey::none(), ClusterKey::none(), 0, 1);
         c.unwrap();
-        assert_eq!(s.unwrap(), 0);
+        assert_eq!(s.unwrap(), (0, 700));
+        assert_ne!(incarnation().unwrap(), incarnation().unwrap());
     }
 
     #[test]
@@ -453,22 +507,28 @@ mod tests {
         let k = key(7);
         let (mut a, mut b) = pipe();
         let kk = k.clone();
-        let srv = std::thread::spawn(move || server(&mut b, &kk, 3, 1));
+        let srv = std::thread::spawn(move || server(&mut b, &kk, 3, 1, 500));
         let client_nonce = [42; NONCE];
         let hello = Msg::Hello {
             nodes: 3,
             from: 2,
             to: 1,
+            incarnation: 9,
             nonce: client_nonce,
         };
         wire::write_msg(&mut a, &hello).unwrap();
-        let Msg::Challenge { nonce, .. } = wire::read_msg(&mut a).unwrap() else {
+        let Msg::Challenge {
+            nonce, incarnation, ..
+        } = wire::read_msg(&mut a).unwrap()
+        else {
             panic!("no challenge")
         };
         let t = Transcript {
             nodes: 3,
             from: 2,
             to: 1,
+            client_incarnation: 9,
+            server_incarnation: incarnation,
             client_nonce,
             server_nonce: nonce,
         };
@@ -476,18 +536,18 @@ mod tests {
             mac: mac(&k, Role::Client, &t),
         };
         wire::write_msg(&mut a, &proof).unwrap();
-        assert_eq!(srv.join().unwrap().unwrap(), 2);
+        assert_eq!(srv.join().unwrap().unwrap(), (2, 9));
         // The replay: same bytes, new server nonce.
         let (mut a, mut b) = pipe();
         let kk = k.clone();
-        let srv = std::thread::spawn(move || server(&mut b, &kk, 3, 1));
+        let srv = std::thread::spawn(move || server(&mut b, &kk, 3, 1, 500));
         wire::write_msg(&mut a, &hello).unwrap();
         let _ = wire::read_msg(&mut a).unwrap();
         wire::write_msg(&mut a, &proof).unwrap();
         assert!(matches!(srv.join().unwrap(), Err(Refused::Told(_))));
         // Reflection: the server's own MAC sent back as the proof.
         let (mut a, mut b) = pipe();
-        let srv = std::thread::spawn(move || server(&mut b, &k, 3, 1));
+        let srv = std::thread::spawn(move || server(&mut b, &k, 3, 1, 500));
         wire::write_msg(&mut a, &hello).unwrap();
         let Msg::Challenge { mac, .. } = wire::read_msg(&mut a).unwrap() else {
             panic!("no challenge")

@@ -32,6 +32,8 @@ const CONNECT_RETRY: Duration = Duration::from_millis(50);
 pub(crate) struct GateConfig {
     /// This node.
     pub(crate) me: u16,
+    /// This process's incarnation.
+    pub(crate) incarnation: u64,
     /// The cluster's size.
     pub(crate) nodes: u16,
     pub(crate) key: ClusterKey,
@@ -41,9 +43,9 @@ pub(crate) struct GateConfig {
     pub(crate) max_pending: usize,
 }
 
-/// What runs an authenticated connection from node `from` (on the connection's thread, until
-/// the connection ends).
-pub(crate) type OnJoin = dyn Fn(TcpStream, u16) + Send + Sync;
+/// What runs an authenticated connection from node `from`, incarnation `incarnation` (on the
+/// connection's thread, until the connection ends).
+pub(crate) type OnJoin = dyn Fn(TcpStream, u16, u64) + Send + Sync;
 
 struct Inner {
     cfg: GateConfig,
@@ -195,10 +197,10 @@ fn accept_loop(inner: &Arc<Inner>, listener: &TcpListener) {
 /// Runs one accepted connection: the handshake, then (if it proved the key) the session.
 fn connection(inner: &Inner, mut stream: TcpStream, addr: SocketAddr) {
     let cfg = &inner.cfg;
-    let r = auth::server(&mut stream, &cfg.key, cfg.nodes, cfg.me);
+    let r = auth::server(&mut stream, &cfg.key, cfg.nodes, cfg.me, cfg.incarnation);
     inner.pending.fetch_sub(1, SeqCst);
     match r {
-        Ok(from) if !inner.stop.load(SeqCst) => (inner.on_join)(stream, from),
+        Ok((from, inc)) if !inner.stop.load(SeqCst) => (inner.on_join)(stream, from, inc),
         Ok(_) => {}
         Err(e) => {
             inner.refused.fetch_add(1, SeqCst);
@@ -214,24 +216,32 @@ fn connection(inner: &Inner, mut stream: TcpStream, addr: SocketAddr) {
     }
 }
 
-/// Connects to the listener of node `to` at `addr` and proves the key, retrying (until
+/// Who dials whom: node `from` (incarnation `incarnation`) of `nodes` to node `to`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Dial {
+    pub(crate) nodes: u16,
+    pub(crate) from: u16,
+    pub(crate) to: u16,
+    pub(crate) incarnation: u64,
+}
+
+/// Connects to the listener of node `d.to` at `addr` and proves the key, retrying (until
 /// `deadline`) while it is not listening yet or is busy. A refusal or a failed proof is final.
+/// Returns the connection and the listener's incarnation.
 pub(crate) fn dial(
     addr: SocketAddr,
     deadline: Instant,
     key: &ClusterKey,
-    nodes: u16,
-    from: u16,
-    to: u16,
+    d: Dial,
     io_timeout: Duration,
-) -> io::Result<TcpStream> {
+) -> io::Result<(TcpStream, u64)> {
     loop {
         let attempt = TcpStream::connect_timeout(&addr, CONNECT_ATTEMPT).and_then(|mut s| {
             s.set_nodelay(true)?;
             s.set_read_timeout(Some(io_timeout))?;
             s.set_write_timeout(Some(io_timeout))?;
-            auth::client(&mut s, key, nodes, from, to)?;
-            Ok(s)
+            let theirs = auth::client(&mut s, key, d.nodes, d.from, d.to, d.incarnation)?;
+            Ok((s, theirs))
         });
         match attempt {
             Ok(s) => return Ok(s),
@@ -274,14 +284,15 @@ mod tests {
         let tx = Mutex::new(tx);
         let cfg = GateConfig {
             me: ME,
+            incarnation: 1,
             nodes: NODES,
             key: key(),
             handshake_timeout: handshake,
             max_pending,
         };
-        let on_join = Box::new(move |mut s: TcpStream, from: u16| {
+        let on_join = Box::new(move |mut s: TcpStream, from: u16, _inc: u64| {
             if let Ok(Msg::Join { info }) = wire::read_msg(&mut s) {
-                let _ = wire::write_msg(&mut s, &Msg::Welcome { info });
+                let _ = wire::write_msg(&mut s, &Msg::Welcome { info, epoch: 0 });
                 let _ = tx.lock().send(from);
             }
         });
@@ -291,15 +302,14 @@ mod tests {
 
     fn join(addr: SocketAddr, key: &ClusterKey, from: u16) -> io::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(30);
-        let mut s = dial(
-            addr,
-            deadline,
-            key,
-            NODES,
+        let d = Dial {
+            nodes: NODES,
             from,
-            ME,
-            Duration::from_secs(10),
-        )?;
+            to: ME,
+            incarnation: 2,
+        };
+        let (mut s, theirs) = dial(addr, deadline, key, d, Duration::from_secs(10))?;
+        assert_eq!(theirs, 1, "the listener's incarnation");
         let info = NodeInfo {
             addr: 4096,
             rkey: 1,
@@ -307,7 +317,7 @@ mod tests {
         };
         wire::write_msg(&mut s, &Msg::Join { info })?;
         match wire::read_msg(&mut s)? {
-            Msg::Welcome { info: i } if i == info => Ok(()),
+            Msg::Welcome { info: i, .. } if i == info => Ok(()),
             other => Err(wire::bad(format!("got {other:?}"))),
         }
     }
@@ -334,6 +344,7 @@ mod tests {
             nodes: NODES,
             from: 1,
             to: ME,
+            incarnation: 5,
             nonce: [3; wire::NONCE],
         });
         let start = Instant::now();
@@ -432,12 +443,13 @@ mod tests {
             addr,
             GateConfig {
                 me: ME,
+                incarnation: 1,
                 nodes: NODES,
                 key: key(),
                 handshake_timeout: Duration::from_secs(1),
                 max_pending: 1,
             },
-            Box::new(move |_, from| {
+            Box::new(move |_, from, _| {
                 let _ = tx.lock().send(from);
             }),
         )

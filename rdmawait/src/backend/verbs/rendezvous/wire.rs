@@ -11,8 +11,9 @@ use std::io::{self, Read, Write};
 
 /// Identifies a loco rendezvous (the first field of `Hello`).
 pub(crate) const MAGIC: u32 = 0x4c4f_434f; // "LOCO"
-/// Protocol version; 2 added the authenticated handshake and heartbeats.
-pub(crate) const VERSION: u16 = 2;
+/// Protocol version; 2 added the authenticated handshake and heartbeats, 3 the incarnations
+/// (rejoin after a restart) and the barrier count in `Welcome`.
+pub(crate) const VERSION: u16 = 3;
 /// Largest frame body accepted; the longest message is a `Reject` with its reason.
 pub(crate) const MAX_FRAME: u32 = 2048;
 /// Longest `Reject` reason sent or accepted, in bytes.
@@ -51,9 +52,13 @@ pub(crate) enum Msg {
         nodes: u16,
         from: u16,
         to: u16,
+        /// The connecting process's incarnation (never 0).
+        incarnation: u64,
         nonce: [u8; NONCE],
     },
     Challenge {
+        /// The listening process's incarnation (never 0).
+        incarnation: u64,
         nonce: [u8; NONCE],
         mac: [u8; MAC],
     },
@@ -68,6 +73,8 @@ pub(crate) enum Msg {
     },
     Welcome {
         info: NodeInfo,
+        /// The barrier count of the welcoming process (a rejoining process continues from it).
+        epoch: u64,
     },
     Connect {
         endpoint: Endpoint,
@@ -83,20 +90,26 @@ pub(crate) enum Msg {
     },
     Bye,
     Ping,
+    /// Refused for now, try again: the joining node's previous incarnation is not declared
+    /// dead here yet.
+    Retry {
+        reason: String,
+    },
 }
 
 impl Msg {
     /// A `Reject`, its reason cut to [`MAX_REASON`] bytes (at a character boundary).
     pub(crate) fn reject(reason: impl Into<String>) -> Msg {
-        let mut reason = reason.into();
-        if reason.len() > MAX_REASON {
-            let mut end = MAX_REASON;
-            while !reason.is_char_boundary(end) {
-                end -= 1;
-            }
-            reason.truncate(end);
+        Msg::Reject {
+            reason: cut(reason.into()),
         }
-        Msg::Reject { reason }
+    }
+
+    /// A `Retry`, its reason cut like [`Msg::reject`]'s.
+    pub(crate) fn retry(reason: impl Into<String>) -> Msg {
+        Msg::Retry {
+            reason: cut(reason.into()),
+        }
     }
 
     /// The message's name, for logs and errors (never its contents: they may be a peer's).
@@ -114,8 +127,21 @@ impl Msg {
             Msg::Barrier { .. } => "Barrier",
             Msg::Bye => "Bye",
             Msg::Ping => "Ping",
+            Msg::Retry { .. } => "Retry",
         }
     }
+}
+
+/// `reason` cut to [`MAX_REASON`] bytes (at a character boundary).
+fn cut(mut reason: String) -> String {
+    if reason.len() > MAX_REASON {
+        let mut end = MAX_REASON;
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        reason.truncate(end);
+    }
+    reason
 }
 
 /// Encodes `msg` as one frame.
@@ -127,6 +153,7 @@ pub(crate) fn encode(msg: &Msg) -> Vec<u8> {
             nodes,
             from,
             to,
+            incarnation,
             nonce,
         } => {
             b.push(1);
@@ -135,10 +162,16 @@ pub(crate) fn encode(msg: &Msg) -> Vec<u8> {
             b.extend_from_slice(&nodes.to_le_bytes());
             b.extend_from_slice(&from.to_le_bytes());
             b.extend_from_slice(&to.to_le_bytes());
+            b.extend_from_slice(&incarnation.to_le_bytes());
             b.extend_from_slice(nonce);
         }
-        Msg::Challenge { nonce, mac } => {
+        Msg::Challenge {
+            incarnation,
+            nonce,
+            mac,
+        } => {
             b.push(2);
+            b.extend_from_slice(&incarnation.to_le_bytes());
             b.extend_from_slice(nonce);
             b.extend_from_slice(mac);
         }
@@ -151,13 +184,19 @@ pub(crate) fn encode(msg: &Msg) -> Vec<u8> {
             let r = reason.as_bytes();
             b.extend_from_slice(&r[..r.len().min(MAX_REASON)]);
         }
+        Msg::Retry { reason } => {
+            b.push(13);
+            let r = reason.as_bytes();
+            b.extend_from_slice(&r[..r.len().min(MAX_REASON)]);
+        }
         Msg::Join { info } => {
             b.push(5);
             put_info(&mut b, info);
         }
-        Msg::Welcome { info } => {
+        Msg::Welcome { info, epoch } => {
             b.push(6);
             put_info(&mut b, info);
+            b.extend_from_slice(&epoch.to_le_bytes());
         }
         Msg::Connect { endpoint } => {
             b.push(7);
@@ -222,27 +261,27 @@ pub(crate) fn decode(body: &[u8]) -> io::Result<Msg> {
                 nodes: c.u16()?,
                 from: c.u16()?,
                 to: c.u16()?,
+                incarnation: c.incarnation()?,
                 nonce: c.take()?,
             }
         }
         2 => Msg::Challenge {
+            incarnation: c.incarnation()?,
             nonce: c.take()?,
             mac: c.take()?,
         },
         3 => Msg::Proof { mac: c.take()? },
-        4 => {
-            let r = std::mem::take(&mut c.0);
-            if r.len() > MAX_REASON {
-                return Err(bad(format!("reject reason of {} bytes", r.len())));
-            }
-            let reason = std::str::from_utf8(r)
-                .map_err(|_| bad("reject reason is not UTF-8".to_string()))?;
-            Msg::Reject {
-                reason: reason.to_string(),
-            }
-        }
+        4 => Msg::Reject {
+            reason: c.reason()?,
+        },
+        13 => Msg::Retry {
+            reason: c.reason()?,
+        },
         5 => Msg::Join { info: c.info()? },
-        6 => Msg::Welcome { info: c.info()? },
+        6 => Msg::Welcome {
+            info: c.info()?,
+            epoch: c.u64()?,
+        },
         7 => Msg::Connect {
             endpoint: c.endpoint()?,
         },
@@ -308,6 +347,26 @@ impl Cursor<'_> {
 
     fn u64(&mut self) -> io::Result<u64> {
         self.take().map(u64::from_le_bytes)
+    }
+
+    /// An incarnation number: never 0 (0 stands for "not known yet" here).
+    fn incarnation(&mut self) -> io::Result<u64> {
+        let v = self.u64()?;
+        if v == 0 {
+            return Err(bad("incarnation 0".to_string()));
+        }
+        Ok(v)
+    }
+
+    /// The rest of the body as a reason: at most [`MAX_REASON`] bytes of UTF-8.
+    fn reason(&mut self) -> io::Result<String> {
+        let r = std::mem::take(&mut self.0);
+        if r.len() > MAX_REASON {
+            return Err(bad(format!("reason of {} bytes", r.len())));
+        }
+        let reason =
+            std::str::from_utf8(r).map_err(|_| bad("reason is not UTF-8".to_string()))?;
+        Ok(reason.to_string())
     }
 
     /// A 24-bit queue pair number or PSN.
@@ -378,22 +437,25 @@ mod tests {
                 nodes: 3,
                 from: 2,
                 to: 1,
+                incarnation: 0x1234_5678_9abc_def0,
                 nonce: [9; NONCE],
             },
             Msg::Challenge {
+                incarnation: 77,
                 nonce: [1; NONCE],
                 mac: [2; MAC],
             },
             Msg::Proof { mac: [3; MAC] },
             Msg::reject("no"),
             Msg::Join { info },
-            Msg::Welcome { info },
+            Msg::Welcome { info, epoch: 3 },
             Msg::Connect { endpoint },
             Msg::Accepted { endpoint },
             Msg::Release { qpn: 9 },
             Msg::Barrier { epoch: 4 },
             Msg::Bye,
             Msg::Ping,
+            Msg::retry("later"),
         ]
     }
 
@@ -409,7 +471,8 @@ mod tests {
     fn trailing_and_missing_bytes_are_refused() {
         for m in samples() {
             let mut buf = encode(&m);
-            if !matches!(m, Msg::Reject { .. }) {
+            let reason = matches!(m, Msg::Reject { .. } | Msg::Retry { .. });
+            if !reason {
                 // One more byte in the body, length adjusted: trailing garbage.
                 buf.push(0);
                 let len = (buf.len() - 4) as u32;
@@ -418,7 +481,7 @@ mod tests {
                 assert!(e.to_string().contains("trailing"), "{m:?}: {e}");
                 buf.pop();
             }
-            if buf.len() > 5 && !matches!(m, Msg::Reject { .. }) {
+            if buf.len() > 5 && !reason {
                 buf.pop();
                 let len = (buf.len() - 4) as u32;
                 buf[..4].copy_from_slice(&len.to_le_bytes());
@@ -453,11 +516,31 @@ mod tests {
                 rkey: 1,
                 words: 2,
             },
+            epoch: 0,
         };
         assert!(read_msg(&mut &encode(&wraps)[..]).is_err());
         let mut not_utf8 = encode(&Msg::reject("ab"));
         not_utf8[5] = 0xff;
         assert!(read_msg(&mut &not_utf8[..]).is_err());
+        let mut not_utf8 = encode(&Msg::retry("ab"));
+        not_utf8[5] = 0xff;
+        assert!(read_msg(&mut &not_utf8[..]).is_err());
+        // Incarnation 0 means "unknown": no peer may claim it.
+        let zero = Msg::Challenge {
+            incarnation: 0,
+            nonce: [1; NONCE],
+            mac: [2; MAC],
+        };
+        assert!(read_msg(&mut &encode(&zero)[..]).is_err());
+        let mut hello = encode(&samples()[0]);
+        // nodes, from, to (6 bytes) after tag, magic and version: the incarnation follows.
+        hello[5 + 4 + 2 + 6..5 + 4 + 2 + 6 + 8].fill(0);
+        assert!(read_msg(&mut &hello[..]).is_err());
+        // A version 2 peer (no incarnation) is told apart by the version, not misparsed.
+        let mut old = encode(&samples()[0]);
+        old[9..11].copy_from_slice(&2u16.to_le_bytes());
+        let e = read_msg(&mut &old[..]).unwrap_err();
+        assert!(e.to_string().contains("version 2"), "{e}");
     }
 
     #[test]
