@@ -166,11 +166,28 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// Stops the NICs; later posts fail with [`Error::Shutdown`](crate::Error::Shutdown).
     fn shutdown(&self);
     /// Why `node` is considered dead (its process was killed, it was partitioned away, it stopped
-    /// answering), or `None` while it is alive. Once dead, a node stays dead for this backend
-    /// (a restarted process rejoins as a new incarnation).
+    /// answering), or `None` while it is alive. Once dead, an incarnation stays dead; the node
+    /// may come back as a new one ([`Backend::incarnation`], [`Backend::restart`]).
     fn dead(&self, node: NodeId) -> Option<String> {
         let _ = node;
         None
+    }
+    /// An identifier of `node`'s current incarnation, as this backend knows it: it changes
+    /// when the node restarts and rejoins, and is never reused for the same node. 0 while
+    /// unknown. Backends without restarts keep one incarnation per node.
+    fn incarnation(&self, node: NodeId) -> u64 {
+        let _ = node;
+        1
+    }
+    /// Fault injection: brings dead `node` back as a new incarnation, with fresh (zeroed)
+    /// memory, as if its process had been started again. Backends that cannot fail with
+    /// [`Error::Backend`](crate::Error::Backend).
+    fn restart(&self, node: NodeId) -> Result<()> {
+        Err(crate::Error::Backend {
+            backend: self.name(),
+            message: format!("cannot restart {node}: this backend has no fault injection"),
+            source: None,
+        })
     }
     /// Fault injection: makes `node` dead, as if its process had been killed. Backends that
     /// cannot simulate it fail with [`Error::Backend`](crate::Error::Backend).
@@ -241,6 +258,12 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     }
     fn dead(&self, node: NodeId) -> Option<String> {
         (**self).dead(node)
+    }
+    fn incarnation(&self, node: NodeId) -> u64 {
+        (**self).incarnation(node)
+    }
+    fn restart(&self, node: NodeId) -> Result<()> {
+        (**self).restart(node)
     }
     fn kill(&self, node: NodeId) -> Result<()> {
         (**self).kill(node)

@@ -396,9 +396,12 @@ pub(crate) struct Shared {
     me: Option<NodeId>,
     /// Nodes whose memory lives in this process.
     locals: Vec<Option<Arc<LocalNode>>>,
-    /// Every node's memory as remote requests address it (set during the rendezvous for the
-    /// nodes of other processes).
+    /// The memory of this process's nodes as remote requests address it (the other
+    /// processes' nodes: `peers`, where a rejoin can replace it). One entry per node.
     infos: Vec<OnceLock<NodeInfo>>,
+    /// This process's incarnation (random, drawn at start): a restarted process rejoins with
+    /// a new one.
+    incarnation: u64,
     transport: qp::Transport,
     send_depth: u32,
     timeout: Duration,
@@ -499,7 +502,17 @@ impl Shared {
             .get(node.index())
             .and_then(OnceLock::get)
             .copied()
+            .or_else(|| self.peers.info(node))
             .ok_or_else(|| verbs_error(format!("{node} is unknown (rendezvous incomplete)")))
+    }
+
+    /// The incarnation of `node` as this process knows it (0: not joined yet).
+    fn incarnation(&self, node: NodeId) -> u64 {
+        if self.local(node).is_some() {
+            self.incarnation
+        } else {
+            self.peers.incarnation(node)
+        }
     }
 }
 
@@ -557,7 +570,10 @@ impl VerbsBackend {
         }
         let software_fence = config.software_fence.unwrap_or(device.soft_roce);
         tracing::debug!(target: "loco::rdmawait", device = %device.name, software_fence, "rfence implementation chosen");
+        let incarnation = super::rendezvous::auth::incarnation()
+            .map_err(|e| io_source("cannot draw this process's incarnation", e))?;
         let shared = Arc::new(Shared {
+            incarnation,
             software_fence,
             device,
             me,
@@ -674,6 +690,10 @@ impl Backend for VerbsBackend {
         self.shared.peers.dead(node)
     }
 
+    fn incarnation(&self, node: NodeId) -> u64 {
+        self.shared.incarnation(node)
+    }
+
     fn shutdown(&self) {
         self.shared.shutdown.store(true, SeqCst);
     }
@@ -728,6 +748,14 @@ pub(crate) fn verbs_source(message: impl Into<String>, e: impl std::error::Error
         backend: "verbs",
         message,
         source: None,
+    }
+}
+
+fn io_source(message: &str, e: std::io::Error) -> Error {
+    Error::Backend {
+        backend: "verbs",
+        message: message.to_string(),
+        source: Some(e),
     }
 }
 

@@ -86,6 +86,11 @@ struct Link {
     failed: Option<Failure>,
     /// The queue pair was moved to the error state by us (a dead peer).
     flushed: bool,
+    /// The target's incarnation the queue pair leads to: once the target has another, the
+    /// link is dead for good (it would reach a dead process, or nothing).
+    incarnation: u64,
+    /// The link was found leading to a replaced incarnation (reported once as such).
+    stale: bool,
     /// The target's memory: base address, rkey, size in words.
     remote_addr: u64,
     rkey: u32,
@@ -151,7 +156,7 @@ impl VerbsNic {
                     // already connected go too (local queue pairs drop with `links`).
                     for link in &links {
                         if let Far::Remote { qpn } = link.far {
-                            session::release_qp(shared, link.target, qpn);
+                            session::release_qp(shared, link.target, link.incarnation, qpn);
                         }
                     }
                     return Err(e);
@@ -214,6 +219,8 @@ impl Link {
         target: NodeId,
     ) -> Result<Link> {
         let device = &shared.device;
+        // The incarnation first: if the target rejoins meanwhile, the link is born stale.
+        let incarnation = shared.incarnation(target);
         let info = shared.info(target)?;
         let (mut qp, capacity) = qp::create(device, &home.pd, cq, shared.send_depth)?;
         let local = qp::endpoint(device, &qp, qp::random_psn());
@@ -241,14 +248,14 @@ impl Link {
                         node: target,
                         reason,
                     }),
-                    None => session::connect_qp(shared, target, &local),
+                    None => session::connect_qp(shared, target, incarnation, &local),
                 };
                 match remote {
                     Ok(remote) => {
                         if let Err(e) =
                             qp::connect(device, &mut qp, &local, &remote, shared.transport)
                         {
-                            session::release_qp(shared, target, remote.qpn);
+                            session::release_qp(shared, target, incarnation, remote.qpn);
                             return Err(e);
                         }
                         Far::Remote { qpn: remote.qpn }
@@ -276,6 +283,8 @@ impl Link {
             // A link born dead never reached RTS: nothing to flush.
             flushed: dead.is_some(),
             failed: dead.map(Failure::Peer),
+            incarnation,
+            stale: false,
             remote_addr: info.addr,
             rkey,
             remote_words: info.words as usize,
@@ -292,6 +301,26 @@ impl Link {
                 reason: reason.clone(),
             },
         })
+    }
+
+    /// Marks the link dead if its peer is dead or was replaced by a new incarnation (see
+    /// [`Link::kill`]).
+    fn refresh(&mut self, shared: &Shared) {
+        if let Some(reason) = shared.peers.dead(self.target) {
+            self.kill(reason);
+            return;
+        }
+        if self.stale || matches!(self.far, Far::Local { .. }) {
+            return;
+        }
+        let now = shared.peers.incarnation(self.target);
+        if now != self.incarnation {
+            // The peer restarted and rejoined: this queue pair led to the dead incarnation.
+            // Said once, over whatever reason the link had (the restart explains it).
+            self.stale = true;
+            self.failed = None;
+            self.kill(session::restarted(self.target, self.incarnation, now));
+        }
     }
 
     /// Marks the peer dead and moves the queue pair to the error state (once), so that its
@@ -455,9 +484,7 @@ impl ThreadNic for VerbsNic {
                 if link.in_flight == 0 {
                     return Err(Error::NothingPending { node: target });
                 }
-                if let Some(reason) = self.shared.peers.dead(target) {
-                    link.kill(reason);
-                }
+                link.refresh(&self.shared);
                 if st.drain()? > 0 {
                     idle = 0;
                     continue;
@@ -592,12 +619,11 @@ impl VerbsNic {
     }
 }
 
-/// The one peer-alive check: marks `link` failed if the rendezvous reports its peer dead, and
-/// returns the error every operation on a failed link gets.
+/// The one peer-alive check: marks `link` failed if the rendezvous reports its peer dead (or
+/// restarted since the link was made), and returns the error every operation on a failed link
+/// gets.
 fn check_alive(shared: &Shared, link: &mut Link) -> Result<()> {
-    if let Some(reason) = shared.peers.dead(link.target) {
-        link.kill(reason);
-    }
+    link.refresh(shared);
     link.failure().map_or(Ok(()), Err)
 }
 
@@ -695,9 +721,7 @@ impl Drop for VerbsNic {
         let mut idle = 0u32;
         while st.in_flight > 0 && start.elapsed() < self.shared.timeout {
             for t in 0..st.links.len() {
-                if let Some(reason) = self.shared.peers.dead(st.links[t].target) {
-                    st.links[t].kill(reason);
-                }
+                st.links[t].refresh(&self.shared);
             }
             match st.drain() {
                 Ok(0) => pause(&mut idle, start),
@@ -711,7 +735,7 @@ impl Drop for VerbsNic {
         }
         for link in &st.links {
             if let Far::Remote { qpn } = link.far {
-                session::release_qp(&self.shared, link.target, qpn);
+                session::release_qp(&self.shared, link.target, link.incarnation, qpn);
             }
         }
     }

@@ -5,8 +5,20 @@
 //! Failure detection: every process sends a `Ping` on its connection to each peer every
 //! `peer_timeout / 5`; a peer whose connection ends without `Bye`, or on which nothing arrives
 //! for `peer_timeout` (power-off, a stopped process, dropped packets: no FIN needed), is marked
-//! dead for good. From then on every thread's next operation (or current wait) towards it, and
-//! every barrier, fails with [`Error::PeerDead`] naming it; operations towards other nodes go on.
+//! dead. From then on every thread's next operation (or current wait) towards it, and every
+//! barrier, fails with [`Error::PeerDead`] naming it; operations towards other nodes go on.
+//!
+//! Fencing: when a peer is declared dead, our connections with it are shut down and the
+//! responder queue pairs serving its threads are destroyed, so that a process declared dead
+//! but still running (a healed partition, SIGSTOP then SIGCONT) can no longer read or write
+//! this process's memory: the lock recovery above relies on a dead node staying silent.
+//!
+//! Rejoin: a restarted process comes back under its node id with a new incarnation
+//! (`rendezvous::peers`). Once its previous incarnation is declared dead here, its join is
+//! admitted: its new memory is recorded, and this process dials it back (its old connection
+//! died with it); when that connection has joined too, the node is alive again. Thread NICs
+//! opened before keep failing towards it with `PeerDead` (their queue pairs led to the dead
+//! incarnation); contexts opened afterwards reach the new one.
 
 use std::collections::HashMap;
 use std::io;
@@ -22,8 +34,8 @@ use sideway::ibverbs::queue_pair::BasicQueuePair;
 use super::qp::{self, Endpoint};
 use super::{resolve, verbs_error, ProcessHandle, Shared};
 use crate::backend::rendezvous::auth::ClusterKey;
-use crate::backend::rendezvous::gate::{self, Gate, GateConfig};
-use crate::backend::rendezvous::peers::Peers;
+use crate::backend::rendezvous::gate::{self, Dial, Gate, GateConfig};
+use crate::backend::rendezvous::peers::{Admit, Client, Peers};
 use crate::backend::rendezvous::wire::{read_msg, write_msg, Msg};
 use crate::{Cluster, Error, NodeId, Result};
 
@@ -33,9 +45,12 @@ const MAX_PENDING: usize = 32;
 const MAX_HANDSHAKE: Duration = Duration::from_secs(10);
 /// Responder queue pairs one peer may hold here (its threads × nodes; refused beyond).
 const MAX_RESPONDERS_PER_PEER: usize = 4096;
+/// Pause before a join refused for now (`Retry`) is tried again.
+const RETRY_JOIN: Duration = Duration::from_millis(100);
 
-/// Responder queue pairs serving other processes' threads, by (their node, our QPN).
-pub(crate) type Responders = Mutex<HashMap<(u16, u32), BasicQueuePair>>;
+/// Responder queue pairs serving other processes' threads, by (their node, its incarnation, our
+/// QPN).
+pub(crate) type Responders = Mutex<HashMap<(u16, u64, u32), BasicQueuePair>>;
 
 /// This process's membership in a verbs cluster: its node, its device, and a barrier over all
 /// processes. Get it with [`Process::of`].
@@ -143,6 +158,7 @@ impl Session {
         let stop = Arc::new(AtomicBool::new(false));
         let gate_config = GateConfig {
             me: me.0,
+            incarnation: shared.incarnation,
             nodes,
             key: config.key.clone(),
             handshake_timeout: shared.timeout.min(MAX_HANDSHAKE),
@@ -150,8 +166,12 @@ impl Session {
         };
         let (sh, st) = (shared.clone(), stop.clone());
         let peer_timeout = config.peer_timeout;
-        let on_join = Box::new(move |stream: TcpStream, from: u16| {
-            serve(&sh, stream, NodeId(from), peer_timeout, &st);
+        let redial = Arc::new(Redial {
+            key: config.key.clone(),
+            peers: peers.to_vec(),
+        });
+        let on_join = Box::new(move |stream: TcpStream, from: u16, inc: u64| {
+            serve(&sh, stream, NodeId(from), inc, peer_timeout, &st, &redial);
         });
         let gate = Gate::start(own, gate_config, on_join).map_err(|e| Error::Backend {
             backend: "verbs",
@@ -178,7 +198,7 @@ impl Session {
         for (i, peer) in peers.iter().enumerate() {
             let node = NodeId(i as u16);
             if node != me {
-                join(shared, &config.key, node, peer)?; // `session` drops: all stopped
+                join(shared, &config.key, node, peer, None)?; // `session` drops: all stopped
             }
         }
         tracing::debug!(target: "loco::rdmawait", %me, "rendezvous complete");
@@ -208,11 +228,7 @@ impl Session {
 
     fn stop_all(&mut self) {
         self.stop.store(true, SeqCst);
-        for p in &self.shared.peers.nodes {
-            if let Some(c) = p.closer.get() {
-                let _ = c.shutdown(std::net::Shutdown::Both);
-            }
-        }
+        self.shared.peers.shutdown_all();
         if let Some(g) = self.gate.take() {
             g.stop();
         }
@@ -229,9 +245,23 @@ impl Drop for Session {
     }
 }
 
-/// Connects to `peer`'s listener (retrying while it starts), proves the key, checks its proof,
-/// then exchanges memory.
-fn join(shared: &Shared, key: &ClusterKey, node: NodeId, peer: &str) -> Result<()> {
+/// What a rendezvous thread needs to dial a rejoined peer back.
+struct Redial {
+    key: ClusterKey,
+    peers: Vec<String>,
+}
+
+/// Connects to `peer`'s listener (retrying while it starts, or while it has not declared our
+/// previous incarnation dead yet), proves the key, checks its proof, then exchanges memory and
+/// keeps the connection as our client connection to `node`. `rejoin`: the incarnation of
+/// `node` that rejoined us, which must be the one that answers (we dial it back).
+fn join(
+    shared: &Shared,
+    key: &ClusterKey,
+    node: NodeId,
+    peer: &str,
+    rejoin: Option<u64>,
+) -> Result<()> {
     let me = shared
         .me
         .ok_or_else(|| verbs_error("a session needs this process's node id"))?;
@@ -259,69 +289,83 @@ fn join(shared: &Shared, key: &ClusterKey, node: NodeId, peer: &str) -> Result<(
             source: Some(e),
         }
     };
-    let mut stream =
-        gate::dial(addr, deadline, key, nodes, me.0, node.0, shared.timeout).map_err(failed)?;
     let info = shared.info(me)?;
-    let reply = write_msg(&mut stream, &Msg::Join { info })
-        .and_then(|()| read_msg(&mut stream))
-        .map_err(|e| Error::Backend {
-            backend: "verbs",
-            message: format!("rendezvous with {node} at {peer} failed"),
-            source: Some(e),
-        })?;
-    match reply {
-        Msg::Welcome { info: theirs } => record_info(shared, node, theirs, info.words)
-            .map_err(|r| verbs_error(format!("{node} at {peer}: {r}")))?,
-        Msg::Reject { reason } => {
-            return Err(verbs_error(format!(
-                "{node} at {peer} refused us: {reason}"
-            )))
+    let dial = Dial {
+        nodes,
+        from: me.0,
+        to: node.0,
+        incarnation: shared.incarnation,
+    };
+    let (stream, theirs) = loop {
+        let (mut stream, theirs) =
+            gate::dial(addr, deadline, key, dial, shared.timeout).map_err(failed)?;
+        let reply = write_msg(&mut stream, &Msg::Join { info })
+            .and_then(|()| read_msg(&mut stream))
+            .map_err(|e| Error::Backend {
+                backend: "verbs",
+                message: format!("rendezvous with {node} at {peer} failed"),
+                source: Some(e),
+            })?;
+        match reply {
+            Msg::Welcome {
+                info: their_info,
+                epoch,
+            } => {
+                if rejoin.is_some_and(|r| r != theirs) {
+                    return Err(verbs_error(format!(
+                        "{node} at {peer} answered as incarnation {theirs:#x}, not as the one \
+                         that rejoined"
+                    )));
+                }
+                shared
+                    .peers
+                    .learn(node, theirs, their_info, info.words)
+                    .map_err(|r| verbs_error(format!("{node} at {peer}: {r}")))?;
+                if rejoin.is_none() {
+                    // Barrier counts continue from the peer's (a restarted process joins
+                    // processes that passed barriers already).
+                    let p = &shared.peers.nodes[node.index()];
+                    p.barrier.store(epoch, SeqCst);
+                    shared.peers.epoch.fetch_max(epoch, SeqCst);
+                }
+                break (stream, theirs);
+            }
+            Msg::Retry { reason } if Instant::now() < deadline => {
+                tracing::debug!(target: "loco::rdmawait", %node, %reason, "join refused for now; retrying");
+                std::thread::sleep(RETRY_JOIN);
+            }
+            Msg::Retry { reason } | Msg::Reject { reason } => {
+                return Err(verbs_error(format!(
+                    "{node} at {peer} refused us: {reason}"
+                )))
+            }
+            other => {
+                return Err(verbs_error(format!(
+                    "{node} at {peer} answered Join with {}",
+                    other.name()
+                )))
+            }
         }
-        other => {
-            return Err(verbs_error(format!(
-                "{node} at {peer} answered Join with {}",
-                other.name()
-            )))
-        }
-    }
-    let closer = stream
-        .try_clone()
+    };
+    let client = Client::new(theirs, stream)
         .map_err(|e| io_error("cannot configure a rendezvous connection", e))?;
-    let p = &shared.peers.nodes[node.index()];
-    let _ = p.closer.set(closer);
-    let _ = p.client.set(Mutex::new(stream));
-    Ok(())
-}
-
-/// Checks and records the memory `node` announced: the size every process of the cluster
-/// registers (`ours`), and the same announcement on both connections.
-fn record_info(
-    shared: &Shared,
-    node: NodeId,
-    info: super::NodeInfo,
-    ours: u64,
-) -> std::result::Result<(), String> {
-    if info.words != ours {
-        return Err(format!(
-            "it registered {} words per node, this process {ours}: give every process the same \
-             memory_per_node",
-            info.words
-        ));
-    }
-    let slot = &shared.infos[node.index()];
-    if slot.set(info).is_err() && slot.get() != Some(&info) {
-        return Err("it announced its memory twice, differently".to_string());
-    }
-    Ok(())
+    shared
+        .peers
+        .set_client(node, client)
+        .map_err(|r| verbs_error(format!("{node} at {peer}: {r}")))
 }
 
 /// Serves a peer's authenticated connection: its `Join`, then its requests, until it ends.
+/// A join of a new incarnation (a restarted process) is admitted once the previous one is
+/// declared dead here; we then dial it back before it counts as alive.
 fn serve(
     shared: &Arc<Shared>,
     mut stream: TcpStream,
     from: NodeId,
+    inc: u64,
     peer_timeout: Duration,
     stop: &AtomicBool,
+    redial: &Redial,
 ) {
     let Some(me) = shared.me else { return };
     let peers = &shared.peers;
@@ -330,29 +374,48 @@ fn serve(
         Ok(Msg::Join { info }) => info,
         _ => return, // it left before joining: nothing happened
     };
-    let refuse = |stream: &mut TcpStream, reason: String| {
-        tracing::warn!(target: "loco::rdmawait", %from, %reason, "rendezvous join refused");
-        let _ = write_msg(stream, &Msg::reject(reason));
+    let refuse = |stream: &mut TcpStream, msg: Msg, reason: &str| {
+        tracing::warn!(target: "loco::rdmawait", %from, incarnation = inc, %reason, "rendezvous join refused");
+        let _ = write_msg(stream, &msg);
     };
-    if peers.nodes[from.index()].joined.load(SeqCst) {
-        // No side effect: the joined connection stays as it is.
-        return refuse(
-            &mut stream,
-            format!(
-                "{from} already joined; two processes with LOCO_NODE_ID={}?",
-                from.0
-            ),
-        );
+    let admit = peers.admit(from, inc, info, ours.words);
+    let rejoin = match admit {
+        Admit::Join => false,
+        Admit::Rejoin { old } => {
+            // Nothing of the dead incarnation may reach our memory any more.
+            fence(shared, from, old);
+            true
+        }
+        // No side effect: a joined connection stays as it is.
+        Admit::Refuse(r) => return refuse(&mut stream, Msg::reject(r.clone()), &r),
+        Admit::Retry(r) => return refuse(&mut stream, Msg::retry(r.clone()), &r),
+    };
+    if let Ok(c) = stream.try_clone() {
+        peers.set_server(from, inc, c);
     }
-    if let Err(r) = record_info(shared, from, info, ours.words) {
-        return refuse(&mut stream, r);
-    }
-    if peers.nodes[from.index()].joined.swap(true, SeqCst) {
-        return refuse(&mut stream, format!("{from} already joined"));
-    }
-    if write_msg(&mut stream, &Msg::Welcome { info: ours }).is_err() {
-        peers.mark_dead(from, "its connection failed while joining".to_string());
+    let epoch = peers.epoch.load(SeqCst);
+    if write_msg(&mut stream, &Msg::Welcome { info: ours, epoch }).is_err() {
+        peers.mark_dead_of(from, inc, "its connection failed while joining".to_string());
+        fence(shared, from, inc);
         return;
+    }
+    if rejoin {
+        // Its old connection from us died with it: dial the new incarnation back.
+        let peer = redial.peers.get(from.index()).map_or("", String::as_str);
+        match join(shared, &redial.key, from, peer, Some(inc)) {
+            Ok(()) => {
+                peers.rejoined(from, inc, epoch);
+            }
+            Err(e) => {
+                peers.mark_dead_of(
+                    from,
+                    inc,
+                    format!("it restarted, but dialing it back failed: {e}"),
+                );
+                fence(shared, from, inc);
+                return;
+            }
+        }
     }
     // From here on, silence for `peer_timeout` means the peer is dead or cut off.
     let _ = stream.set_read_timeout(Some(peer_timeout));
@@ -381,7 +444,7 @@ fn serve(
         match msg {
             Msg::Ping => {}
             Msg::Connect { endpoint } => {
-                let reply = match responder(shared, from, &endpoint) {
+                let reply = match responder(shared, from, inc, &endpoint) {
                     Ok(ep) => Msg::Accepted { endpoint: ep },
                     Err(e) => Msg::reject(e.to_string()),
                 };
@@ -390,7 +453,7 @@ fn serve(
                 }
             }
             Msg::Release { qpn } => {
-                shared.responders.lock().remove(&(from.0, qpn));
+                shared.responders.lock().remove(&(from.0, inc, qpn));
             }
             Msg::Barrier { epoch } => {
                 if let Err(r) = peers.barrier(from, epoch) {
@@ -406,9 +469,18 @@ fn serve(
     };
     let departed = peers.nodes[from.index()].bye.load(SeqCst);
     if !departed && !stop.load(SeqCst) {
-        peers.mark_dead(from, end);
+        peers.mark_dead_of(from, inc, end);
     }
-    shared.responders.lock().retain(|(n, _), _| *n != from.0);
+    fence(shared, from, inc);
+}
+
+/// Fences incarnation `inc` of `node` out of this process's memory: destroys the responder
+/// queue pairs serving its threads (its requests then fail; nothing more lands here).
+fn fence(shared: &Shared, node: NodeId, inc: u64) {
+    shared
+        .responders
+        .lock()
+        .retain(|(n, i, _), _| !(*n == node.0 && *i == inc));
 }
 
 /// Sends a `Ping` to every live peer every `peer_timeout / 5` until `stop`.
@@ -428,19 +500,24 @@ fn heartbeat(shared: &Shared, peer_timeout: Duration, stop: &AtomicBool) {
             if node == me || Peers::is_dead(p) {
                 continue;
             }
-            let Some(c) = p.client.get() else { continue };
+            let Some(c) = shared.peers.client(node) else {
+                continue;
+            };
             // A request in flight holds the connection: its traffic is the heartbeat.
-            let Some(mut s) = c.try_lock() else { continue };
+            let Some(mut s) = c.stream.try_lock() else {
+                continue;
+            };
             if let Err(e) = write_msg(&mut *s, &Msg::Ping) {
                 drop(s);
-                let _ = lost(shared, node, &e);
+                let _ = lost(shared, node, &c, &e);
             }
         }
     }
 }
 
-/// Creates, connects and keeps a responder queue pair for a thread of `from`.
-fn responder(shared: &Shared, from: NodeId, remote: &Endpoint) -> Result<Endpoint> {
+/// Creates, connects and keeps a responder queue pair for a thread of `from`'s incarnation
+/// `inc`.
+fn responder(shared: &Shared, from: NodeId, inc: u64, remote: &Endpoint) -> Result<Endpoint> {
     let me = shared
         .me
         .ok_or_else(|| verbs_error("a session needs this process's node id"))?;
@@ -448,7 +525,7 @@ fn responder(shared: &Shared, from: NodeId, remote: &Endpoint) -> Result<Endpoin
         .responders
         .lock()
         .keys()
-        .filter(|(n, _)| *n == from.0)
+        .filter(|(n, _, _)| *n == from.0)
         .count();
     if held >= MAX_RESPONDERS_PER_PEER {
         return Err(verbs_error(format!(
@@ -462,13 +539,24 @@ fn responder(shared: &Shared, from: NodeId, remote: &Endpoint) -> Result<Endpoin
     let (mut qp, _) = qp::create(device, &home.pd, &home.responder_cq, 1)?;
     let local = qp::endpoint(device, &qp, qp::random_psn());
     qp::connect(device, &mut qp, &local, remote, shared.transport)?;
-    shared.responders.lock().insert((from.0, local.qpn), qp);
+    let mut responders = shared.responders.lock();
+    if shared.peers.incarnation(from) != inc || shared.peers.dead(from).is_some() {
+        // Declared dead (and fenced) while we connected: this one goes too.
+        return Err(verbs_error(format!("{from} was declared dead")));
+    }
+    responders.insert((from.0, inc, local.qpn), qp);
     Ok(local)
 }
 
-/// Asks `target`'s process for a responder queue pair connected to `local`.
-pub(crate) fn connect_qp(shared: &Shared, target: NodeId, local: &Endpoint) -> Result<Endpoint> {
-    let reply = request(shared, target, &Msg::Connect { endpoint: *local })?;
+/// Asks `target`'s process (incarnation `inc`) for a responder queue pair connected to
+/// `local`.
+pub(crate) fn connect_qp(
+    shared: &Shared,
+    target: NodeId,
+    inc: u64,
+    local: &Endpoint,
+) -> Result<Endpoint> {
+    let reply = request(shared, target, inc, &Msg::Connect { endpoint: *local })?;
     match reply {
         Msg::Accepted { endpoint } => Ok(endpoint),
         Msg::Reject { reason } => Err(verbs_error(format!(
@@ -481,52 +569,79 @@ pub(crate) fn connect_qp(shared: &Shared, target: NodeId, local: &Endpoint) -> R
     }
 }
 
-/// Tells `target`'s process that our queue pair `qpn`'s responder is no longer needed.
-pub(crate) fn release_qp(shared: &Shared, target: NodeId, qpn: u32) {
-    if shared.peers.dead(target).is_none() {
-        let _ = send(shared, target, &Msg::Release { qpn });
+/// Tells `target`'s process (incarnation `inc`) that our queue pair `qpn`'s responder is no
+/// longer needed. Nothing to say to a dead or replaced incarnation.
+pub(crate) fn release_qp(shared: &Shared, target: NodeId, inc: u64, qpn: u32) {
+    if shared.peers.dead(target).is_none() && shared.peers.incarnation(target) == inc {
+        let _ = send_to(shared, target, Some(inc), &Msg::Release { qpn });
     }
 }
 
-fn client(shared: &Shared, target: NodeId) -> Result<&Mutex<TcpStream>> {
+/// Our connection to `target`, if it is alive (and, given `inc`, still that incarnation).
+fn client(shared: &Shared, target: NodeId, inc: Option<u64>) -> Result<Arc<Client>> {
     if let Some(reason) = shared.peers.dead(target) {
         return Err(Error::PeerDead {
             node: target,
             reason,
         });
     }
-    shared
+    let c = shared
         .peers
-        .nodes
-        .get(target.index())
-        .and_then(|p| p.client.get())
-        .ok_or_else(|| verbs_error(format!("no rendezvous connection to {target}")))
+        .client(target)
+        .ok_or_else(|| verbs_error(format!("no rendezvous connection to {target}")))?;
+    match inc {
+        Some(i) if i != c.incarnation => Err(Error::PeerDead {
+            node: target,
+            reason: restarted(target, i, c.incarnation),
+        }),
+        _ => Ok(c),
+    }
+}
+
+/// Why a request for incarnation `old` of `node` cannot go to its incarnation `new`.
+pub(crate) fn restarted(node: NodeId, old: u64, new: u64) -> String {
+    format!(
+        "{node} restarted: its incarnation {old:#x}, which this context's queue pair led to, \
+         died, and incarnation {new:#x} rejoined with fresh memory; open a new context to reach \
+         it (Cluster::incarnation)"
+    )
 }
 
 /// Sends a message that has no reply.
 fn send(shared: &Shared, target: NodeId, msg: &Msg) -> Result<()> {
-    let c = client(shared, target)?;
-    let r = write_msg(&mut *c.lock(), msg);
-    r.map_err(|e| lost(shared, target, &e))
+    send_to(shared, target, None, msg)
+}
+
+fn send_to(shared: &Shared, target: NodeId, inc: Option<u64>, msg: &Msg) -> Result<()> {
+    let c = client(shared, target, inc)?;
+    let r = write_msg(&mut *c.stream.lock(), msg);
+    r.map_err(|e| lost(shared, target, &c, &e))
 }
 
 /// Sends a request and reads its reply (skipping nothing: the server sends only replies).
-fn request(shared: &Shared, target: NodeId, msg: &Msg) -> Result<Msg> {
-    let c = client(shared, target)?;
-    let mut s = c.lock();
+fn request(shared: &Shared, target: NodeId, inc: u64, msg: &Msg) -> Result<Msg> {
+    let c = client(shared, target, Some(inc))?;
+    let mut s = c.stream.lock();
     let r = write_msg(&mut *s, msg).and_then(|()| read_msg(&mut *s));
-    r.map_err(|e| lost(shared, target, &e))
+    drop(s);
+    r.map_err(|e| lost(shared, target, &c, &e))
 }
 
-/// A rendezvous connection failed: the peer is taken for dead (unless it was already, for
-/// another reason, which then stays).
-fn lost(shared: &Shared, target: NodeId, e: &io::Error) -> Error {
-    shared
-        .peers
-        .mark_dead(target, format!("its rendezvous connection failed: {e}"));
+/// Our connection `c` to `target` failed: that incarnation is taken for dead (unless it was
+/// already, for another reason, which then stays) and fenced out.
+fn lost(shared: &Shared, target: NodeId, c: &Client, e: &io::Error) -> Error {
+    shared.peers.mark_dead_of(
+        target,
+        c.incarnation,
+        format!("its rendezvous connection failed: {e}"),
+    );
+    fence(shared, target, c.incarnation);
     Error::PeerDead {
         node: target,
-        reason: shared.peers.dead(target).unwrap_or_default(),
+        reason: shared
+            .peers
+            .dead(target)
+            .unwrap_or_else(|| restarted(target, c.incarnation, shared.peers.incarnation(target))),
     }
 }
 

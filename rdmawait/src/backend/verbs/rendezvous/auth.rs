@@ -393,13 +393,19 @@ mod tests {
             client_incarnation: 11,
             ..t
         };
-        assert!(!verify(&k, Role::Client, &restarted, &c), "another incarnation");
+        assert!(
+            !verify(&k, Role::Client, &restarted, &c),
+            "another incarnation"
+        );
         let swapped = Transcript {
             client_incarnation: 20,
             server_incarnation: 10,
             ..t
         };
-        assert!(!verify(&k, Role::Client, &swapped, &c), "incarnations swapped");
+        assert!(
+            !verify(&k, Role::Client, &swapped, &c),
+            "incarnations swapped"
+        );
         assert!(!verify(&k, Role::Client, &t, &c[..31]), "short tag");
     }
 

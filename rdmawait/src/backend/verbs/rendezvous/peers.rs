@@ -1,24 +1,62 @@
 //! What this process knows about the other processes of its cluster: alive or dead (and why),
-//! their barrier counts, whether they said goodbye, and our connection to each.
+//! which incarnation of each is the current one, their memory, barrier counts, whether they
+//! said goodbye, and our connections to each.
+//!
+//! # Incarnations
+//! Each process draws a random incarnation number at start ([`super::auth::incarnation`]). The
+//! first connection of a node fixes its incarnation here; from then on a connection claiming
+//! that node is
+//! - the **same incarnation**: a duplicate while it is joined (refused), else its second
+//!   direction (accepted once);
+//! - an incarnation **declared dead** here (kept in a bounded list): stale, refused;
+//! - a **new incarnation** while the current one is alive: refused for now (`Retry`), since a
+//!   process that is not known to be dead must not be replaced (it may still write into our
+//!   memory); once the current one is declared dead (and fenced out), the new one is admitted:
+//!   a **rejoin**. The node stays dead for every caller until the rejoin is complete (both
+//!   connections up, memory exchanged), then it is alive again under the new incarnation.
 
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
-use std::sync::OnceLock;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use super::wire::NodeInfo;
 use crate::error::TimeoutKind;
 use crate::{Error, NodeId, Result};
+
+/// Incarnations per node remembered as dead, to refuse them (a process that was declared dead
+/// and comes back as it was). Older ones are forgotten; 64 restarts of one node is plenty.
+const DEAD_INCARNATIONS: usize = 64;
 
 /// Per-peer state shared by thread NICs, the rendezvous threads and the process handle.
 pub(crate) struct Peers {
     pub(crate) nodes: Vec<Peer>,
-    /// Signalled whenever a peer reaches a barrier, says bye or dies.
+    /// Signalled whenever a peer reaches a barrier, says bye, dies or rejoins.
     changed: Condvar,
     lock: Mutex<()>,
     /// This process's barrier count.
     pub(crate) epoch: AtomicU64,
+}
+
+/// Our connection to a peer's listener (for our requests and heartbeats), bound to the peer
+/// incarnation it reached.
+pub(crate) struct Client {
+    pub(crate) incarnation: u64,
+    pub(crate) stream: Mutex<TcpStream>,
+    /// A clone of `stream`, to shut it down (ending a blocked request) without its lock.
+    closer: TcpStream,
+}
+
+impl Client {
+    pub(crate) fn new(incarnation: u64, stream: TcpStream) -> std::io::Result<Client> {
+        Ok(Client {
+            incarnation,
+            closer: stream.try_clone()?,
+            stream: Mutex::new(stream),
+        })
+    }
 }
 
 /// One peer.
@@ -26,19 +64,62 @@ pub(crate) struct Peers {
 pub(crate) struct Peer {
     dead: AtomicBool,
     reason: Mutex<Option<String>>,
+    /// The current incarnation (0: none joined yet). Changes only when a rejoin is admitted.
+    incarnation: AtomicU64,
+    /// How many incarnations of this node were admitted after the first (restarts seen).
+    pub(crate) rejoins: AtomicU64,
+    member: Mutex<Member>,
     /// Highest barrier number the peer announced.
     pub(crate) barrier: AtomicU64,
     pub(crate) bye: AtomicBool,
-    /// An authenticated connection from this peer has joined (a second one is refused).
-    pub(crate) joined: AtomicBool,
-    /// Our connection to the peer's listener, for our requests and heartbeats.
-    pub(crate) client: OnceLock<Mutex<TcpStream>>,
-    /// A clone of `client`, to shut it down (ending a blocked request) without its lock.
-    pub(crate) closer: OnceLock<TcpStream>,
+    client: Mutex<Option<Arc<Client>>>,
+    /// A clone of the joined connection from the peer (served by a rendezvous thread), to end
+    /// it when the peer is declared dead.
+    server: Mutex<Option<(u64, TcpStream)>>,
     /// Testing hook: the rkey new thread NICs use for this node (`u64::MAX`: none).
     rkey_override: AtomicU64,
     /// Testing hook: new thread NICs connect their queue pair towards this node to nowhere.
     unreachable: AtomicBool,
+}
+
+/// Membership of one peer, changed under its lock.
+#[derive(Default)]
+struct Member {
+    /// A connection from the current incarnation has joined (a second one is refused).
+    joined: bool,
+    /// The current incarnation's memory.
+    info: Option<NodeInfo>,
+    /// Incarnations declared dead, oldest first (at most [`DEAD_INCARNATIONS`]).
+    dead: Vec<u64>,
+    /// A rejoin was admitted and is not complete yet.
+    rejoining: bool,
+}
+
+impl Member {
+    fn bury(&mut self, incarnation: u64) {
+        if incarnation != 0 && !self.dead.contains(&incarnation) {
+            if self.dead.len() >= DEAD_INCARNATIONS {
+                self.dead.remove(0);
+            }
+            self.dead.push(incarnation);
+        }
+    }
+}
+
+/// What to do with a connection of `node` claiming an incarnation ([`Peers::admit`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Admit {
+    /// The node's first incarnation (or its other direction): go on.
+    Join,
+    /// A new incarnation replacing one declared dead: go on, then reconnect to it.
+    Rejoin {
+        /// The dead incarnation it replaces.
+        old: u64,
+    },
+    /// Refuse, for good, saying why.
+    Refuse(String),
+    /// Refuse for now: the current incarnation is not declared dead yet.
+    Retry(String),
 }
 
 impl Peers {
@@ -56,7 +137,8 @@ impl Peers {
         }
     }
 
-    /// Why `node` is dead, if it is.
+    /// Why `node` is dead, if it is (its current incarnation died, and no new one has
+    /// completed a rejoin).
     pub(crate) fn dead(&self, node: NodeId) -> Option<String> {
         let p = self.nodes.get(node.index())?;
         if !p.dead.load(SeqCst) {
@@ -65,24 +147,220 @@ impl Peers {
         Some(p.reason.lock().clone().unwrap_or_default())
     }
 
-    /// Marks `node` dead for good (the first reason stays), ends any request blocked on our
-    /// connection to it, and wakes every waiter.
+    /// The current incarnation of `node` (0: none has joined yet).
+    pub(crate) fn incarnation(&self, node: NodeId) -> u64 {
+        self.nodes
+            .get(node.index())
+            .map_or(0, |p| p.incarnation.load(SeqCst))
+    }
+
+    /// The memory of `node`'s current incarnation, once known.
+    pub(crate) fn info(&self, node: NodeId) -> Option<NodeInfo> {
+        self.nodes.get(node.index())?.member.lock().info
+    }
+
+    /// Our connection to `node`'s listener, if there is one.
+    pub(crate) fn client(&self, node: NodeId) -> Option<Arc<Client>> {
+        self.nodes.get(node.index())?.client.lock().clone()
+    }
+
+    /// Marks the current incarnation of `node` dead (see [`Peers::mark_dead_of`]).
+    #[cfg(test)]
     pub(crate) fn mark_dead(&self, node: NodeId, reason: String) {
+        let inc = self.incarnation(node);
+        self.mark_dead_of(node, inc, reason);
+    }
+
+    /// Marks incarnation `incarnation` of `node` dead (the first reason stays), if it is still
+    /// the current one (a connection of a dead incarnation that ends late must not kill the
+    /// one that rejoined since); ends our connections with it (so that requests blocked on
+    /// them return and its rendezvous thread here stops), and wakes every waiter.
+    pub(crate) fn mark_dead_of(&self, node: NodeId, incarnation: u64, reason: String) {
         let Some(p) = self.nodes.get(node.index()) else {
             return;
         };
         {
+            let mut m = p.member.lock();
+            if p.incarnation.load(SeqCst) != incarnation {
+                return;
+            }
             let mut r = p.reason.lock();
-            if r.is_none() {
-                tracing::warn!(target: "loco::rdmawait", %node, %reason, "peer dead");
+            if r.is_none() || m.rejoining {
+                tracing::warn!(target: "loco::rdmawait", %node, incarnation, %reason, "peer dead");
                 *r = Some(reason);
             }
+            m.rejoining = false;
+            p.dead.store(true, SeqCst);
+            m.bury(incarnation);
         }
-        p.dead.store(true, SeqCst);
-        if let Some(c) = p.closer.get() {
-            let _ = c.shutdown(Shutdown::Both);
+        if let Some(c) = p.client.lock().as_ref() {
+            let _ = c.closer.shutdown(Shutdown::Both);
+        }
+        if let Some((_, s)) = p.server.lock().as_ref() {
+            let _ = s.shutdown(Shutdown::Both);
         }
         self.notify();
+    }
+
+    /// Decides on a connection from `node` claiming `incarnation` and announcing `info` (see
+    /// the [module docs](self)); `ours` is the memory size every process registers. On
+    /// [`Admit::Join`] and [`Admit::Rejoin`] the incarnation is joined and its memory
+    /// recorded; nothing changes otherwise.
+    pub(crate) fn admit(&self, node: NodeId, incarnation: u64, info: NodeInfo, ours: u64) -> Admit {
+        let Some(p) = self.nodes.get(node.index()) else {
+            return Admit::Refuse(format!("{node} is not in the cluster"));
+        };
+        if info.words != ours {
+            return Admit::Refuse(format!(
+                "it registered {} words per node, this process {ours}: give every process the \
+                 same memory_per_node",
+                info.words
+            ));
+        }
+        let mut m = p.member.lock();
+        if m.dead.contains(&incarnation) {
+            return Admit::Refuse(format!(
+                "incarnation {incarnation:#x} of {node} was declared dead here: a process \
+                 declared dead must restart to rejoin"
+            ));
+        }
+        let cur = p.incarnation.load(SeqCst);
+        if cur == 0 || cur == incarnation {
+            if m.joined {
+                return Admit::Refuse(format!(
+                    "{node} already joined; two processes with LOCO_NODE_ID={}?",
+                    node.0
+                ));
+            }
+            if m.info.is_some_and(|i| i != info) {
+                return Admit::Refuse("it announced its memory twice, differently".to_string());
+            }
+            p.incarnation.store(incarnation, SeqCst);
+            m.joined = true;
+            m.info = Some(info);
+            return Admit::Join;
+        }
+        if !p.dead.load(SeqCst) {
+            return Admit::Retry(format!(
+                "{node} restarted (incarnation {incarnation:#x}), but its previous incarnation \
+                 {cur:#x} is not declared dead here yet (within the peer timeout, \
+                 LOCO_PEER_TIMEOUT_MS); or two processes with LOCO_NODE_ID={}",
+                node.0
+            ));
+        }
+        // The rejoin: the node stays dead for every caller until `rejoined`.
+        m.bury(cur);
+        m.rejoining = true;
+        let old_reason = p.reason.lock().clone().unwrap_or_default();
+        *p.reason.lock() = Some(format!(
+            "restarted as incarnation {incarnation:#x}, rejoining (its previous incarnation \
+             {cur:#x} died: {old_reason})"
+        ));
+        p.incarnation.store(incarnation, SeqCst);
+        m.joined = true;
+        m.info = Some(info);
+        drop(m);
+        *p.client.lock() = None;
+        Admit::Rejoin { old: cur }
+    }
+
+    /// Records what our own join to `node` learned: its incarnation and memory. Fails (with
+    /// why) when they contradict what its connection to us said.
+    pub(crate) fn learn(
+        &self,
+        node: NodeId,
+        incarnation: u64,
+        info: NodeInfo,
+        ours: u64,
+    ) -> std::result::Result<(), String> {
+        let p = self
+            .nodes
+            .get(node.index())
+            .ok_or_else(|| format!("{node} is not in the cluster"))?;
+        if info.words != ours {
+            return Err(format!(
+                "it registered {} words per node, this process {ours}: give every process the \
+                 same memory_per_node",
+                info.words
+            ));
+        }
+        let mut m = p.member.lock();
+        if m.dead.contains(&incarnation) {
+            return Err(format!(
+                "incarnation {incarnation:#x} of {node} was declared dead here"
+            ));
+        }
+        let cur = p.incarnation.load(SeqCst);
+        if cur != 0 && cur != incarnation {
+            return Err(format!(
+                "it answered as incarnation {incarnation:#x}, its connection to us as {cur:#x}"
+            ));
+        }
+        if m.info.is_some_and(|i| i != info) {
+            return Err("it announced its memory twice, differently".to_string());
+        }
+        p.incarnation.store(incarnation, SeqCst);
+        m.info = Some(info);
+        Ok(())
+    }
+
+    /// Keeps our connection to `node`'s incarnation `client.incarnation`. Fails if that is no
+    /// longer the current incarnation.
+    pub(crate) fn set_client(
+        &self,
+        node: NodeId,
+        client: Client,
+    ) -> std::result::Result<(), String> {
+        let p = self
+            .nodes
+            .get(node.index())
+            .ok_or_else(|| format!("{node} is not in the cluster"))?;
+        let _m = p.member.lock();
+        if p.incarnation.load(SeqCst) != client.incarnation {
+            return Err(format!("{node} changed incarnation meanwhile"));
+        }
+        *p.client.lock() = Some(Arc::new(client));
+        Ok(())
+    }
+
+    /// Keeps a clone of the joined connection from `node`'s incarnation `incarnation`.
+    pub(crate) fn set_server(&self, node: NodeId, incarnation: u64, stream: TcpStream) {
+        if let Some(p) = self.nodes.get(node.index()) {
+            *p.server.lock() = Some((incarnation, stream));
+        }
+    }
+
+    /// Ends the rejoin of `node`'s incarnation `incarnation` (both connections are up): it is
+    /// alive again, its barrier count continues from ours (`epoch`), and waiters are woken.
+    /// Returns false if the incarnation is no longer current (it died meanwhile).
+    pub(crate) fn rejoined(&self, node: NodeId, incarnation: u64, epoch: u64) -> bool {
+        let Some(p) = self.nodes.get(node.index()) else {
+            return false;
+        };
+        {
+            let mut m = p.member.lock();
+            if p.incarnation.load(SeqCst) != incarnation || !m.rejoining {
+                return false;
+            }
+            m.rejoining = false;
+            p.barrier.store(epoch, SeqCst);
+            p.bye.store(false, SeqCst);
+            *p.reason.lock() = None;
+            p.rejoins.fetch_add(1, SeqCst);
+            p.dead.store(false, SeqCst);
+        }
+        tracing::warn!(target: "loco::rdmawait", %node, incarnation, "peer rejoined (restarted)");
+        self.notify();
+        true
+    }
+
+    /// Ends our connections with every peer (on leave).
+    pub(crate) fn shutdown_all(&self) {
+        for p in &self.nodes {
+            if let Some(c) = p.client.lock().as_ref() {
+                let _ = c.closer.shutdown(Shutdown::Both);
+            }
+        }
     }
 
     pub(crate) fn notify(&self) {
@@ -213,5 +491,101 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(p.dead(NodeId(1)), None);
+    }
+
+    fn info(words: u64) -> NodeInfo {
+        NodeInfo {
+            addr: 4096,
+            rkey: 7,
+            words,
+        }
+    }
+
+    #[test]
+    fn incarnations_join_once_and_duplicates_are_refused() {
+        let p = Peers::new(3);
+        let n = NodeId(1);
+        assert!(
+            matches!(p.admit(n, 10, info(8), 16), Admit::Refuse(r) if r.contains("memory_per_node"))
+        );
+        assert_eq!(p.incarnation(n), 0, "a refused join changes nothing");
+        assert_eq!(p.admit(n, 10, info(8), 8), Admit::Join);
+        assert_eq!(p.incarnation(n), 10);
+        assert_eq!(p.info(n), Some(info(8)));
+        // The same live incarnation again: a duplicate.
+        assert!(
+            matches!(p.admit(n, 10, info(8), 8), Admit::Refuse(r) if r.contains("already joined"))
+        );
+        // Another incarnation while this one lives: not now (it may still write our memory).
+        assert!(matches!(p.admit(n, 11, info(8), 8), Admit::Retry(_)));
+        assert_eq!(p.incarnation(n), 10);
+        assert_eq!(p.dead(n), None);
+        // Our own join learns the same incarnation; another one is a contradiction.
+        p.learn(n, 10, info(8), 8).unwrap();
+        assert!(p.learn(n, 12, info(8), 8).is_err());
+        let other = NodeInfo { rkey: 9, ..info(8) };
+        assert!(
+            p.learn(n, 10, other, 8).is_err(),
+            "memory announced twice, differently"
+        );
+    }
+
+    #[test]
+    fn a_restarted_node_rejoins_only_after_its_death_and_stale_ones_stay_out() {
+        let p = Peers::new(3);
+        let n = NodeId(2);
+        assert_eq!(p.admit(n, 10, info(8), 8), Admit::Join);
+        p.barrier(n, 1).unwrap();
+        p.epoch.store(1, SeqCst);
+        p.mark_dead_of(n, 10, "killed".into());
+        assert_eq!(p.dead(n).as_deref(), Some("killed"));
+        // The dead incarnation itself may not come back.
+        assert!(
+            matches!(p.admit(n, 10, info(8), 8), Admit::Refuse(r) if r.contains("declared dead"))
+        );
+        // A new one is admitted, with its new memory; the node stays dead until the rejoin ends.
+        let fresh = NodeInfo {
+            addr: 8192,
+            ..info(8)
+        };
+        assert_eq!(p.admit(n, 20, fresh, 8), Admit::Rejoin { old: 10 });
+        assert_eq!(p.incarnation(n), 20);
+        assert_eq!(p.info(n), Some(fresh));
+        assert!(p.dead(n).unwrap().contains("rejoining"));
+        // A late end of the dead incarnation's connection does not touch the new one.
+        p.mark_dead_of(n, 10, "late".into());
+        assert!(p.rejoined(n, 20, 1));
+        assert_eq!(p.dead(n), None);
+        assert_eq!(p.nodes[2].rejoins.load(SeqCst), 1);
+        // Barrier counts continue from ours: the rejoined node's next barrier is 2.
+        assert!(p.barrier(n, 1).is_err());
+        p.barrier(n, 2).unwrap();
+        // The same new incarnation again: a duplicate; the old one: stale.
+        assert!(
+            matches!(p.admit(n, 20, fresh, 8), Admit::Refuse(r) if r.contains("already joined"))
+        );
+        assert!(
+            matches!(p.admit(n, 10, info(8), 8), Admit::Refuse(r) if r.contains("declared dead"))
+        );
+        // A rejoin that fails (dialing back) leaves the node dead, with that reason.
+        p.mark_dead_of(n, 20, "killed again".into());
+        assert_eq!(p.admit(n, 30, info(8), 8), Admit::Rejoin { old: 20 });
+        p.mark_dead_of(n, 30, "dialing back failed".into());
+        assert_eq!(p.dead(n).as_deref(), Some("dialing back failed"));
+        assert!(!p.rejoined(n, 30, 1), "a dead rejoin does not come alive");
+        assert!(p.learn(n, 30, info(8), 8).is_err(), "it is dead");
+    }
+
+    #[test]
+    fn dead_incarnations_are_remembered_up_to_a_bound() {
+        let p = Peers::new(2);
+        let n = NodeId(1);
+        assert_eq!(p.admit(n, 1, info(8), 8), Admit::Join);
+        for inc in 1..=(DEAD_INCARNATIONS as u64 + 5) {
+            p.mark_dead_of(n, inc, "gone".into());
+            assert_eq!(p.admit(n, inc + 1, info(8), 8), Admit::Rejoin { old: inc });
+            assert!(p.rejoined(n, inc + 1, 0));
+        }
+        assert!(p.nodes[1].member.lock().dead.len() <= DEAD_INCARNATIONS);
     }
 }

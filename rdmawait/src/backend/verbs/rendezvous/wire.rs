@@ -364,8 +364,7 @@ impl Cursor<'_> {
         if r.len() > MAX_REASON {
             return Err(bad(format!("reason of {} bytes", r.len())));
         }
-        let reason =
-            std::str::from_utf8(r).map_err(|_| bad("reason is not UTF-8".to_string()))?;
+        let reason = std::str::from_utf8(r).map_err(|_| bad("reason is not UTF-8".to_string()))?;
         Ok(reason.to_string())
     }
 
