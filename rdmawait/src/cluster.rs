@@ -540,12 +540,47 @@ impl Cluster {
     /// - **Unaffected**: everything between live nodes, including `wait`s of a thread that also
     ///   has requests towards the dead node (under other work ids), and [`Cluster::quiesce`],
     ///   which no longer waits for failed work.
-    /// - **Not recovered**: a dead node stays dead for the cluster's lifetime; what its threads
-    ///   held (locks, half-done updates) is the business of the layers above.
+    /// - **Not recovered**: the dead incarnation stays dead; what its threads held (locks,
+    ///   half-done updates) is the business of the layers above. The node may come back as a
+    ///   new incarnation with [`Cluster::restart`].
     pub fn kill(&self, node: NodeId) -> Result<()> {
         self.check_node(node)?;
         tracing::warn!(target: "loco::rdmawait", cluster = self.inner.id, %node, "fault injection: node killed");
         self.inner.backend.kill(node)
+    }
+
+    /// The current incarnation of `node`, as this process knows it: a number that changes each
+    /// time the node restarts and rejoins (and is never reused for it), so that a caller can
+    /// tell "the node I worked with" from "the node now under that id". The soft NIC counts
+    /// from 1 ([`Cluster::restart`]); the verbs backend draws a random number per process start
+    /// (0 while a peer has not joined yet).
+    pub fn incarnation(&self, node: NodeId) -> Result<u64> {
+        self.check_node(node)?;
+        Ok(self.inner.backend.incarnation(node))
+    }
+
+    /// Fault injection: dead `node` (see [`Cluster::kill`]) comes back as a new incarnation,
+    /// as if its process had been started again and had rejoined. Supported by the soft NIC;
+    /// other backends fail with [`Error::Backend`] (on the verbs backend, start the process
+    /// again: it rejoins by itself). A live node is refused with [`Error::Backend`].
+    ///
+    /// # What survives (soft NIC; the verbs backend behaves alike)
+    /// - **Memory**: the node's memory is zeroed. The values of shared variables, SC
+    ///   locations and lock words that lived there are lost; the objects allocated on it stay
+    ///   allocated (in a multi-process cluster, the new process re-creates them in the same
+    ///   order, so that layouts agree).
+    /// - **Work of or towards the dead incarnation** never lands in the new one.
+    /// - **Contexts** opened before the restart never reach the new incarnation: on the
+    ///   restarted node every call fails with [`Error::PeerDead`]; on other nodes every post and
+    ///   poll towards it fails with `PeerDead` (its reason says it restarted), the rest works.
+    ///   Open a new context to work with the new incarnation: not reporting the restart would
+    ///   let a thread mix state of two incarnations silently.
+    /// - [`Cluster::check_alive`] reports the node alive again and [`Cluster::incarnation`]
+    ///   changes.
+    pub fn restart(&self, node: NodeId) -> Result<()> {
+        self.check_node(node)?;
+        tracing::warn!(target: "loco::rdmawait", cluster = self.inner.id, %node, "fault injection: node restarted");
+        self.inner.backend.restart(node)
     }
 
     /// Fails with [`Error::Shutdown`] once [`Cluster::shutdown`] was called: loops that only

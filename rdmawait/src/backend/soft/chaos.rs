@@ -385,6 +385,11 @@ impl Chaos {
         }
     }
 
+    /// Applies the faults made since the last call (see `State::sync_faults`).
+    pub(super) fn apply_faults(&self) {
+        drop(self.lock());
+    }
+
     /// The state, with the faults made since its last use applied.
     fn lock(&self) -> parking_lot::MutexGuard<'_, State> {
         let mut st = self.state.lock();

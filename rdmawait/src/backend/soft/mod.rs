@@ -42,6 +42,19 @@
 //! This is what a real NIC does once it has given up on a peer (a request towards it completes
 //! in error), except that the soft NIC knows at post time and says so there.
 //!
+//! [`Backend::restart`] (through [`Cluster::restart`](crate::Cluster::restart)) brings a dead
+//! node back as a new incarnation ([`Backend::incarnation`] counts them from 1), as if its
+//! process had been started again and had rejoined:
+//!
+//! | what | after `restart(n)` |
+//! |---|---|
+//! | `n`'s memory | zeroed: every value the dead incarnation held is gone (the cluster's allocations stay: the new process re-creates its objects in the same order) |
+//! | work posted by or towards the dead incarnation and not executed | never executes (it was discarded at the kill, and requests carry the incarnations they were posted for) |
+//! | contexts opened before the restart, on `n` | every call fails with [`Error::PeerDead`] naming `n` (they belonged to the dead process) |
+//! | contexts opened before the restart, on other nodes | every post and poll towards `n` fails with `PeerDead` naming `n`, saying it restarted: their queue pairs led to the dead incarnation; towards other nodes they work |
+//! | contexts opened after the restart | work with `n` as with any node |
+//! | [`Cluster::check_alive`](crate::Cluster::check_alive) | `n` is alive again |
+//!
 //! After [`Backend::shutdown`], every poll, wait or quiesce that would block returns
 //! [`Error::Shutdown`] promptly (completions already there are still delivered); the engine
 //! threads of `Threaded` stop and are joined when the backend is dropped (an engine that
@@ -115,6 +128,10 @@ pub(crate) struct Fabric {
     stalled: Vec<AtomicBool>,
     /// Bumped on every change of `dead` or `stalled`, so that `Chaos` re-reads them only then.
     epoch: AtomicU64,
+    /// Per node: its incarnation, from 1, bumped by [`Backend::restart`].
+    incarnations: Vec<AtomicU64>,
+    /// Restarts so far, over all nodes (contexts look at incarnations only when it moved).
+    restarts: AtomicU64,
 }
 
 impl Fabric {
@@ -152,6 +169,8 @@ impl Fabric {
             reasons: (0..nodes).map(|_| parking_lot::Mutex::new(None)).collect(),
             stalled: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
             epoch: AtomicU64::new(0),
+            incarnations: (0..nodes).map(|_| AtomicU64::new(1)).collect(),
+            restarts: AtomicU64::new(0),
         })
     }
 
@@ -202,6 +221,11 @@ impl Fabric {
 
     fn is_dead(&self, node: usize) -> bool {
         self.dead.get(node).is_some_and(|d| d.load(SeqCst))
+    }
+
+    /// The node's current incarnation (0 for an unknown node).
+    fn incarnation(&self, node: usize) -> u64 {
+        self.incarnations.get(node).map_or(0, |i| i.load(SeqCst))
     }
 
     fn is_stalled(&self, node: usize) -> bool {
@@ -393,11 +417,22 @@ impl Backend for SoftBackend {
         self.fabric.check_open()?;
         let n = self.fabric.check_node(node)?;
         self.fabric.check_alive(n)?;
-        Ok(match &self.engine {
+        let restarts = self.fabric.restarts.load(SeqCst);
+        let incarnations = (0..self.fabric.nodes())
+            .map(|i| self.fabric.incarnation(i))
+            .collect();
+        let inner: Box<dyn ThreadNic> = match &self.engine {
             Engine::Immediate => Box::new(immediate::ImmediateNic::open(&self.fabric, n)),
             Engine::Threaded(e) => Box::new(e.open(&self.fabric, n)?),
             Engine::Chaos(c) => Box::new(chaos::Chaos::open(c, n)),
-        })
+        };
+        Ok(Box::new(Incarnated {
+            inner,
+            fabric: self.fabric.clone(),
+            home: n,
+            restarts,
+            incarnations,
+        }))
     }
 
     fn quiesce(&self, timeout: Duration) -> Result<()> {
@@ -433,6 +468,37 @@ impl Backend for SoftBackend {
             })
     }
 
+    fn incarnation(&self, node: NodeId) -> u64 {
+        self.fabric.incarnation(node.index())
+    }
+
+    /// Brings dead `node` back (see the [module docs](self)). Fails with [`Error::Backend`] if
+    /// it is not dead (kill it first).
+    fn restart(&self, node: NodeId) -> Result<()> {
+        let n = self.fabric.check_node(node)?;
+        if !self.fabric.is_dead(n) {
+            return Err(soft_error(format!(
+                "cannot restart {node}: it is alive (kill it first)"
+            )));
+        }
+        // While it is still dead: the work of and towards the dead incarnation is discarded
+        // (Chaos applies the kill now; Threaded and Immediate requests carry incarnations).
+        if let Engine::Chaos(c) = &self.engine {
+            c.apply_faults();
+        }
+        for w in self.fabric.mem[n].as_slice() {
+            w.store(0, SeqCst);
+        }
+        self.fabric.rmw_locks[n].store(false, SeqCst);
+        let inc = self.fabric.incarnations[n].fetch_add(1, SeqCst) + 1;
+        self.fabric.restarts.fetch_add(1, SeqCst);
+        *self.fabric.reasons[n].lock() = None;
+        self.fabric.dead[n].store(false, SeqCst);
+        self.fabric.epoch.fetch_add(1, SeqCst);
+        tracing::debug!(target: "loco::rdmawait", %node, incarnation = inc, "soft NIC: node restarted");
+        Ok(())
+    }
+
     fn kill(&self, node: NodeId) -> Result<()> {
         let n = self.fabric.check_node(node)?;
         self.fabric.reasons[n]
@@ -458,6 +524,111 @@ impl Drop for SoftBackend {
         if let Engine::Threaded(e) = &mut self.engine {
             e.join();
         }
+    }
+}
+
+/// Longest slice of a poll between two looks at the incarnations ([`Incarnated::poll`]).
+const POLL_SLICE: Duration = Duration::from_millis(20);
+
+/// A thread NIC bound to the incarnations it was opened with: once its own node restarted,
+/// every call fails (it belonged to the dead process); once a target restarted, posts and polls
+/// towards it fail (its queue pair led to the dead incarnation). Costs one atomic load per call
+/// while nothing ever restarted.
+#[derive(Debug)]
+struct Incarnated {
+    inner: Box<dyn ThreadNic>,
+    fabric: Arc<Fabric>,
+    home: usize,
+    /// `Fabric::restarts` at open.
+    restarts: u64,
+    /// Every node's incarnation at open.
+    incarnations: Vec<u64>,
+}
+
+impl Incarnated {
+    /// `PeerDead` naming `node` if it is no longer the incarnation this NIC was opened with.
+    fn check(&self, node: usize) -> Result<()> {
+        if self.fabric.restarts.load(SeqCst) == self.restarts {
+            return Ok(());
+        }
+        let (then, now) = (self.incarnations[node], self.fabric.incarnation(node));
+        if then == now {
+            return Ok(());
+        }
+        let id = NodeId(node as u16);
+        let reason = if node == self.home {
+            format!(
+                "this context belongs to incarnation {then} of {id}, which was killed; {id} \
+                 restarted as incarnation {now}"
+            )
+        } else {
+            format!(
+                "{id} restarted: its incarnation {then}, which this context's queue pair led \
+                 to, died, and incarnation {now} came back with fresh memory; open a new context \
+                 to reach it (Cluster::incarnation)"
+            )
+        };
+        Err(Error::PeerDead { node: id, reason })
+    }
+
+    fn check_target(&self, target: NodeId) -> Result<()> {
+        self.check(self.home)?;
+        if target.index() < self.incarnations.len() {
+            self.check(target.index())?;
+        }
+        Ok(())
+    }
+}
+
+impl ThreadNic for Incarnated {
+    fn post(&mut self, target: NodeId, wr: WorkRequest) -> Result<()> {
+        self.check_target(target)?;
+        self.inner.post(target, wr)
+    }
+
+    /// Polls in slices, checking the incarnations between them: a poll blocked on a request
+    /// of a node that dies and restarts meanwhile fails instead of waiting for a completion
+    /// that the new incarnation will never give.
+    fn poll(&mut self, target: NodeId, timeout: Duration) -> Result<()> {
+        let end = deadline(timeout);
+        loop {
+            self.check_target(target)?;
+            // No deadline (`Duration::MAX`): as long as needed.
+            let left = end.map_or(Duration::MAX, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
+            match self.inner.poll(target, left.min(POLL_SLICE)) {
+                // A timed-out poll consumed nothing: try again, unless the caller's time is up.
+                Err(Error::Timeout { .. }) if left > POLL_SLICE => {}
+                Err(Error::Timeout { what, .. }) => {
+                    return Err(Error::Timeout {
+                        what,
+                        after: timeout,
+                    })
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn load(&mut self, word: usize) -> Result<u64> {
+        self.check(self.home)?;
+        self.inner.load(word)
+    }
+
+    fn store(&mut self, word: usize, value: u64) -> Result<()> {
+        self.check(self.home)?;
+        self.inner.store(word, value)
+    }
+
+    fn cas(&mut self, word: usize, expected: u64, new: u64) -> Result<u64> {
+        self.check(self.home)?;
+        self.inner.cas(word, expected, new)
+    }
+
+    fn mfence(&mut self) -> Result<()> {
+        self.check(self.home)?;
+        self.inner.mfence()
     }
 }
 

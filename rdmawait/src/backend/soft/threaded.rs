@@ -29,6 +29,9 @@ const MAX_SLEEP: Duration = Duration::from_millis(1);
 struct Job {
     to: usize,
     wr: WorkRequest,
+    /// The incarnations of the posting node and of `to` at post time: a request of a dead
+    /// incarnation, or towards one, never executes, even once the node has restarted.
+    incarnations: (u64, u64),
     /// The posting queue pair's completion counter.
     done: Arc<AtomicU64>,
 }
@@ -74,7 +77,10 @@ impl NodeQueue {
             },
         };
         let (from, to) = (self.node, job.to);
-        if fabric.is_dead(from) || fabric.is_dead(to) {
+        if fabric.is_dead(from)
+            || fabric.is_dead(to)
+            || job.incarnations != (fabric.incarnation(from), fabric.incarnation(to))
+        {
             self.held.store(false, SeqCst);
             inflight.fetch_sub(1, SeqCst);
             return true;
@@ -262,6 +268,10 @@ impl ThreadNic for EngineNic {
         let job = Job {
             to: t,
             wr,
+            incarnations: (
+                self.cpu.fabric.incarnation(self.cpu.node),
+                self.cpu.fabric.incarnation(t),
+            ),
             done: self.done[t].clone(),
         };
         if self.tx.send(job).is_err() {
