@@ -13,7 +13,16 @@
 //!
 //! Stop points (`--at`): `faa-wait` (FAAs posted, not waited for), `critical-section` (holding
 //! an NLock the survivors then try to take), `gf` (looping in the global fence `gf_all`, so a
-//! kill lands inside one). Every survivor FAAs on its own counter word on every other node and
+//! kill lands inside one), `rejoin` (like `critical-section`; then the victim is started again
+//! with `--restarted`, under the same node id).
+//!
+//! `rejoin`: once the survivors have recovered the lock and checked their FAAs, they print
+//! `nX: waiting for rejoin` and wait for the victim's new incarnation (`Cluster::incarnation`).
+//! The restarted victim joins them (fresh memory and queue pairs), and every process opens a
+//! new context and does `--increments` NLock-protected increments of one counter word on n0
+//! (get, +1, put, all inside the critical section). Each tells n0 how many it saw complete;
+//! n0 checks that the counter holds exactly their sum (`n0: rejoin check OK` or `... LOST`).
+//! The survivors also show that their old context reports the restart (`PeerDead`). Every survivor FAAs on its own counter word on every other node and
 //! counts the FAAs whose completion it saw; at the end it tells each live node that count
 //! (an RDMA WRITE of count + 1 into its slot there), and each node checks that its counter words
 //! hold exactly what each live survivor said it added.
@@ -52,6 +61,8 @@ mod verbs_main {
         CriticalSection,
         /// Looping in gf_all.
         Gf,
+        /// Holding an NLock on node 0, then killed and started again (`--restarted`).
+        Rejoin,
     }
 
     #[derive(Parser)]
@@ -76,6 +87,12 @@ mod verbs_main {
         /// Rendezvous and wait timeout, in seconds.
         #[arg(long, default_value_t = 20)]
         timeout: u64,
+        /// This process is the victim, started again after it was killed (`--at rejoin`).
+        #[arg(long)]
+        restarted: bool,
+        /// Lock-protected increments per process after the rejoin (`--at rejoin`).
+        #[arg(long, default_value_t = 50)]
+        increments: u64,
         /// Instead of joining: act as a fuzzing client, sending malformed frames over up to 300
         /// connections (at most 10 s) to this rendezvous address, then exit.
         #[arg(long)]
@@ -174,9 +191,21 @@ mod verbs_main {
             .collect::<Result<_, _>>()?;
         let scratch: Vec<Loc> = ids
             .iter()
-            .map(|&i| cluster.alloc_words(i, 2 * n as u64))
+            .map(|&i| cluster.alloc_words(i, 2 * n as u64 + 1))
             .collect::<Result<_, _>>()?;
+        // After the rejoin: the counter the lock protects, and each process's count of its
+        // increments (count + 1), both on n0.
+        let total = cluster.alloc_word(NodeId(0))?;
+        let said = cluster.alloc_words(NodeId(0), n as u64)?;
         let lock = NLock::new(&cluster, NodeId(0))?;
+        if args.restarted {
+            // Same objects, same order: the layouts agree with the survivors'.
+            println!(
+                "{me}: rejoined as incarnation {:#x}",
+                cluster.incarnation(me)?
+            );
+            return after_rejoin(args, &cluster, &process, &lock, &total, &said, &scratch);
+        }
         process.barrier()?;
         let ctx = cluster.context(me)?;
         println!("{me}: ready");
@@ -199,9 +228,18 @@ mod verbs_main {
                     println!("{me}: at faa-wait");
                     std::thread::sleep(timeout * 3);
                 }
-                At::CriticalSection => {
+                At::CriticalSection | At::Rejoin => {
                     let _guard = lock.acquire(&ctx)?;
-                    println!("{me}: at critical-section");
+                    // Its hold announcement has landed on n0 (see the locks' Failures section).
+                    cluster.quiesce()?;
+                    println!(
+                        "{me}: at {}",
+                        if args.at == At::Rejoin {
+                            "rejoin"
+                        } else {
+                            "critical-section"
+                        }
+                    );
                     std::thread::sleep(timeout * 3);
                 }
                 At::Gf => {
@@ -254,7 +292,7 @@ mod verbs_main {
             println!("{me}: the victim was never reported dead");
             return Ok(false);
         }
-        if args.at == At::CriticalSection {
+        if matches!(args.at, At::CriticalSection | At::Rejoin) {
             let t = Instant::now();
             // FIFO acquire: a waiter passes the dead holder's ticket on (its node announced
             // the hold), and is told the critical section before did not finish.
@@ -306,6 +344,101 @@ mod verbs_main {
                 "{me}: survivor check OK ({total} FAAs acknowledged to live nodes, every one counted)"
             );
         }
-        Ok(ok)
+        if args.at != At::Rejoin || !ok {
+            return Ok(ok);
+        }
+        // Wait for the victim's new incarnation (the runner starts it once both survivors
+        // print this line, so that the dead holder's ticket was skipped before).
+        let old = cluster.incarnation(victim)?;
+        println!("{me}: waiting for rejoin");
+        let t = Instant::now();
+        while !(cluster.is_alive(victim) && cluster.incarnation(victim)? != old) {
+            if t.elapsed() > timeout * 3 {
+                println!("{me}: {victim} did not rejoin within {:?}", timeout * 3);
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        println!(
+            "{me}: {victim} rejoined as incarnation {:#x} after {:.2?}",
+            cluster.incarnation(victim)?,
+            t.elapsed()
+        );
+        // The old context's queue pair led to the dead incarnation: reported, not reused.
+        let ret = scratch[me.index()].word(victim.0 as u64)?;
+        match ctx
+            .rfaa(&counters[victim.index()].word(me.0 as u64)?, 1, &ret, d)
+            .and_then(|()| ctx.wait(d))
+        {
+            Err(e @ loco::rdmawait::Error::PeerDead { .. }) => {
+                println!("{me}: old context towards {victim}: {e}")
+            }
+            other => {
+                println!("{me}: old context towards {victim} answered {other:?}, not PeerDead");
+                return Ok(false);
+            }
+        }
+        drop(ctx);
+        after_rejoin(args, &cluster, &process, &lock, &total, &said, &scratch)
+    }
+
+    /// Every process (the survivors and the restarted victim), in a new context: `increments`
+    /// lock-protected increments of `total` on n0, then each tells n0 how many completed; n0
+    /// checks the sum.
+    fn after_rejoin(
+        args: &Args,
+        cluster: &Cluster,
+        process: &Process,
+        lock: &NLock,
+        total: &Loc,
+        said: &Loc,
+        scratch: &[Loc],
+    ) -> Result<bool, Box<dyn std::error::Error>> {
+        let me = NodeId(args.node);
+        let n = cluster.nodes();
+        let timeout = Duration::from_secs(args.timeout);
+        process.barrier()?;
+        let ctx = cluster.context(me)?;
+        let d = WorkId::new(2);
+        let tmp = scratch[me.index()].word(2 * n as u64)?;
+        let mut done = 0u64;
+        let mut poisoned = 0u64;
+        for _ in 0..args.increments {
+            let g = lock.acquire_timeout(&ctx, timeout)?;
+            poisoned += u64::from(loco::locks::LockGuard::was_poisoned(&g));
+            ctx.get(&tmp, total, d)?;
+            ctx.wait(d)?;
+            let v = ctx.load(&tmp)?;
+            ctx.store(&tmp, v + 1)?;
+            ctx.put(total, &tmp, d)?;
+            ctx.wait(d)?;
+            drop(g);
+            done += 1;
+        }
+        ctx.store(&tmp, done + 1)?;
+        ctx.put(&said.word(me.0 as u64)?, &tmp, d)?;
+        ctx.wait(d)?;
+        println!("{me}: rejoin done ({done} lock-protected increments; {poisoned} poisoned)");
+        process.barrier()?;
+        if me != NodeId(0) {
+            return Ok(true);
+        }
+        let mut sum = 0;
+        for i in 0..n as u64 {
+            let v = cluster.peek(&said.word(i)?)?;
+            if v == 0 {
+                println!("{me}: n{i} never reported its increments");
+                return Ok(false);
+            }
+            sum += v - 1;
+        }
+        let got = cluster.peek(total)?;
+        if got == sum {
+            println!("{me}: rejoin check OK (counter {got} = the {sum} acknowledged increments)");
+            Ok(true)
+        } else {
+            println!("{me}: counter holds {got}, {sum} increments were acknowledged: LOST");
+            Ok(false)
+        }
     }
 }

@@ -30,7 +30,11 @@
 #     n0's rendezvous port), inside an NLock critical section, inside gf; and SIGSTOP of n2 (a
 #     partition without FIN: only heartbeats tell). Survivors must see n2 dead, finish, and
 #     find every FAA they saw complete counted ("survivor check OK"); detection times are
-#     printed. ~1 min;
+#     printed. Then the rejoin: n2 killed inside the critical section and started again under
+#     its node id; it rejoins as a new incarnation, the survivors' old context reports the
+#     restart, and all three complete lock-protected increments that n0 finds all counted.
+#     ~1.5 min. $LOCO_SCENARIOS (space-separated function names) runs only some of these
+#     scenarios; LOCO_LITMUS_RUNS=0 skips the litmus runs;
 #   - on a host without a device (VM path), first the `smoke` test on the host itself: it must
 #     fail, with the backend's explanation of how to get a device, not pass silently; and (as
 #     root) again with libibverbs masked: it must say what to install.
@@ -86,8 +90,8 @@ run_inside() {
         rm -f "$out"
     done <"$list"
     if [ "$example" != - ]; then
-        for scenario in example_totals example_killed_peer fault_faa_wait fault_critical_section \
-            fault_gf fault_silent; do
+        for scenario in ${LOCO_SCENARIOS:-example_totals example_killed_peer fault_faa_wait \
+            fault_critical_section fault_gf fault_silent fault_rejoin}; do
             if "$scenario" "$example"; then
                 passed=$((passed + 1))
             else
@@ -96,7 +100,7 @@ run_inside() {
             fi
         done
     fi
-    if [ -n "${LOCO_LITMUS_BIN:-}" ]; then
+    if [ -n "${LOCO_LITMUS_BIN:-}" ] && [ "${LOCO_LITMUS_RUNS:-20}" != 0 ]; then
         if litmus_on_device; then
             passed=$((passed + 1))
         else
@@ -293,6 +297,72 @@ fault_critical_section() { fault_run critical-section KILL; }
 fault_gf() { fault_run gf KILL; }
 # A partition without FIN: n2 stops (SIGSTOP) and only the heartbeats can tell.
 fault_silent() { fault_run faa-wait STOP; }
+
+# kill -9 of n2 inside an NLock critical section on n0; once both survivors have recovered the
+# lock (skipping the dead holder) and checked their FAAs, n2 is started again under the same
+# node id: it rejoins as a new incarnation (fresh memory and queue pairs; the survivors dial it
+# back), the survivors' old context reports the restart (PeerDead), and all three do
+# lock-protected increments of a counter on n0 in new contexts: n0 checks that none was lost.
+fault_rejoin() {
+    local peers dir i pids=() rc=0 st t_kill t_start t line
+    local ex=${LOCO_FAULT_BIN:?}
+    peers=$(example_peers)
+    dir=$(mktemp -d)
+    echo "-- fault_node: n2 killed in a critical section, then started again (rejoin)"
+    for i in 0 1 2; do
+        LOCO_CLUSTER_KEY=$LOCO_FAULT_KEY LOCO_PEER_TIMEOUT_MS=2000 "$ex" --node "$i" --peers "$peers" \
+            --victim 2 --at rejoin --work-ms 60000 --timeout 10 >"$dir/$i" 2>&1 &
+        pids+=($!)
+    done
+    for _ in $(seq 600); do
+        grep -q "^n2: at rejoin" "$dir/2" && break
+        sleep 0.1
+    done
+    grep -q "^n2: at rejoin" "$dir/2" || { echo "   n2 never reached rejoin"; rc=1; }
+    t_kill=$(unix_ms)
+    kill -9 "${pids[2]}" 2>/dev/null || true
+    wait "${pids[2]}" 2>/dev/null || true
+    for _ in $(seq 600); do
+        [ "$(cat "$dir"/0 "$dir"/1 | grep -c 'waiting for rejoin')" -ge 2 ] && break
+        sleep 0.1
+    done
+    t_start=$(unix_ms)
+    echo "   survivors recovered and waiting $((t_start - t_kill)) ms after kill -9; starting n2 again"
+    LOCO_CLUSTER_KEY=$LOCO_FAULT_KEY LOCO_PEER_TIMEOUT_MS=2000 "$ex" --node 2 --peers "$peers" \
+        --victim 2 --at rejoin --restarted --timeout 10 >"$dir/2b" 2>&1 &
+    pids[2]=$!
+    for i in 0 1 2; do
+        st=0
+        for _ in $(seq 600); do
+            kill -0 "${pids[$i]}" 2>/dev/null || break
+            sleep 0.1
+        done
+        if kill -0 "${pids[$i]}" 2>/dev/null; then
+            echo "   n$i still running 60 s after the restart"
+            kill -9 "${pids[$i]}" 2>/dev/null || true
+            rc=1
+        fi
+        wait "${pids[$i]}" || st=$?
+        [ "$st" -eq 0 ] || { echo "   n$i: exit $st, expected 0"; rc=1; }
+    done
+    for i in 0 1; do
+        grep -q "^n$i: survivor check OK" "$dir/$i" || { echo "   n$i: no 'survivor check OK'"; rc=1; }
+        grep -q "^n$i: lock: acquired .*poisoned: true" "$dir/$i" \
+            || { echo "   n$i: the dead holder's lock was not recovered"; rc=1; }
+        grep -q "^n$i: old context towards n2: .*restarted" "$dir/$i" \
+            || { echo "   n$i: its old context did not report the restart"; rc=1; }
+        grep -q "^n$i: rejoin done" "$dir/$i" || { echo "   n$i: no 'rejoin done'"; rc=1; }
+        line=$(grep -m1 "^n$i: n2 rejoined as incarnation" "$dir/$i" || true)
+        [ -n "$line" ] || { echo "   n$i never saw n2 rejoin"; rc=1; }
+    done
+    grep -q "^n2: rejoined as incarnation" "$dir/2b" || { echo "   n2 did not rejoin"; rc=1; }
+    grep -q "^n2: rejoin done" "$dir/2b" || { echo "   n2 (restarted): no 'rejoin done'"; rc=1; }
+    grep -q "^n0: rejoin check OK" "$dir/0" || { echo "   n0: no 'rejoin check OK'"; rc=1; }
+    cat "$dir"/0 "$dir"/1 "$dir"/2 "$dir"/2b | grep -v '^ *$' | sed 's/^/   | /'
+    rm -rf "$dir"
+    echo "   fault rejoin: $([ "$rc" -eq 0 ] && echo ok || echo FAILED)"
+    return "$rc"
+}
 
 if [ "${1:-}" = --inside ]; then
     shift

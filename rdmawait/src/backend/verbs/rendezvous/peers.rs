@@ -242,9 +242,10 @@ impl Peers {
         }
         if !p.dead.load(SeqCst) {
             return Admit::Retry(format!(
-                "{node} restarted (incarnation {incarnation:#x}), but its previous incarnation \
-                 {cur:#x} is not declared dead here yet (within the peer timeout, \
-                 LOCO_PEER_TIMEOUT_MS); or two processes with LOCO_NODE_ID={}",
+                "{node} already joined as incarnation {cur:#x}, which is alive here: two \
+                 processes with LOCO_NODE_ID={}? (a restarted process is admitted once its \
+                 previous incarnation is declared dead, within the peer timeout, \
+                 LOCO_PEER_TIMEOUT_MS)",
                 node.0
             ));
         }
