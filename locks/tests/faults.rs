@@ -505,3 +505,74 @@ fn a_dead_waiter_is_skipped() -> Result<()> {
     }
     Ok(())
 }
+
+/// A node restarts and rejoins (issue 10, point 3; `Cluster::restart`): its holder's ticket was
+/// skipped while it was dead; afterwards the lock (on a survivor) serves the survivors and the
+/// new incarnation, and no increment made under it is lost. The old incarnation's context
+/// reports `PeerDead`, it is not reused.
+#[test]
+fn a_restarted_node_uses_the_lock_again_and_no_increment_is_lost() -> Result<()> {
+    const K: u64 = 20;
+    for s in [Schedule::Threaded, Schedule::Chaos { seed: 3 }] {
+        let c = cluster(s, BOUND);
+        let l = NLock::new(&c, NodeId(0))?;
+        let total = c.alloc_word(NodeId(0))?;
+        let tmp: Vec<_> = c
+            .node_ids()
+            .map(|n| c.alloc_word(n))
+            .collect::<std::result::Result<_, _>>()?;
+        // Increments `total` under the lock `K` times from a new context on `n`; returns how
+        // many completed and how many hand-overs were poisoned.
+        let work = |n: NodeId| {
+            let (l, c, total, tmp) = (l.clone(), c.clone(), total.clone(), tmp[n.index()].clone());
+            bounded("increments", move || -> Result<(u64, u64)> {
+                let ctx = c.context(n)?;
+                let d = loco_rdmawait::WorkId::new(1);
+                let (mut done, mut poisoned) = (0, 0);
+                for _ in 0..K {
+                    let g = l.acquire(&ctx)?;
+                    poisoned += u64::from(LockGuard::was_poisoned(&g));
+                    ctx.get(&tmp, &total, d)?;
+                    ctx.wait(d)?;
+                    let v = ctx.load(&tmp)?;
+                    ctx.store(&tmp, v + 1)?;
+                    ctx.put(&total, &tmp, d)?;
+                    ctx.wait(d)?;
+                    LockGuard::release(g)?;
+                    done += 1;
+                }
+                Ok((done, poisoned))
+            })
+        };
+        // n2 dies holding the lock (its hold announced on n0), inside an increment.
+        let old = c.context(NodeId(2))?;
+        let g = l.acquire(&old)?;
+        c.quiesce()?;
+        std::mem::forget(g);
+        let before = c.incarnation(NodeId(2))?;
+        c.kill(NodeId(2))?;
+        let (d1, p1) = work(NodeId(1))?;
+        assert_eq!(
+            p1, 1,
+            "{s:?}: the dead holder's ticket was skipped, and reported once"
+        );
+        c.restart(NodeId(2))?;
+        assert_ne!(c.incarnation(NodeId(2))?, before);
+        assert!(matches!(
+            old.load(&tmp[2]),
+            Err(loco_rdmawait::Error::PeerDead { .. })
+        ));
+        let (d2, p2) = work(NodeId(2))?;
+        let (d0, p0) = work(NodeId(0))?;
+        assert_eq!((p2, p0), (0, 0), "{s:?}");
+        c.quiesce()?;
+        assert_eq!(
+            c.peek(&total)?,
+            d0 + d1 + d2,
+            "{s:?}: an increment was lost"
+        );
+        assert_eq!(d0 + d1 + d2, 3 * K);
+        drop(old);
+    }
+    Ok(())
+}

@@ -48,9 +48,18 @@
 //! A node can die ([`Cluster::kill`] injects it on the soft NIC; the verbs backend detects dead
 //! peers). From then on every call that depends on it fails with [`Error::PeerDead`] naming it,
 //! a blocked `wait` or `poll` included, while calls between live nodes keep working; a dead
-//! node is never recovered. [`Cluster::kill`] and the [soft NIC's docs](backend::soft) say
+//! incarnation is never recovered. [`Cluster::kill`] and the [soft NIC's docs](backend::soft) say
 //! exactly what fails and when. [`Cluster::shutdown`] frees every blocked call with
 //! [`Error::Shutdown`].
+//!
+//! A node can come back as a **new incarnation** ([`Cluster::restart`] on the soft NIC; on the
+//! verbs backend, its process started again under the same node id rejoins by itself, once the
+//! others have declared the old one dead and fenced it out). [`Cluster::incarnation`] tells
+//! incarnations apart. What survives: the node's memory starts zeroed (values that lived on it
+//! are lost; objects are re-created in the same order so that layouts agree); nothing the dead
+//! incarnation posted, or that was posted to it, lands in the new one; contexts opened before the
+//! restart never reach the new incarnation (their calls towards it fail with [`Error::PeerDead`]
+//! saying it restarted; on the restarted node, all their calls do): open a new context.
 //!
 //! # Observability
 //! Posts, completions, waits and errors are `tracing` events under the target

@@ -67,12 +67,31 @@
 //!   entry of the peer list only.
 //! - **Detection**: a joined peer whose connection ends without a goodbye is dead at once; one
 //!   that goes silent (no FIN: power-off, partition, stopped process) is dead after the peer
-//!   timeout (default 5 s; heartbeats every fifth of it). Death is final for the lifetime of
-//!   the cluster. From then on every operation, wait and barrier that involves the node fails
-//!   with [`Error::PeerDead`] naming it; threads opened afterwards still work with the other
-//!   nodes (their link to the dead one is born failed). [`Cluster::check_alive`] sees it.
-//! - **Not covered**: a restarted process cannot rejoin under its old id (it is refused as a
-//!   duplicate); frames after the handshake are not MACed one by one, so someone able to
+//!   timeout (default 5 s; heartbeats every fifth of it). Death is final for that incarnation
+//!   of the process. From then on every operation, wait and barrier that involves the node
+//!   fails with [`Error::PeerDead`] naming it; threads opened afterwards still work with the
+//!   other nodes (their link to the dead one is born failed). [`Cluster::check_alive`] sees it.
+//! - **Fencing**: a peer declared dead is cut off: our connections with it are shut down and
+//!   the responder queue pairs that served its threads are destroyed, so a process declared
+//!   dead but still running (a partition that heals, SIGSTOP then SIGCONT) can no longer read
+//!   or write this process's memory; its own operations fail. It cannot come back as it was
+//!   (its incarnation is refused as stale): it must restart.
+//! - **Rejoin**: every process draws a random incarnation at start, proven in the handshake. A
+//!   process started again under the same node id (same `LOCO_NODE_ID`, `LOCO_PEERS` and key)
+//!   is admitted as a new incarnation once the others have declared the old one dead (at once
+//!   after `kill -9`, within the peer timeout otherwise; until then its join is retried, up to
+//!   its timeout); a second process with the id of a live one stays refused as a duplicate.
+//!   The others record its new memory (address, rkey), dial it back, and report it alive
+//!   again; [`Cluster::incarnation`] changes. Its barrier count continues from theirs.
+//! - **What survives a restart**: nothing of the dead incarnation's memory: the new process
+//!   starts with zeroed memory, so values of SC locations, shared-variable copies and lock
+//!   words that lived on it are lost, and it must create its objects (allocations, locks) in the
+//!   same order as the others for layouts to agree. Thread contexts opened before the rejoin
+//!   never reach the new incarnation: their operations towards it (and waits for requests
+//!   posted before the death) keep failing with [`Error::PeerDead`], whose reason says the node
+//!   restarted; open a new context to work with it. Requests of the dead incarnation never
+//!   land: their queue pairs were destroyed.
+//! - **Not covered**: frames after the handshake are not MACed one by one, so someone able to
 //!   rewrite TCP segments on the path could tamper with them (as they could with RoCE packets).
 //!
 //! # Soft-RoCE and the Fence flag

@@ -8,9 +8,9 @@
 //!
 //! | message | reply | meaning |
 //! |---|---|---|
-//! | `Hello { nodes, from, to, nonce }` | `Challenge { nonce, mac }` or `Reject` | start of the handshake ([`auth`]) |
+//! | `Hello { nodes, from, to, incarnation, nonce }` | `Challenge { incarnation, nonce, mac }` or `Reject` | start of the handshake ([`auth`]); each side names its incarnation |
 //! | `Proof { mac }` | none, or `Reject` | the client proves the cluster key; the server closes on failure |
-//! | `Join { info }` | `Welcome { info }` or `Reject { reason }` | after the handshake only: memory (address, rkey, words) exchanged, checked against ours |
+//! | `Join { info }` | `Welcome { info, epoch }`, `Reject { reason }` or `Retry { reason }` | after the handshake only: memory (address, rkey, words) exchanged, checked against ours; `epoch` is the server's barrier count; `Retry`: a new incarnation whose previous one is not declared dead here yet ([`peers`]) |
 //! | `Connect { endpoint }` | `Accepted { endpoint }` or `Reject` | a thread of `from` opened a queue pair towards us: create a responder queue pair, connect it, return its QPN, PSN, LID, GID |
 //! | `Release { qpn }` | none | that thread is gone: destroy the responder |
 //! | `Barrier { epoch }` | none | `from` reached its barrier number `epoch` (exactly one more than its last) |
@@ -18,7 +18,9 @@
 //! | `Bye` | none | `from` is leaving; its memory stays registered until every peer said bye |
 //!
 //! A joined connection that ends without `Bye`, or on which nothing (not even a `Ping`) arrives
-//! for the peer timeout, means the peer is dead or cut off: it is marked dead, for good.
+//! for the peer timeout, means the peer is dead or cut off: that incarnation is marked dead, for
+//! good, and fenced out. The node may come back as a new incarnation (a restarted process): see
+//! [`peers`] for what is admitted, and `verbs::session` for the rejoin.
 
 pub(crate) mod auth;
 pub(crate) mod gate;
