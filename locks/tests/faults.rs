@@ -524,7 +524,7 @@ fn a_restarted_node_uses_the_lock_again_and_no_increment_is_lost() -> Result<()>
         // Increments `total` under the lock `K` times from a new context on `n`; returns how
         // many completed and how many hand-overs were poisoned.
         let work = |n: NodeId| {
-            let (l, c, total, tmp) = (l.clone(), c.clone(), total.clone(), tmp[n.index()].clone());
+            let (l, c, total, tmp) = (l.clone(), c.clone(), total, tmp[n.index()]);
             bounded("increments", move || -> Result<(u64, u64)> {
                 let ctx = c.context(n)?;
                 let d = loco_rdmawait::WorkId::new(1);
