@@ -87,6 +87,10 @@ mod verbs_main {
         /// Rendezvous and wait timeout, in seconds.
         #[arg(long, default_value_t = 20)]
         timeout: u64,
+        /// Survivors: after the check, stay up this long (milliseconds) and check that the
+        /// victim's counter word here does not change (a stopped victim resumes meanwhile).
+        #[arg(long, default_value_t = 0)]
+        linger_ms: u64,
         /// This process is the victim, started again after it was killed (`--at rejoin`).
         #[arg(long)]
         restarted: bool,
@@ -226,7 +230,17 @@ mod verbs_main {
                         ctx.rfaa(&counters[q.index()].word(me.0 as u64)?, 1, &ret, d)?;
                     }
                     println!("{me}: at faa-wait");
-                    std::thread::sleep(timeout * 3);
+                    // Sleeps in slices: a slice that took much longer means the process was
+                    // stopped (SIGSTOP) and resumed: then it tries to write into the others'
+                    // memory, which must fail (they declared it dead and fenced it out).
+                    let start = Instant::now();
+                    while start.elapsed() < timeout * 3 {
+                        let t = Instant::now();
+                        std::thread::sleep(Duration::from_millis(100));
+                        if t.elapsed() > Duration::from_secs(1) {
+                            return resumed(&ctx, me, &others, &counters, &scratch);
+                        }
+                    }
                 }
                 At::CriticalSection | At::Rejoin => {
                     let _guard = lock.acquire(&ctx)?;
@@ -344,6 +358,22 @@ mod verbs_main {
                 "{me}: survivor check OK ({total} FAAs acknowledged to live nodes, every one counted)"
             );
         }
+        if args.linger_ms > 0 && ok {
+            // Stay up while a stopped victim resumes (the runner sends SIGCONT now): it must not
+            // be able to write into our memory any more.
+            let word = counters[me.index()].word(victim.0 as u64)?;
+            let seen = cluster.peek(&word)?;
+            println!("{me}: lingering");
+            std::thread::sleep(Duration::from_millis(args.linger_ms));
+            let now = cluster.peek(&word)?;
+            if now != seen {
+                println!("{me}: {victim} wrote its counter word here after it was declared dead ({seen} -> {now}): NOT FENCED");
+                return Ok(false);
+            }
+            println!(
+                "{me}: fenced: {victim}'s counter word here unchanged ({now}) while it ran again"
+            );
+        }
         if args.at != At::Rejoin || !ok {
             return Ok(ok);
         }
@@ -380,6 +410,33 @@ mod verbs_main {
         }
         drop(ctx);
         after_rejoin(args, &cluster, &process, &lock, &total, &said, &scratch)
+    }
+
+    /// The victim resumed after a stop: tries one FAA towards every other node and reports
+    /// each result (`nV: resumed after a stop: ...`); one that completes means it was not fenced.
+    fn resumed(
+        ctx: &Ctx,
+        me: NodeId,
+        others: &[NodeId],
+        counters: &[Loc],
+        scratch: &[Loc],
+    ) -> Result<bool, Box<dyn std::error::Error>> {
+        let d = WorkId::new(3);
+        let mut fenced = true;
+        for &q in others {
+            let ret = scratch[me.index()].word(q.0 as u64)?;
+            let r = ctx
+                .rfaa(&counters[q.index()].word(me.0 as u64)?, 1, &ret, d)
+                .and_then(|()| ctx.wait(d));
+            match r {
+                Ok(()) => {
+                    println!("{me}: resumed after a stop: an FAA towards {q} LANDED");
+                    fenced = false;
+                }
+                Err(e) => println!("{me}: resumed after a stop: towards {q}: {e}"),
+            }
+        }
+        Ok(fenced)
     }
 
     /// Every process (the survivors and the restarted victim), in a new context: `increments`

@@ -216,20 +216,28 @@ example_killed_peer() {
 
 unix_ms() { date +%s%3N; }
 
-# fault_run AT SIGNAL [EXTRA]: starts n0..n2 (victim n2 stopping at AT), waits for "n2: at AT",
-# sends SIGNAL to n2 (and runs the function EXTRA before that, if given), then checks that n0
-# and n1 exit 0 with "survivor check OK" and print when they saw n2 dead (detection time).
+# fault_run AT SIGNAL [EXTRA [AFTER [ARGS...]]]: starts n0..n2 (victim n2 stopping at AT; ARGS
+# go to every process), waits for "n2: at AT", sends SIGNAL to n2 (and runs the function EXTRA
+# before that, if given), then checks that n0 and n1 exit 0 with "survivor check OK" and print
+# when they saw n2 dead (detection time). AFTER, if given, runs in the background from the start
+# with the output directory and n2's pid, and must succeed.
 fault_run() {
-    local at=$1 sig=$2 extra=${3:-} peers dir i pids=() t_kill rc=0 st t line
+    local at=$1 sig=$2 extra=${3:-} after=${4:-} peers dir i pids=() t_kill rc=0 st t line
+    local more=("${@:5}")
     local ex=${LOCO_FAULT_BIN:?}
     peers=$(example_peers)
     dir=$(mktemp -d)
     echo "-- fault_node: n2 at $at, kill -$sig"
     for i in 0 1 2; do
         LOCO_CLUSTER_KEY=$LOCO_FAULT_KEY LOCO_PEER_TIMEOUT_MS=2000 "$ex" --node "$i" --peers "$peers" \
-            --victim 2 --at "$at" --work-ms 60000 --timeout 10 >"$dir/$i" 2>&1 &
+            --victim 2 --at "$at" --work-ms 60000 --timeout 10 "${more[@]+"${more[@]}"}" >"$dir/$i" 2>&1 &
         pids+=($!)
     done
+    local after_pid=
+    if [ -n "$after" ]; then
+        "$after" "$dir" "${pids[2]}" >"$dir/after" 2>&1 &
+        after_pid=$!
+    fi
     for _ in $(seq 600); do
         grep -q "^n2: at $at" "$dir/2" && break
         sleep 0.1
@@ -266,6 +274,13 @@ fault_run() {
             rc=1
         fi
     done
+    if [ -n "$after" ]; then
+        wait "$after_pid" || rc=1
+        cat "$dir/after"
+        for i in 0 1; do
+            grep -q "^n$i: fenced: " "$dir/$i" || { echo "   n$i: no 'fenced:' line"; rc=1; }
+        done
+    fi
     kill -9 "${pids[2]}" 2>/dev/null || true
     wait "${pids[2]}" 2>/dev/null || true
     cat "$dir"/0 "$dir"/1 "$dir"/2 | grep -v '^ *$' | sed 's/^/   | /'
@@ -295,8 +310,30 @@ strangers() {
 fault_faa_wait() { fault_run faa-wait KILL strangers; }
 fault_critical_section() { fault_run critical-section KILL; }
 fault_gf() { fault_run gf KILL; }
-# A partition without FIN: n2 stops (SIGSTOP) and only the heartbeats can tell.
-fault_silent() { fault_run faa-wait STOP; }
+# A partition without FIN: n2 stops (SIGSTOP) and only the heartbeats can tell. Once the
+# survivors have checked their counts they linger, n2 is resumed (SIGCONT) and tries FAAs
+# towards them: they must fail (fenced out), and the survivors' counter words stay unchanged.
+fault_silent() { fault_run faa-wait STOP "" resume_after_check --linger-ms 6000; }
+
+# resume_after_check PIDS... DIR: waits until both survivors linger, then SIGCONTs n2 and
+# checks that its FAAs failed (called by fault_run after the survivors' checks).
+resume_after_check() {
+    local dir=$1 pid=$2 line
+    for _ in $(seq 600); do
+        [ "$(cat "$dir"/0 "$dir"/1 | grep -c 'lingering')" -ge 2 ] && break
+        sleep 0.1
+    done
+    kill -CONT "$pid" 2>/dev/null || true
+    for _ in $(seq 300); do
+        [ "$(grep -c 'resumed after a stop' "$dir/2")" -ge 2 ] && break
+        sleep 0.1
+    done
+    if [ "$(grep -c 'resumed after a stop: towards' "$dir/2")" -lt 2 ] || grep -q LANDED "$dir/2"; then
+        echo "   n2 resumed and was not fenced out (or never tried):"
+        return 1
+    fi
+    echo "   n2 resumed after SIGCONT: its FAAs towards the survivors failed (fenced out)"
+}
 
 # kill -9 of n2 inside an NLock critical section on n0; once both survivors have recovered the
 # lock (skipping the dead holder) and checked their FAAs, n2 is started again under the same
