@@ -94,9 +94,13 @@ fn after_a_kill_calls_towards_and_on_the_dead_node_fail_and_the_rest_works() {
             ),
             N1,
         );
-        // The request posted before the kill: completed (Immediate) or failed, never blocking.
+        // The request posted before the kill: completed (Immediate; Threaded if its engine ran
+        // it before the kill) or failed, never blocking.
         match ctx0.wait(D1) {
-            Ok(()) => assert_eq!(s, Schedule::Immediate, "only Immediate had run it"),
+            Ok(()) => assert!(
+                !matches!(s, Schedule::Chaos { .. }),
+                "Chaos runs nothing before a thread calls in"
+            ),
             Err(Error::PeerDead { node: N1, .. }) => {}
             Err(e) => panic!("{s:?}: {e}"),
         }
