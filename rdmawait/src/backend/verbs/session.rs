@@ -321,11 +321,11 @@ fn join(
                     .peers
                     .learn(node, theirs, their_info, info.words)
                     .map_err(|r| verbs_error(format!("{node} at {peer}: {r}")))?;
-                if rejoin.is_none() {
-                    // Barrier counts continue from the peer's (a restarted process joins
-                    // processes that passed barriers already).
+                if rejoin.is_none() && epoch > 0 {
+                    // We are a restarted process: barrier counts continue from the peer's (it
+                    // passed barriers already, and counts ours from its own).
                     let p = &shared.peers.nodes[node.index()];
-                    p.barrier.store(epoch, SeqCst);
+                    p.barrier.fetch_max(epoch, SeqCst);
                     shared.peers.epoch.fetch_max(epoch, SeqCst);
                 }
                 break (stream, theirs);
@@ -393,7 +393,9 @@ fn serve(
     if let Ok(c) = stream.try_clone() {
         peers.set_server(from, inc, c);
     }
-    let epoch = peers.epoch.load(SeqCst);
+    // A restarted process continues from our barrier count; at the first start every process
+    // counts from 0 (and barriers may already be on their way: nothing is adopted).
+    let epoch = if rejoin { peers.epoch.load(SeqCst) } else { 0 };
     if write_msg(&mut stream, &Msg::Welcome { info: ours, epoch }).is_err() {
         peers.mark_dead_of(from, inc, "its connection failed while joining".to_string());
         fence(shared, from, inc);

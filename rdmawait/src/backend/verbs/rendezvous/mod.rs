@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | `Hello { nodes, from, to, incarnation, nonce }` | `Challenge { incarnation, nonce, mac }` or `Reject` | start of the handshake ([`auth`]); each side names its incarnation |
 //! | `Proof { mac }` | none, or `Reject` | the client proves the cluster key; the server closes on failure |
-//! | `Join { info }` | `Welcome { info, epoch }`, `Reject { reason }` or `Retry { reason }` | after the handshake only: memory (address, rkey, words) exchanged, checked against ours; `epoch` is the server's barrier count; `Retry`: a new incarnation whose previous one is not declared dead here yet ([`peers`]) |
+//! | `Join { info }` | `Welcome { info, epoch }`, `Reject { reason }` or `Retry { reason }` | after the handshake only: memory (address, rkey, words) exchanged, checked against ours; `epoch` is the server's barrier count when it admits a restarted process (0 otherwise); `Retry`: a new incarnation whose previous one is not declared dead here yet ([`peers`]) |
 //! | `Connect { endpoint }` | `Accepted { endpoint }` or `Reject` | a thread of `from` opened a queue pair towards us: create a responder queue pair, connect it, return its QPN, PSN, LID, GID |
 //! | `Release { qpn }` | none | that thread is gone: destroy the responder |
 //! | `Barrier { epoch }` | none | `from` reached its barrier number `epoch` (exactly one more than its last) |

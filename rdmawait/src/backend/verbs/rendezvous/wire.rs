@@ -73,7 +73,8 @@ pub(crate) enum Msg {
     },
     Welcome {
         info: NodeInfo,
-        /// The barrier count of the welcoming process (a rejoining process continues from it).
+        /// The welcoming process's barrier count when it admits a restarted process (which
+        /// continues from it); 0 otherwise.
         epoch: u64,
     },
     Connect {
