@@ -153,6 +153,8 @@ mod error;
 mod lock;
 mod marks;
 mod nlock;
+pub mod protocol;
+mod run;
 mod thread;
 mod wlock;
 

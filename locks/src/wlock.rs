@@ -11,30 +11,28 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, WorkId, WORD};
+use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, WORD};
 use loco_rdmawaitrmw::Rmw;
-use loco_sv::{GlobalFence, SharedVar};
+use loco_sv::SharedVar;
 
 use crate::marks::{self, MARKS, POISON};
+use crate::protocol::{self, WL_ACQ, WL_REL};
+use crate::run::{Run, Spinner};
 use crate::thread::{next_lock_id, thread_lock, Deadline, OnDrop, Spin, ThreadLock};
 use crate::{Error, RawLock, Result};
 
 /// How often a stalled waiter looks for an abandoned ticket (a round trip to the ticket node).
 const LOOK_EVERY: Duration = Duration::from_millis(1);
 
-/// Work id of the weak lock's ticket operations (FAA, CAS, get of `tkt`).
-const WL_ACQ: WorkId = WorkId::internal(0x4C4B_0001);
-/// Work id of the weak lock's release broadcasts. They are not waited for at release (docs/model.md §5.3);
-/// the thread's next acquire of any weak lock reaps them, so completions never pile up.
-const WL_REL: WorkId = WorkId::internal(0x4C4B_0002);
-
 /// The weak lock's protocol (docs/model.md §5.3, Fig. 10): a distributed ticket lock.
 ///
 /// A ticket dispenser `tkt` on a chosen node; per thread a private `turn` and a shared variable
 /// `rel[t]`. Acquire: `rfaa(tkt, 1, ret=turn, d); wait(d)`, then spin over the local copies of
 /// all `rel[*]` until one equals `turn`. Release: `store(rel[me], turn+1)` and
-/// `bcast(rel[me], all other nodes, d)`, not waited for. See [`WLock`](crate::WLock) for the
-/// guarantee, and for what happens when threads give up, die, or come and go.
+/// `bcast(rel[me], all other nodes, d)`, not waited for. Both are [`protocol::wlock_acquire`]
+/// and [`protocol::wlock_release`], the definitions the litmus explorer checks. See
+/// [`WLock`](crate::WLock) for the guarantee, and for what happens when threads give up, die,
+/// or come and go.
 #[derive(Debug)]
 pub struct RawWLock {
     id: u64,
@@ -231,9 +229,14 @@ impl RawWLock {
     /// Whether some local copy of `rel[*]` reads `t` (poison bit aside): ticket `t` may enter.
     /// Returns the raw value found, and otherwise the highest ticket released to.
     fn released_to(ctx: &Ctx, me: &ThreadLock, t: u64) -> Result<std::result::Result<u64, u64>> {
+        Self::released_in(ctx, &me.rels, t)
+    }
+
+    /// [`Self::released_to`] over the copies `rels`.
+    fn released_in(ctx: &Ctx, rels: &[Loc], t: u64) -> Result<std::result::Result<u64, u64>> {
         let mut high = 0;
         let mut any = false;
-        for r in &me.rels {
+        for r in rels {
             let raw = ctx.load(r)?;
             if marks::ticket(raw) == t {
                 return Ok(Ok(raw));
@@ -247,14 +250,22 @@ impl RawWLock {
         Ok(Err(high))
     }
 
-    /// Stores `raw` in the thread's own `rel` slot and broadcasts it (a release, or a
-    /// forwarding release of an abandoned ticket).
-    fn publish(&self, ctx: &Ctx, me: &ThreadLock, raw: u64) -> Result<()> {
-        let rel = &self.rel[me.slot];
-        rel.store(ctx, raw)?;
+    /// The nodes a release publishes to: every live node (a dead node's copies are gone, and
+    /// its threads wait no more).
+    fn live_nodes(&self) -> Vec<NodeId> {
+        self.cluster
+            .node_ids()
+            .filter(|&n| self.cluster.is_alive(n))
+            .collect()
+    }
+
+    /// Stores `raw` in the thread's own `rel` slot and broadcasts it to every live node
+    /// ([`protocol::wlock_publish`]): a forwarding release of an abandoned ticket.
+    fn publish(&self, ctx: &Ctx, me: &ThreadLock, raw: u64, d: &Deadline) -> Result<()> {
+        let copies = self.rel[me.slot].copies();
         me.last_rel.set(raw);
-        rel.bcast(ctx, self.cluster.node_ids(), WL_REL)?;
-        Ok(())
+        let mut run = Run::new(ctx, me, d, WL_ACQ, Spinner::W(self));
+        protocol::wlock_publish(&mut run, |n| copies[n.index()], &self.live_nodes(), raw)
     }
 
     /// The lock is released to `r` (some copy on this node reads `raw`, ticket `r`) and `r` is
@@ -266,7 +277,7 @@ impl RawWLock {
         }
         // Our previous broadcast must have read its source before we store again.
         d.wait(ctx, WL_REL)?;
-        self.publish(ctx, me, (r + 1) | (raw & POISON))?;
+        self.publish(ctx, me, (r + 1) | (raw & POISON), d)?;
         tracing::debug!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r, "wlock: passed an abandoned ticket on");
         Ok(true)
     }
@@ -276,11 +287,44 @@ impl RawWLock {
         Ok(Self::released_to(ctx, me, r)?.ok())
     }
 
-    fn wait_turn(&self, ctx: &Ctx, me: &ThreadLock, t: u64, d: &Deadline) -> Result<u64> {
+    /// The protocol's spin ([`Machine::await_any`](loco_rdmawait::protocol::Machine::await_any)):
+    /// until one of the copies `rels` reads ticket `t` (poison bit aside), with the failure
+    /// paths: abandoned tickets are passed on, and a waiter that gives up abandons its ticket.
+    /// Returns the value read.
+    pub(crate) fn spin(
+        &self,
+        ctx: &Ctx,
+        me: &ThreadLock,
+        rels: &[Loc],
+        t: u64,
+        d: &Deadline,
+    ) -> Result<u64> {
+        match self.wait_turn(ctx, me, rels, t, d) {
+            Ok(raw) => Ok(raw),
+            Err(Error::Rdma(loco_rdmawait::Error::PeerDead { node, reason }))
+                if node == ctx.node() =>
+            {
+                Err(Error::Rdma(loco_rdmawait::Error::PeerDead { node, reason }))
+            }
+            Err(e) => {
+                self.abandon(ctx, me, t);
+                Err(e)
+            }
+        }
+    }
+
+    fn wait_turn(
+        &self,
+        ctx: &Ctx,
+        me: &ThreadLock,
+        rels: &[Loc],
+        t: u64,
+        d: &Deadline,
+    ) -> Result<u64> {
         let mut spin = Spin::new();
         let mut looked = Instant::now();
         loop {
-            match Self::released_to(ctx, me, t)? {
+            match Self::released_in(ctx, rels, t)? {
                 Ok(raw) => return Ok(raw),
                 Err(high) => {
                     if looked.elapsed() >= LOOK_EVERY && high.wrapping_sub(t) >= 1 << 62 {
@@ -320,7 +364,7 @@ impl RawWLock {
             Ok(raw) => {
                 // Handed to us exactly as we gave up: release it without entering.
                 d.wait(ctx, WL_REL)?;
-                self.publish(ctx, me, (u + 1) | (raw & POISON))?;
+                self.publish(ctx, me, (u + 1) | (raw & POISON), d)?;
                 return Ok(true);
             }
             Err(h) => h,
@@ -336,7 +380,7 @@ impl RawWLock {
         }
         if let Some(raw) = Self::copy_of(ctx, me, u)? {
             d.wait(ctx, WL_REL)?;
-            self.publish(ctx, me, (u + 1) | (raw & POISON))?;
+            self.publish(ctx, me, (u + 1) | (raw & POISON), d)?;
         }
         Ok(true)
     }
@@ -368,27 +412,10 @@ impl RawWLock {
         let me = self.me(ctx)?;
         Self::check_not_held(&me)?;
         self.cluster.check_open()?;
-        d.wait(ctx, WL_REL)?;
         self.settle(ctx, &me, d)?;
-        ctx.rfaa(&self.tkt, 1, &me.word, WL_ACQ)?;
-        if let Err(e) = d.wait(ctx, WL_ACQ) {
-            me.pending_faa.set(true);
-            me.dirty.set(true);
-            return Err(e);
-        }
-        let t = ctx.load(&me.word)?;
-        match self.wait_turn(ctx, &me, t, d) {
-            Ok(raw) => Ok(self.enter(ctx, &me, t, raw)),
-            Err(Error::Rdma(loco_rdmawait::Error::PeerDead { node, reason }))
-                if node == ctx.node() =>
-            {
-                Err(Error::Rdma(loco_rdmawait::Error::PeerDead { node, reason }))
-            }
-            Err(e) => {
-                self.abandon(ctx, &me, t);
-                Err(e)
-            }
-        }
+        let mut run = Run::new(ctx, &me, d, WL_ACQ, Spinner::W(self));
+        let (t, raw) = protocol::wlock_acquire(&mut run, self.tkt, me.word, &me.rels)?;
+        Ok(self.enter(ctx, &me, t, raw))
     }
 
     fn try_acquire_deadline(&self, ctx: &Ctx, d: &Deadline) -> Result<Option<u64>> {
@@ -437,13 +464,29 @@ impl RawWLock {
         Ok(None)
     }
 
-    fn release_with(&self, ctx: &Ctx, poison: bool) -> Result<()> {
+    /// The weak release ([`protocol::wlock_release`]) or, with `strong`, the strong one
+    /// ([`protocol::slock_release`]: a global fence first), to every live node.
+    fn release_with(&self, ctx: &Ctx, poison: bool, strong: bool) -> Result<()> {
         let me = self.me(ctx)?;
+        // Checked first: a thread that does not hold the lock must not even fence.
         let t = me.held.get().ok_or(Error::NotHeld)?;
-        self.publish(ctx, &me, (t + 1) | if poison { POISON } else { 0 })?;
+        let nodes = self.live_nodes();
+        let copies = self.rel[me.slot].copies();
+        let mine = |n: NodeId| copies[n.index()];
+        let d = Deadline::after(self.cluster.timeout());
+        if strong {
+            let fence = loco_sv::gf_words(ctx, &nodes)?;
+            me.last_rel.set((t + 1) | if poison { POISON } else { 0 });
+            let mut run = Run::new(ctx, &me, &d, WL_ACQ, Spinner::W(self));
+            protocol::slock_release(&mut run, &fence, mine, &nodes, t, poison)?;
+        } else {
+            me.last_rel.set((t + 1) | if poison { POISON } else { 0 });
+            let mut run = Run::new(ctx, &me, &d, WL_ACQ, Spinner::W(self));
+            protocol::wlock_release(&mut run, mine, &nodes, t, poison)?;
+        }
         me.held.set(None);
         me.poisoned.set(false);
-        tracing::trace!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = t, poison, "wlock released");
+        tracing::trace!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = t, poison, strong, "wlock released");
         Ok(())
     }
 
@@ -471,7 +514,7 @@ impl RawLock for RawWLock {
     }
 
     fn release(&self, ctx: &Ctx) -> Result<()> {
-        self.release_with(ctx, false)
+        self.release_with(ctx, false, false)
     }
 
     fn held(&self, ctx: &Ctx) -> Result<Option<u64>> {
@@ -487,7 +530,7 @@ impl RawLock for RawWLock {
     }
 
     fn release_poisoned(&self, ctx: &Ctx) -> Result<()> {
-        self.release_with(ctx, true)
+        self.release_with(ctx, true, false)
     }
 
     fn poisoned(&self, ctx: &Ctx) -> Result<bool> {
@@ -529,12 +572,7 @@ impl RawSLock {
 
 impl RawSLock {
     fn release_with(&self, ctx: &Ctx, poison: bool) -> Result<()> {
-        // Check first: a thread that does not hold the lock must not even fence.
-        if self.w.held(ctx)?.is_none() {
-            return Err(Error::NotHeld);
-        }
-        ctx.gf_all()?;
-        self.w.release_with(ctx, poison)
+        self.w.release_with(ctx, poison, true)
     }
 }
 

@@ -75,6 +75,7 @@ mod error;
 #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
 mod mem;
 pub mod model;
+pub mod protocol;
 pub mod testing;
 mod types;
 
