@@ -267,12 +267,17 @@ impl Ctx {
         Ok(self.inner.borrow().track[node.index()].fifo.len())
     }
 
-    /// The raw layer (the paper's rdmatso): puts and gets without work ids, and `poll(n)`.
-    ///
-    /// "Raw" here is the layer below rdmawait; it is unrelated to `Lock::raw` of `loco-locks`,
-    /// which returns a lock's protocol object (acquire and release without a guard).
-    pub fn raw(&self) -> Raw<'_> {
-        Raw { ctx: self }
+    /// The layer below rdmawait, the paper's **rdmatso**: puts and gets without work ids, and
+    /// `poll(n)` (docs/model.md §2).
+    pub fn rdmatso(&self) -> RdmaTso<'_> {
+        RdmaTso { ctx: self }
+    }
+
+    /// The old name of [`Ctx::rdmatso`] (it clashed with `Lock::raw` of `loco-locks`, a lock's
+    /// protocol object).
+    #[deprecated(since = "0.1.0", note = "renamed to `Ctx::rdmatso`")]
+    pub fn raw(&self) -> RdmaTso<'_> {
+        self.rdmatso()
     }
 
     /// Posts a work request towards `target`, tagged `wid` (for layers that add operations, such
@@ -316,14 +321,18 @@ impl Ctx {
     }
 }
 
-/// The raw rdmatso layer of a context (docs/model.md §2): completion by polling the earliest operation of
-/// a queue pair rather than by work id.
+/// The rdmatso layer of a context (docs/model.md §2): completion by polling the earliest
+/// operation of a queue pair rather than by work id.
 #[derive(Debug, Clone, Copy)]
-pub struct Raw<'a> {
+pub struct RdmaTso<'a> {
     ctx: &'a Ctx,
 }
 
-impl Raw<'_> {
+/// The old name of [`RdmaTso`].
+#[deprecated(since = "0.1.0", note = "renamed to `RdmaTso`")]
+pub type Raw<'a> = RdmaTso<'a>;
+
+impl RdmaTso<'_> {
     /// `put(dst, src)`: RDMA WRITE of local `src` to `dst`.
     pub fn put(&self, dst: &Loc, src: &Loc) -> Result<()> {
         self.ctx.put(dst, src, WorkId::RAW)
