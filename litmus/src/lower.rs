@@ -282,11 +282,13 @@ impl Layout {
 
 /// Per-lock words.
 enum LockWords {
-    /// wlock/slock: ticket dispenser on `tkt_node`; per thread index its `turn` word (on its
+    /// wlock/slock: ticket dispenser on `tkt_node`, with the `held[k]` announcement words (per
+    /// node of the test; loco-locks' `held` array); per thread index its `turn` word (on its
     /// node) and `rel[t]` copies (on every node of the test).
     Ticket {
         tkt_node: usize,
         tkt: usize,
+        held: Vec<Option<usize>>,
         turn: Vec<Option<usize>>,
         rel: Vec<Option<Vec<Option<usize>>>>,
         strong: bool,
@@ -368,6 +370,7 @@ pub(crate) fn lower(test: &Test) -> Program {
         let w = match l.kind {
             LockKind::WLock | LockKind::SLock => {
                 let tkt = lay.alloc(lowest, format!("tkt_{}", l.name), 0);
+                let held = held_words(&mut lay, test, lowest, &l.name, &used);
                 let mut turn = vec![None; test.threads.len()];
                 let mut rel = vec![None; test.threads.len()];
                 for (t, th) in test.threads.iter().enumerate() {
@@ -386,6 +389,7 @@ pub(crate) fn lower(test: &Test) -> Program {
                 LockWords::Ticket {
                     tkt_node: lowest,
                     tkt,
+                    held,
                     turn,
                     rel,
                     strong: l.kind == LockKind::SLock,
@@ -473,19 +477,7 @@ fn nlock_words(lay: &mut Layout, test: &Test, node: usize, name: &str, used: &[b
     // The abandon marks (`ab[K]`) are not laid out: no litmus thread gives a ticket up, so they
     // stay 0 and the waiters' reads of them never change the outcome (the failure paths of
     // `loco_locks::protocol` are not lowered).
-    let mut held = vec![None; test.cluster_nodes()];
-    for th in test
-        .threads
-        .iter()
-        .zip(used)
-        .filter(|(_, u)| **u)
-        .map(|(t, _)| t)
-    {
-        let k = th.node.index();
-        if held[k].is_none() {
-            held[k] = Some(lay.alloc(node, format!("held_{name}[{}]", th.node), 0));
-        }
-    }
+    let held = held_words(lay, test, node, name, used);
     let loc = test
         .threads
         .iter()
@@ -512,6 +504,30 @@ pub(crate) struct Word {
 
 fn word(node: usize, word: usize) -> Word {
     Word { node, word }
+}
+
+/// A lock's `held[k]` words on `node`, one per node k of the lock's users.
+fn held_words(
+    lay: &mut Layout,
+    test: &Test,
+    node: usize,
+    name: &str,
+    used: &[bool],
+) -> Vec<Option<usize>> {
+    let mut held = vec![None; test.cluster_nodes()];
+    for th in test
+        .threads
+        .iter()
+        .zip(used)
+        .filter(|(_, u)| **u)
+        .map(|(t, _)| t)
+    {
+        let k = th.node.index();
+        if held[k].is_none() {
+            held[k] = Some(lay.alloc(node, format!("held_{name}[{}]", th.node), 0));
+        }
+    }
+    held
 }
 
 /// Emits the code of one thread: the [`Machine`] the libraries' protocols run on here.
@@ -909,18 +925,25 @@ impl Lowering<'_> {
                         LockWords::Ticket {
                             tkt_node,
                             tkt,
+                            held,
                             turn,
                             rel,
                             ..
                         } => {
-                            let turn = word(me, turn[t].expect("turn word of a user"));
+                            let w = locks::WLockWords {
+                                tkt: word(*tkt_node, *tkt),
+                                held: word(
+                                    *tkt_node,
+                                    held[me].expect("held word of a user's node"),
+                                ),
+                                turn: word(me, turn[t].expect("turn word of a user")),
+                            };
                             let copies: Vec<Word> = rel
                                 .iter()
                                 .flatten()
                                 .map(|c| word(me, c[me].expect("rel copy")))
                                 .collect();
-                            let tkt = word(*tkt_node, *tkt);
-                            done(locks::wlock_acquire(&mut e, tkt, turn, &copies)).0
+                            done(locks::wlock_acquire(&mut e, &w, &copies)).0
                         }
                         node @ LockWords::Node { .. } => {
                             let w = node_lock(node, t, me);

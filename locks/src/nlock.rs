@@ -194,20 +194,8 @@ impl RawNLock {
         t: u64,
         d: &Deadline,
     ) -> Result<u64> {
-        match self.wait_turn(ctx, me, &local, &remote, t, d) {
-            Ok(raw) => Ok(raw),
-            Err(e @ Error::Skipped { .. }) => Err(e),
-            // Our own node is dead: it can write nothing (the others skip the ticket).
-            Err(Error::Rdma(loco_rdmawait::Error::PeerDead { node, reason }))
-                if node == ctx.node() =>
-            {
-                Err(Error::Rdma(loco_rdmawait::Error::PeerDead { node, reason }))
-            }
-            Err(e) => {
-                self.abandon(ctx, me, t);
-                Err(e)
-            }
-        }
+        let r = self.wait_turn(ctx, me, &local, &remote, t, d);
+        crate::run::spun(ctx, r, || self.abandon(ctx, me, t))
     }
 
     /// Waits until `rel` (read into `local`) reads ticket `t`; returns the value read.
@@ -341,7 +329,7 @@ impl RawNLock {
         self.cluster.check_open()?;
         self.cluster.check_alive(self.node())?;
         let w = self.words(ctx, &me)?;
-        let mut run = Run::new(ctx, &me, d, NL_ACQ, Spinner::N(self));
+        let mut run = Run::new(ctx, &me, d, NL_ACQ, NL_REL, Spinner::N(self));
         let (t, raw) = protocol::nlock_acquire(&mut run, &w)?;
         Ok(self.enter(ctx, &me, t, marks::poisoned(raw)))
     }
@@ -367,7 +355,11 @@ impl RawNLock {
             if ctx.load(&me.word)? == r {
                 // tkt was r, so rel (which read r) is still r: ours, poison bit included.
                 let w = self.words(ctx, &me)?;
-                protocol::nlock_enter(&mut Run::new(ctx, &me, d, NL_ACQ, Spinner::N(self)), &w, r)?;
+                protocol::nlock_enter(
+                    &mut Run::new(ctx, &me, d, NL_ACQ, NL_REL, Spinner::N(self)),
+                    &w,
+                    r,
+                )?;
                 return Ok(Some(self.enter(ctx, &me, r, marks::poisoned(raw))));
             }
             // Taken: free only if ticket r was given up (or its holder died).
@@ -384,7 +376,7 @@ impl RawNLock {
         let w = self.words(ctx, &me)?;
         let d = Deadline::after(self.cluster.timeout());
         protocol::nlock_release(
-            &mut Run::new(ctx, &me, &d, NL_ACQ, Spinner::N(self)),
+            &mut Run::new(ctx, &me, &d, NL_ACQ, NL_REL, Spinner::N(self)),
             &w,
             t,
             poison,

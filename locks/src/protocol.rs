@@ -34,25 +34,50 @@ pub const NL_REL: WorkId = WorkId::internal(0x4C4B_0012);
 /// finish (a guard dropped during a panic, or a dead holder skipped).
 pub const POISON: u64 = 1 << 63;
 
-/// The weak lock's acquire (docs/model.md §5.3, Fig. 10), for the thread whose private word is
-/// `turn`; `copies` are its node's copies of every `rel[*]`.
+/// A weak lock's words as one thread uses them.
+#[derive(Clone, Copy, Debug)]
+pub struct WLockWords<W> {
+    /// The ticket dispenser, on the ticket node.
+    pub tkt: W,
+    /// `held[k]` of the thread's node k, on the ticket node: where a thread announces its hold.
+    pub held: W,
+    /// The thread's private word, on its node.
+    pub turn: W,
+}
+
+/// The weak lock's acquire (docs/model.md §5.3, Fig. 10); `copies` are the thread's node's
+/// copies of every `rel[*]`.
 ///
 /// `wait(WL_REL)` (the thread's previous release has read its source); `rfaa(tkt, 1, turn);
-/// wait; t := load(turn)`; spin until some copy reads `t`. Returns `t` and the value that let it
-/// in (with the poison bit, if the previous holder's section did not finish).
+/// wait; t := load(turn)`; spin until some copy reads `t`; then announce the hold
+/// ([`wlock_enter`]). Returns `t` and the value that let it in (with the poison bit, if the
+/// previous holder's section did not finish).
 pub fn wlock_acquire<M: RmwMachine>(
     m: &mut M,
-    tkt: M::Word,
-    turn: M::Word,
+    w: &WLockWords<M::Word>,
     copies: &[M::Word],
 ) -> Result<(M::Val, M::Val), M::Error> {
     m.wait(WL_REL)?;
     let one = m.constant(1);
-    m.rfaa(tkt, one, turn, WL_ACQ)?;
+    m.rfaa(w.tkt, one, w.turn, WL_ACQ)?;
     m.wait(WL_ACQ)?;
-    let t = m.load(turn)?;
+    let t = m.load(w.turn)?;
     let raw = m.await_any(copies, t)?;
+    wlock_enter(m, w, t)?;
     Ok((t, raw))
+}
+
+/// Entering the weak lock with ticket `t`: `store(turn, t+1); put(held[me], turn)`, the hold's
+/// announcement for waiters that find this node dead (beyond the paper; not waited for, the
+/// next acquire's `wait(WL_REL)` retires it).
+pub fn wlock_enter<M: Machine>(
+    m: &mut M,
+    w: &WLockWords<M::Word>,
+    t: M::Val,
+) -> Result<(), M::Error> {
+    let v = m.plus(t, 1);
+    m.store(w.turn, v)?;
+    m.put(w.held, w.turn, WL_REL)
 }
 
 /// `store(rel[me], raw); bcast(rel[me], nodes, WL_REL)`: what a weak-lock release publishes
@@ -80,8 +105,14 @@ fn next<M: Machine>(m: &mut M, t: M::Val, poison: bool) -> M::Val {
     }
 }
 
-/// The weak lock's release of ticket `t` (Fig. 10): publish `t + 1` to every node of `nodes`,
-/// not waited for.
+/// The weak lock's release of ticket `t` (Fig. 10): `wait(WL_REL)`, then publish `t + 1` to
+/// every node of `nodes`, not waited for.
+///
+/// The wait (beyond the paper) retires the hold's announcement ([`wlock_enter`]), so that no
+/// operation reads the thread's private word once it has released: a context dropped after a
+/// release hands its words back. It is usually free (the announcement completed during the
+/// critical section); it never waits for the critical section's own operations, whose work ids
+/// are the caller's.
 pub fn wlock_release<M: Machine>(
     m: &mut M,
     mine: impl Fn(NodeId) -> M::Word,
@@ -89,6 +120,7 @@ pub fn wlock_release<M: Machine>(
     t: M::Val,
     poison: bool,
 ) -> Result<(), M::Error> {
+    m.wait(WL_REL)?;
     let v = next(m, t, poison);
     wlock_publish(m, mine, nodes, v)
 }

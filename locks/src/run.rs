@@ -11,6 +11,19 @@ use crate::thread::{Deadline, Spin, ThreadLock};
 use crate::wlock::RawWLock;
 use crate::{Error, Result};
 
+/// The end of a lock's spin for ticket `t`: if it failed, the ticket is abandoned first
+/// (`abandon`), unless it was skipped (passed on already) or the thread's own node is reported
+/// dead (it writes nothing more; the others skip its ticket).
+pub(crate) fn spun(ctx: &Ctx, r: Result<u64>, abandon: impl FnOnce()) -> Result<u64> {
+    match &r {
+        Err(Error::Skipped { .. }) => {}
+        Err(Error::Rdma(loco_rdmawait::Error::PeerDead { node, .. })) if *node == ctx.node() => {}
+        Err(_) => abandon(),
+        Ok(_) => {}
+    }
+    r
+}
+
 /// Whose spin loops the machine runs.
 pub(crate) enum Spinner<'a> {
     /// The weak lock's `await_any`.
@@ -27,6 +40,9 @@ pub(crate) struct Run<'a> {
     /// The lock's acquire work id: a failed wait for it leaves operations in flight on the
     /// thread's private words.
     acq: WorkId,
+    /// The lock's release work id: its operations (not waited for by the protocol) may still
+    /// read the thread's private words until a wait for it succeeds.
+    rel: WorkId,
     spinner: Spinner<'a>,
     /// An FAA is posted and not yet waited for: if its wait fails, the ticket it took is
     /// unknown, and the next call must read and abandon it.
@@ -39,6 +55,7 @@ impl<'a> Run<'a> {
         me: &'a ThreadLock,
         d: &'a Deadline,
         acq: WorkId,
+        rel: WorkId,
         spinner: Spinner<'a>,
     ) -> Self {
         Run {
@@ -46,6 +63,7 @@ impl<'a> Run<'a> {
             me,
             d,
             acq,
+            rel,
             spinner,
             faa_out: false,
         }
@@ -86,7 +104,12 @@ impl Machine for Run<'_> {
     }
 
     fn put(&mut self, remote: Loc, local: Loc, wid: WorkId) -> Result<()> {
-        Ok(self.ctx.put(&remote, &local, wid)?)
+        self.ctx.put(&remote, &local, wid)?;
+        let private = [self.me.word, self.me.scratch, self.me.note].contains(&local);
+        if wid == self.rel && private {
+            self.me.unreaped.set(true);
+        }
+        Ok(())
     }
 
     fn get(&mut self, local: Loc, remote: Loc, wid: WorkId) -> Result<()> {
@@ -99,6 +122,9 @@ impl Machine for Run<'_> {
 
     fn wait(&mut self, wid: WorkId) -> Result<()> {
         let r = self.d.wait(self.ctx, wid);
+        if wid == self.rel && r.is_ok() {
+            self.me.unreaped.set(false);
+        }
         if wid == self.acq {
             match &r {
                 Ok(()) => {

@@ -5,12 +5,16 @@
 //! | `tkt` | the ticket node | remote FAA (acquire), remote CAS (`try_acquire`) | remote FAA/CAS, get (`try_acquire`) |
 //! | `slots` | the ticket node | remote FAA (a thread's first use: its `rel` slot) | — |
 //! | `rel[j]`, one sv per slot | a copy on every node | thread j: `store` then `bcast` (release) | every thread: `load` of its node's copy (acquire) |
-//! | `turn` | per thread, its own node | the FAA's (or CAS's) local write | the thread |
+//! | `held[k]`, one per node | the ticket node | put of `turn` (= ticket + 1) by a thread of node k that entered | a waiter that found node k dead |
+//! | `waiting[k]`, one per node | the ticket node | put of a waiter of node k after 1 ms of waiting (its ticket + 1) | a waiter that found node k dead |
+//! | `ab[K]` | the ticket node | remote CAS of a thread that gave its ticket up | gets of the waiting threads |
+//! | `turn` | per thread, its own node | the FAA's (or CAS's) local write, then `store(turn, t+1)` on entering | the thread; the `held` put |
 
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use loco_rdmawait::protocol::Machine;
 use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, WORD};
 use loco_rdmawaitrmw::Rmw;
 use loco_sv::SharedVar;
@@ -40,6 +44,8 @@ pub struct RawWLock {
     tkt: Loc,
     slots: Loc,
     ab: Loc,
+    held: Loc,
+    waiting: Loc,
     rel: Vec<SharedVar>,
     pool: Arc<SlotPool>,
     debts: marks::Debts,
@@ -82,7 +88,7 @@ impl RawWLock {
         let per_node = (max_threads as u64).saturating_mul(WORD);
         for node in cluster.node_ids() {
             let extra = if node == ticket_node {
-                (2 + MARKS) * WORD
+                (2 + MARKS + 2 * cluster.nodes() as u64) * WORD
             } else {
                 0
             };
@@ -100,6 +106,8 @@ impl RawWLock {
         let tkt = cluster.alloc_word(ticket_node)?;
         let slots = cluster.alloc_word(ticket_node)?;
         let ab = cluster.alloc_words(ticket_node, MARKS)?;
+        let held = cluster.alloc_words(ticket_node, cluster.nodes() as u64)?;
+        let waiting = cluster.alloc_words(ticket_node, cluster.nodes() as u64)?;
         let rel = (0..max_threads)
             .map(|_| SharedVar::new(cluster))
             .collect::<loco_sv::Result<Vec<_>>>()?;
@@ -109,6 +117,8 @@ impl RawWLock {
             tkt,
             slots,
             ab,
+            held,
+            waiting,
             rel,
             pool: Arc::default(),
             debts: Default::default(),
@@ -264,22 +274,80 @@ impl RawWLock {
     fn publish(&self, ctx: &Ctx, me: &ThreadLock, raw: u64, d: &Deadline) -> Result<()> {
         let copies = self.rel[me.slot].copies();
         me.last_rel.set(raw);
-        let mut run = Run::new(ctx, me, d, WL_ACQ, Spinner::W(self));
-        protocol::wlock_publish(&mut run, |n| copies[n.index()], &self.live_nodes(), raw)
+        protocol::wlock_publish(
+            &mut self.run(ctx, me, d),
+            |n| copies[n.index()],
+            &self.live_nodes(),
+            raw,
+        )
     }
 
-    /// The lock is released to `r` (some copy on this node reads `raw`, ticket `r`) and `r` is
-    /// marked abandoned: release to `r + 1` on its behalf. Returns whether it did.
+    /// The lock's words as the calling thread uses them.
+    fn words(&self, ctx: &Ctx, me: &ThreadLock) -> Result<protocol::WLockWords<Loc>> {
+        Ok(protocol::WLockWords {
+            tkt: self.tkt,
+            held: self.held.word(ctx.node().index() as u64)?,
+            turn: me.word,
+        })
+    }
+
+    fn run<'a>(&'a self, ctx: &'a Ctx, me: &'a ThreadLock, d: &'a Deadline) -> Run<'a> {
+        Run::new(ctx, me, d, WL_ACQ, WL_REL, Spinner::W(self))
+    }
+
+    /// The lock is released to `r` (some copy on this node reads `raw`, ticket `r`) and nobody
+    /// has entered: if `r` is marked abandoned, or is the ticket of a thread of a node now dead
+    /// (it announced entering with it, or waiting for it), release to `r + 1` on its behalf
+    /// (poisoned if a dead holder is skipped). Returns whether it did.
     fn forward(&self, ctx: &Ctx, me: &ThreadLock, raw: u64, d: &Deadline) -> Result<bool> {
         let r = marks::ticket(raw);
+        let mut poison = raw & POISON;
+        let mut dead = None;
         if !marks::is_marked(ctx, &self.ab, r, &me.scratch, WL_ACQ, d)? {
-            return Ok(false);
+            dead = self.dead_owner(ctx, me, r, d)?;
+            if dead.is_none() {
+                return Ok(false);
+            }
+            poison = POISON;
         }
         // Our previous broadcast must have read its source before we store again.
-        d.wait(ctx, WL_REL)?;
-        self.publish(ctx, me, (r + 1) | (raw & POISON), d)?;
-        tracing::debug!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r, "wlock: passed an abandoned ticket on");
+        self.run(ctx, me, d).wait(WL_REL)?;
+        self.publish(ctx, me, (r + 1) | poison, d)?;
+        match dead {
+            Some(k) => {
+                tracing::warn!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r, dead = %k,
+                "wlock: skipped the ticket of a dead holder; the next holder is told (poisoned)")
+            }
+            None => {
+                tracing::debug!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r,
+                "wlock: passed an abandoned ticket on")
+            }
+        }
         Ok(true)
+    }
+
+    /// The dead node whose thread announced ticket `r` (`held[k]` or `waiting[k]` reads
+    /// `r + 1`), if any: that ticket will never be released by its owner.
+    fn dead_owner(
+        &self,
+        ctx: &Ctx,
+        me: &ThreadLock,
+        r: u64,
+        d: &Deadline,
+    ) -> Result<Option<NodeId>> {
+        for k in self.cluster.node_ids() {
+            if self.cluster.is_alive(k) {
+                continue;
+            }
+            for words in [&self.held, &self.waiting] {
+                ctx.get(&me.scratch, &words.word(k.index() as u64)?, WL_ACQ)?;
+                self.run(ctx, me, d).wait(WL_ACQ)?;
+                if marks::ticket(ctx.load(&me.scratch)?) == r + 1 {
+                    return Ok(Some(k));
+                }
+            }
+        }
+        Ok(None)
     }
 
     /// The raw copy value that releases to `r`, if some local copy does.
@@ -299,18 +367,8 @@ impl RawWLock {
         t: u64,
         d: &Deadline,
     ) -> Result<u64> {
-        match self.wait_turn(ctx, me, rels, t, d) {
-            Ok(raw) => Ok(raw),
-            Err(Error::Rdma(loco_rdmawait::Error::PeerDead { node, reason }))
-                if node == ctx.node() =>
-            {
-                Err(Error::Rdma(loco_rdmawait::Error::PeerDead { node, reason }))
-            }
-            Err(e) => {
-                self.abandon(ctx, me, t);
-                Err(e)
-            }
-        }
+        let r = self.wait_turn(ctx, me, rels, t, d);
+        crate::run::spun(ctx, r, || self.abandon(ctx, me, t))
     }
 
     fn wait_turn(
@@ -323,14 +381,27 @@ impl RawWLock {
     ) -> Result<u64> {
         let mut spin = Spin::new();
         let mut looked = Instant::now();
+        let mut announced = false;
         loop {
             match Self::released_in(ctx, rels, t)? {
-                Ok(raw) => return Ok(raw),
+                Ok(raw) => {
+                    // A thread of a node reported dead does not enter (the others may skip it).
+                    self.cluster.check_alive(ctx.node())?;
+                    return Ok(raw);
+                }
                 Err(high) => {
                     if looked.elapsed() >= LOOK_EVERY && high.wrapping_sub(t) >= 1 << 62 {
                         looked = Instant::now();
                         // A thread of a node reported dead stops (as its process would have).
                         self.cluster.check_alive(ctx.node())?;
+                        self.cluster.check_alive(self.ticket_node())?;
+                        if !announced {
+                            // Slow path only: a waiter that dies from now on can be skipped.
+                            ctx.store(&me.note, t + 1)?;
+                            let w = self.waiting.word(ctx.node().index() as u64)?;
+                            self.run(ctx, me, d).put(w, me.note, WL_REL)?;
+                            announced = true;
+                        }
                         self.pay_debts(ctx, me);
                         if let Some(raw) = Self::copy_of(ctx, me, high)? {
                             if self.forward(ctx, me, raw, d)? {
@@ -413,8 +484,9 @@ impl RawWLock {
         Self::check_not_held(&me)?;
         self.cluster.check_open()?;
         self.settle(ctx, &me, d)?;
-        let mut run = Run::new(ctx, &me, d, WL_ACQ, Spinner::W(self));
-        let (t, raw) = protocol::wlock_acquire(&mut run, self.tkt, me.word, &me.rels)?;
+        self.cluster.check_alive(self.ticket_node())?;
+        let w = self.words(ctx, &me)?;
+        let (t, raw) = protocol::wlock_acquire(&mut self.run(ctx, &me, d), &w, &me.rels)?;
         Ok(self.enter(ctx, &me, t, raw))
     }
 
@@ -459,6 +531,8 @@ impl RawWLock {
             if ctx.load(&me.word)? != v {
                 return Ok(None);
             }
+            let w = self.words(ctx, &me)?;
+            protocol::wlock_enter(&mut self.run(ctx, &me, d), &w, v)?;
             return Ok(Some(self.enter(ctx, &me, v, raw)));
         }
         Ok(None)
@@ -477,11 +551,11 @@ impl RawWLock {
         if strong {
             let fence = loco_sv::gf_words(ctx, &nodes)?;
             me.last_rel.set((t + 1) | if poison { POISON } else { 0 });
-            let mut run = Run::new(ctx, &me, &d, WL_ACQ, Spinner::W(self));
+            let mut run = self.run(ctx, &me, &d);
             protocol::slock_release(&mut run, &fence, mine, &nodes, t, poison)?;
         } else {
             me.last_rel.set((t + 1) | if poison { POISON } else { 0 });
-            let mut run = Run::new(ctx, &me, &d, WL_ACQ, Spinner::W(self));
+            let mut run = self.run(ctx, &me, &d);
             protocol::wlock_release(&mut run, mine, &nodes, t, poison)?;
         }
         me.held.set(None);
@@ -495,9 +569,9 @@ impl RawWLock {
         Self::check_not_held(&me)?;
         let d = Deadline::after(self.cluster.timeout());
         self.settle(ctx, &me, &d)?;
-        d.wait(ctx, WL_REL)?;
-        d.wait(ctx, WL_ACQ)?;
-        me.dirty.set(false);
+        let mut run = self.run(ctx, &me, &d);
+        run.wait(WL_REL)?;
+        run.wait(WL_ACQ)?;
         drop(me);
         crate::thread::forget(ctx, self.id);
         Ok(())
