@@ -813,205 +813,217 @@ impl Lowering<'_> {
         for (s, stmt) in th.body.iter().enumerate() {
             e.stmt = s;
             e.text = stmt.text.clone();
-            let text = stmt.text.clone();
-            match &stmt.op {
-                Op::Load { reg, var } => {
-                    let word = self.var_word(*var, me);
-                    e.push(Instr::Load { reg: reg.0, word }, text);
-                }
-                Op::Store { var, val } => {
-                    let word = self.var_word(*var, me);
-                    e.push(
-                        Instr::Store {
-                            word,
-                            val: Val::of(*val),
-                        },
-                        text,
-                    );
-                }
-                Op::Cas {
-                    reg,
-                    loc,
-                    expected,
-                    new,
-                } => e.push(
-                    Instr::Cas {
-                        reg: reg.0,
-                        word: self.word(*loc),
-                        expected: Val::of(*expected),
-                        new: Val::of(*new),
-                    },
-                    text,
-                ),
-                Op::Mfence => e.push(Instr::Mfence, text),
-                Op::Put { remote, local, wid } => {
-                    let (target, rw) = self.node_word(*remote);
-                    let op = PostOp::Put {
-                        local: self.word(*local),
-                        remote: rw,
-                    };
-                    user_post(&mut e, target, op, *wid, text);
-                }
-                Op::Get { local, remote, wid } => {
-                    let (target, rw) = self.node_word(*remote);
-                    let op = PostOp::Get {
-                        local: self.word(*local),
-                        remote: rw,
-                    };
-                    user_post(&mut e, target, op, *wid, text);
-                }
-                Op::Rcas {
-                    remote,
-                    expected,
-                    new,
-                    local,
-                    wid,
-                } => {
-                    let (target, rw) = self.node_word(*remote);
-                    let op = PostOp::Rcas {
-                        remote: rw,
-                        expected: Val::of(*expected),
-                        new: Val::of(*new),
-                        local: self.word(*local),
-                    };
-                    user_post(&mut e, target, op, *wid, text);
-                }
-                Op::Rfaa {
-                    remote,
-                    add,
-                    local,
-                    wid,
-                } => {
-                    let (target, rw) = self.node_word(*remote);
-                    let op = PostOp::Rfaa {
-                        remote: rw,
-                        add: Val::of(*add),
-                        local: self.word(*local),
-                    };
-                    user_post(&mut e, target, op, *wid, text);
-                }
-                Op::Wait(w) => e.push(
-                    Instr::Wait {
-                        tag: tags::of(tags::user(*w)),
-                    },
-                    text,
-                ),
-                Op::Poll(n) => e.push(Instr::Poll { target: n.index() }, text),
-                Op::Rfence(n) => e.push(
-                    Instr::Post {
-                        target: n.index(),
-                        op: PostOp::Fence,
-                        tag: 0,
-                        guard: None,
-                    },
-                    text,
-                ),
-                Op::Bcast { sv, nodes, wid } => {
-                    let copies = self.sv_copies(*sv);
-                    let copy = |n: loco_rdmawait::NodeId| {
-                        word(
-                            n.index(),
-                            copies[n.index()].expect("sv copy on every node of the test"),
-                        )
-                    };
-                    done(sv::bcast(&mut e, copy, nodes, tags::user(*wid)));
-                }
-                Op::Gf(nodes) => {
-                    let fence = self.gf_words(t);
-                    done(sv::gf(&mut e, &fence, nodes));
-                }
-                Op::Acquire(l) => {
-                    let ticket = match &self.locks[l.0] {
-                        LockWords::Ticket {
-                            tkt_node,
-                            tkt,
-                            held,
-                            turn,
-                            rel,
-                            ..
-                        } => {
-                            let w = locks::WLockWords {
-                                tkt: word(*tkt_node, *tkt),
-                                held: word(
-                                    *tkt_node,
-                                    held[me].expect("held word of a user's node"),
-                                ),
-                                turn: word(me, turn[t].expect("turn word of a user")),
-                            };
-                            let copies: Vec<Word> = rel
-                                .iter()
-                                .flatten()
-                                .map(|c| word(me, c[me].expect("rel copy")))
-                                .collect();
-                            done(locks::wlock_acquire(&mut e, &w, &copies)).0
-                        }
-                        node @ LockWords::Node { .. } => {
-                            let w = node_lock(node, t, me);
-                            done(locks::nlock_acquire(&mut e, &w)).0
-                        }
-                    };
-                    held[l.0] = Some(ticket);
-                }
-                Op::Release(l) => {
-                    let ticket = held[l.0].take().unwrap_or(Val::constant(0));
-                    match &self.locks[l.0] {
-                        LockWords::Ticket { rel, strong, .. } => {
-                            let copies = rel[t].as_ref().expect("rel words of a user");
-                            let mine = |n: loco_rdmawait::NodeId| {
-                                word(n.index(), copies[n.index()].expect("rel copy"))
-                            };
-                            let nodes = &self.test.nodes;
-                            if *strong {
-                                let fence = self.gf_words(t);
-                                done(locks::slock_release(
-                                    &mut e, &fence, mine, nodes, ticket, false,
-                                ));
-                            } else {
-                                done(locks::wlock_release(&mut e, mine, nodes, ticket, false));
-                            }
-                        }
-                        node @ LockWords::Node { .. } => {
-                            let w = node_lock(node, t, me);
-                            done(locks::nlock_release(&mut e, &w, ticket, false));
-                        }
-                    }
-                }
-                Op::WriteSc { sc, val } => {
-                    let (x, _, b) = self.sc_operands(*sc, t);
-                    let mut lock = self.sc_lock(*sc, t, me);
-                    done(sc::write_sc(&mut e, &mut lock, x, b, Val::of(*val)));
-                }
-                Op::ReadSc { reg, sc } => {
-                    let (x, a, _) = self.sc_operands(*sc, t);
-                    let mut lock = self.sc_lock(*sc, t, me);
-                    let v = done(sc::fetch_sc(&mut e, &mut lock, x, a, sc::Access::Read));
-                    copy_to(&mut e, *reg, v);
-                }
-                Op::CasSc {
-                    reg,
-                    sc,
-                    expected,
-                    new,
-                } => {
-                    let (x, a, _) = self.sc_operands(*sc, t);
-                    let mut lock = self.sc_lock(*sc, t, me);
-                    let access = sc::Access::Cas {
-                        expected: Val::of(*expected),
-                        new: Val::of(*new),
-                    };
-                    let v = done(sc::fetch_sc(&mut e, &mut lock, x, a, access));
-                    copy_to(&mut e, *reg, v);
-                }
-                Op::FaaSc { reg, sc, add } => {
-                    let (x, a, _) = self.sc_operands(*sc, t);
-                    let mut lock = self.sc_lock(*sc, t, me);
-                    let access = sc::Access::Faa { add: Val::of(*add) };
-                    let v = done(sc::fetch_sc(&mut e, &mut lock, x, a, access));
-                    copy_to(&mut e, *reg, v);
-                }
+            if !self.machine_op(&mut e, &stmt.op, me, stmt.text.clone()) {
+                self.library_op(&mut e, &stmt.op, t, me, &mut held);
             }
         }
         e.code
+    }
+
+    /// A statement that is one machine operation: lowered as written. Returns false for a
+    /// library operation.
+    fn machine_op(&self, e: &mut Emit, op: &Op, me: usize, text: String) -> bool {
+        match op {
+            Op::Load { reg, var } => {
+                let word = self.var_word(*var, me);
+                e.push(Instr::Load { reg: reg.0, word }, text);
+            }
+            Op::Store { var, val } => {
+                let word = self.var_word(*var, me);
+                e.push(
+                    Instr::Store {
+                        word,
+                        val: Val::of(*val),
+                    },
+                    text,
+                );
+            }
+            Op::Cas {
+                reg,
+                loc,
+                expected,
+                new,
+            } => e.push(
+                Instr::Cas {
+                    reg: reg.0,
+                    word: self.word(*loc),
+                    expected: Val::of(*expected),
+                    new: Val::of(*new),
+                },
+                text,
+            ),
+            Op::Mfence => e.push(Instr::Mfence, text),
+            Op::Put { remote, local, wid } => {
+                let (target, rw) = self.node_word(*remote);
+                let op = PostOp::Put {
+                    local: self.word(*local),
+                    remote: rw,
+                };
+                user_post(e, target, op, *wid, text);
+            }
+            Op::Get { local, remote, wid } => {
+                let (target, rw) = self.node_word(*remote);
+                let op = PostOp::Get {
+                    local: self.word(*local),
+                    remote: rw,
+                };
+                user_post(e, target, op, *wid, text);
+            }
+            Op::Rcas {
+                remote,
+                expected,
+                new,
+                local,
+                wid,
+            } => {
+                let (target, rw) = self.node_word(*remote);
+                let op = PostOp::Rcas {
+                    remote: rw,
+                    expected: Val::of(*expected),
+                    new: Val::of(*new),
+                    local: self.word(*local),
+                };
+                user_post(e, target, op, *wid, text);
+            }
+            Op::Rfaa {
+                remote,
+                add,
+                local,
+                wid,
+            } => {
+                let (target, rw) = self.node_word(*remote);
+                let op = PostOp::Rfaa {
+                    remote: rw,
+                    add: Val::of(*add),
+                    local: self.word(*local),
+                };
+                user_post(e, target, op, *wid, text);
+            }
+            Op::Wait(w) => e.push(
+                Instr::Wait {
+                    tag: tags::of(tags::user(*w)),
+                },
+                text,
+            ),
+            Op::Poll(n) => e.push(Instr::Poll { target: n.index() }, text),
+            Op::Rfence(n) => e.push(
+                Instr::Post {
+                    target: n.index(),
+                    op: PostOp::Fence,
+                    tag: 0,
+                    guard: None,
+                },
+                text,
+            ),
+            _ => return false,
+        }
+        true
+    }
+
+    /// A library operation: the library's own protocol, run on the recording machine. `held`:
+    /// per lock, the ticket of the thread's current hold.
+    fn library_op(&self, e: &mut Emit, op: &Op, t: usize, me: usize, held: &mut [Option<Val>]) {
+        match op {
+            Op::Bcast { sv, nodes, wid } => {
+                let copies = self.sv_copies(*sv);
+                let copy = |n: loco_rdmawait::NodeId| {
+                    word(
+                        n.index(),
+                        copies[n.index()].expect("sv copy on every node of the test"),
+                    )
+                };
+                done(sv::bcast(e, copy, nodes, tags::user(*wid)));
+            }
+            Op::Gf(nodes) => {
+                let fence = self.gf_words(t);
+                done(sv::gf(e, &fence, nodes));
+            }
+            Op::Acquire(l) => {
+                let ticket = match &self.locks[l.0] {
+                    LockWords::Ticket {
+                        tkt_node,
+                        tkt,
+                        held,
+                        turn,
+                        rel,
+                        ..
+                    } => {
+                        let w = locks::WLockWords {
+                            tkt: word(*tkt_node, *tkt),
+                            held: word(*tkt_node, held[me].expect("held word of a user's node")),
+                            turn: word(me, turn[t].expect("turn word of a user")),
+                        };
+                        let copies: Vec<Word> = rel
+                            .iter()
+                            .flatten()
+                            .map(|c| word(me, c[me].expect("rel copy")))
+                            .collect();
+                        done(locks::wlock_acquire(e, &w, &copies)).0
+                    }
+                    node @ LockWords::Node { .. } => {
+                        let w = node_lock(node, t, me);
+                        done(locks::nlock_acquire(e, &w)).0
+                    }
+                };
+                held[l.0] = Some(ticket);
+            }
+            Op::Release(l) => {
+                let ticket = held[l.0].take().unwrap_or(Val::constant(0));
+                match &self.locks[l.0] {
+                    LockWords::Ticket { rel, strong, .. } => {
+                        let copies = rel[t].as_ref().expect("rel words of a user");
+                        let mine = |n: loco_rdmawait::NodeId| {
+                            word(n.index(), copies[n.index()].expect("rel copy"))
+                        };
+                        let nodes = &self.test.nodes;
+                        if *strong {
+                            let fence = self.gf_words(t);
+                            done(locks::slock_release(e, &fence, mine, nodes, ticket, false));
+                        } else {
+                            done(locks::wlock_release(e, mine, nodes, ticket, false));
+                        }
+                    }
+                    node @ LockWords::Node { .. } => {
+                        let w = node_lock(node, t, me);
+                        done(locks::nlock_release(e, &w, ticket, false));
+                    }
+                }
+            }
+            Op::WriteSc { sc, val } => {
+                let (x, _, b) = self.sc_operands(*sc, t);
+                let mut lock = self.sc_lock(*sc, t, me);
+                done(sc::write_sc(e, &mut lock, x, b, Val::of(*val)));
+            }
+            Op::ReadSc { reg, sc } => {
+                let (x, a, _) = self.sc_operands(*sc, t);
+                let mut lock = self.sc_lock(*sc, t, me);
+                let v = done(sc::fetch_sc(e, &mut lock, x, a, sc::Access::Read));
+                copy_to(e, *reg, v);
+            }
+            Op::CasSc {
+                reg,
+                sc,
+                expected,
+                new,
+            } => {
+                let (x, a, _) = self.sc_operands(*sc, t);
+                let mut lock = self.sc_lock(*sc, t, me);
+                let access = sc::Access::Cas {
+                    expected: Val::of(*expected),
+                    new: Val::of(*new),
+                };
+                let v = done(sc::fetch_sc(e, &mut lock, x, a, access));
+                copy_to(e, *reg, v);
+            }
+            Op::FaaSc { reg, sc, add } => {
+                let (x, a, _) = self.sc_operands(*sc, t);
+                let mut lock = self.sc_lock(*sc, t, me);
+                let access = sc::Access::Faa { add: Val::of(*add) };
+                let v = done(sc::fetch_sc(e, &mut lock, x, a, access));
+                copy_to(e, *reg, v);
+            }
+            _ => {}
+        }
     }
 
     fn word(&self, l: LocId) -> usize {

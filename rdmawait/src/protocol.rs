@@ -197,3 +197,54 @@ impl Spinning {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Cluster, Error, Schedule};
+    use std::time::Duration;
+
+    fn cluster() -> Cluster {
+        Cluster::builder()
+            .nodes(2)
+            .soft(Schedule::Threaded)
+            .timeout(Duration::from_millis(50))
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_context_runs_the_spins() -> Result<()> {
+        let c = cluster();
+        let (a, b) = (c.alloc_word(NodeId(0))?, c.alloc_word(NodeId(0))?);
+        let remote = c.alloc_word(NodeId(1))?;
+        c.poke(&b, 7)?;
+        c.poke(&remote, 9)?;
+        let ctx = c.context(NodeId(0))?;
+        let mut m = &ctx;
+        assert_eq!(m.await_any(&[a, b], 7)?, 7);
+        assert_eq!(m.get_until(a, remote, WorkId::new(1), 9)?, 9);
+        assert_eq!(ctx.load(&a)?, 9, "the get landed in the local word");
+        let v = m.constant(5);
+        let v = m.plus(v, 1);
+        assert_eq!(m.or(v, 1 << 63), (1 << 63) | 6);
+        assert_eq!(m.node_of(remote), NodeId(1));
+        Ok(())
+    }
+
+    /// A spin whose value never comes gives up after the cluster's timeout, with an error.
+    #[test]
+    fn a_spin_that_never_ends_times_out() -> Result<()> {
+        let c = cluster();
+        let a = c.alloc_word(NodeId(0))?;
+        let remote = c.alloc_word(NodeId(1))?;
+        let ctx = c.context(NodeId(0))?;
+        let mut m = &ctx;
+        assert!(matches!(m.await_any(&[a], 1), Err(Error::Timeout { .. })));
+        assert!(matches!(
+            m.get_until(a, remote, WorkId::new(1), 1),
+            Err(Error::Timeout { .. })
+        ));
+        Ok(())
+    }
+}
