@@ -38,6 +38,8 @@ struct Inner {
     nic: Box<dyn ThreadNic>,
     /// Per target node: the work ids of the unpolled operations, in post order (Fig. 16).
     track: Vec<Track>,
+    /// Network operations posted (puts, gets, RMWs; fences apart), for [`Ctx::posted`].
+    posted: u64,
 }
 
 #[derive(Debug, Default)]
@@ -82,7 +84,11 @@ impl Ctx {
         Ctx {
             cluster,
             node,
-            inner: RefCell::new(Inner { nic, track }),
+            inner: RefCell::new(Inner {
+                nic,
+                track,
+                posted: 0,
+            }),
             extensions: RefCell::new(HashMap::new()),
         }
     }
@@ -229,7 +235,7 @@ impl Ctx {
     pub fn wait_timeout(&self, wid: WorkId, timeout: Duration) -> Result<()> {
         let start = Instant::now();
         let mut inner = self.inner.borrow_mut();
-        let Inner { nic, track } = &mut *inner;
+        let Inner { nic, track, .. } = &mut *inner;
         for (n, t) in track.iter_mut().enumerate() {
             while t.count(wid) > 0 {
                 let left = timeout.saturating_sub(start.elapsed());
@@ -259,6 +265,14 @@ impl Ctx {
         }
         tracing::trace!(target: "loco::rdmawait", node = %self.node, %wid, elapsed = ?start.elapsed(), "wait done");
         Ok(())
+    }
+
+    /// Network operations this context has posted so far: puts, gets and remote RMWs, whatever
+    /// layer posted them (a library's internal operations included); `rfence` is not counted
+    /// (it sends nothing). For measuring what an operation costs on the network, e.g. a lock's
+    /// round trips per acquire.
+    pub fn posted(&self) -> u64 {
+        self.inner.borrow().posted
     }
 
     /// Number of operations towards `node` posted and not yet polled.
@@ -301,6 +315,9 @@ impl Ctx {
         }
         if wr.completes() {
             inner.track[target.index()].push(wid);
+        }
+        if !matches!(wr, WorkRequest::Fence) {
+            inner.posted += 1;
         }
         Ok(())
     }
@@ -354,7 +371,7 @@ impl RdmaTso<'_> {
     pub fn poll_timeout(&self, node: NodeId, timeout: Duration) -> Result<()> {
         self.ctx.cluster.check_node(node)?;
         let mut inner = self.ctx.inner.borrow_mut();
-        let Inner { nic, track } = &mut *inner;
+        let Inner { nic, track, .. } = &mut *inner;
         let t = &mut track[node.index()];
         if t.fifo.is_empty() {
             return Err(Error::NothingPending { node });
