@@ -577,6 +577,11 @@ impl Cluster {
     ///   let a thread mix state of two incarnations silently.
     /// - [`Cluster::check_alive`] reports the node alive again and [`Cluster::incarnation`]
     ///   changes.
+    ///
+    /// A fault-injection hook: a post from an old context that is under way at the very moment
+    /// of the restart (past its incarnation check, not yet at the NIC's liveness check) may
+    /// still reach the new incarnation; on the verbs backend this cannot happen (an old queue
+    /// pair leads to the dead process).
     pub fn restart(&self, node: NodeId) -> Result<()> {
         self.check_node(node)?;
         tracing::warn!(target: "loco::rdmawait", cluster = self.inner.id, %node, "fault injection: node restarted");
