@@ -17,7 +17,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use sideway::ibverbs::queue_pair::BasicQueuePair;
 
 use super::qp::{self, Endpoint};
 use super::{resolve, verbs_error, ProcessHandle, Shared};
@@ -35,7 +34,7 @@ const MAX_HANDSHAKE: Duration = Duration::from_secs(10);
 const MAX_RESPONDERS_PER_PEER: usize = 4096;
 
 /// Responder queue pairs serving other processes' threads, by (their node, our QPN).
-pub(crate) type Responders = Mutex<HashMap<(u16, u32), BasicQueuePair>>;
+pub(crate) type Responders = Mutex<HashMap<(u16, u32), qp::Qp>>;
 
 /// This process's membership in a verbs cluster: its node, its device, and a barrier over all
 /// processes. Get it with [`Process::of`].
@@ -459,7 +458,7 @@ fn responder(shared: &Shared, from: NodeId, remote: &Endpoint) -> Result<Endpoin
         .local(me)
         .ok_or_else(|| verbs_error("this process's node is not local"))?;
     let device = &shared.device;
-    let (mut qp, _) = qp::create(device, &home.pd, &home.responder_cq, 1)?;
+    let (mut qp, _) = qp::create(device, home, &home.responder_cq, 1)?;
     let local = qp::endpoint(device, &qp, qp::random_psn());
     qp::connect(device, &mut qp, &local, remote, shared.transport)?;
     shared.responders.lock().insert((from.0, local.qpn), qp);
