@@ -367,7 +367,8 @@ impl State {
         }
         // The NIC's writes (READ data, atomic results) precede the completion that reports them.
         fence(SeqCst);
-        let n = n as usize;
+        // Never more than asked for; clamped anyway, as `drop` drains too and must not panic.
+        let n = (n as usize).min(POLL_BATCH);
         for wc in &wcs[..n] {
             // SAFETY: `ibv_poll_cq` returned `n`: the first `n` entries were written.
             let wc = unsafe { wc.assume_init_ref() };
