@@ -131,8 +131,8 @@ fn stop(qp: &BasicQueuePair) -> bool {
 
 /// The queue pair's state as the device reports it (`ibv_query_qp`), as the raw `ibv_qp_state`.
 fn raw_state(qp: &BasicQueuePair) -> Option<u32> {
-    // SAFETY: the queue pair is alive (borrowed); both attribute structs are zeroed plain data
-    // the call fills in.
+    // SAFETY: the queue pair is alive (borrowed); both attribute structs hold only integers,
+    // arrays and raw pointers, for which all-zero is valid, and the call fills them in.
     unsafe {
         let mut attr = MaybeUninit::<sys::ibv_qp_attr>::zeroed().assume_init();
         let mut init = MaybeUninit::<sys::ibv_qp_init_attr>::zeroed().assume_init();
