@@ -48,7 +48,7 @@ impl Deregister for Region {
         match ret {
             0 => Ok(()),
             // libibverbs returns an errno value (positive; some providers return it negated).
-            e => Err(io::Error::from_raw_os_error(e.abs())),
+            e => Err(io::Error::from_raw_os_error(e.saturating_abs())),
         }
     }
 }
