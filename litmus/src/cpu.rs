@@ -2,39 +2,25 @@
 //! program counter, registers, TSO store buffer and queue pairs.
 //!
 //! The NIC half of every transition is [`loco_rdmawait::model`]'s (each rule is written once in
-//! the project); this module adds the CPU half of docs/model.md §4.2: store buffers through which
-//! stores *and* posted remote operations travel in program order, loads, `cas`/`mfence` needing
-//! an empty buffer, `poll`, the atomic form of `wait(d)`, and the two await forms of the spin
-//! loops of docs/model.md §5.8.
+//! the project), and so is the TSO store buffer through which stores *and* posted remote
+//! operations travel in program order ([`StoreBuffer`], shared with the soft NIC's `Chaos`
+//! schedule); this module adds the rest of the CPU half of docs/model.md §4.2: loads,
+//! `cas`/`mfence` needing an empty buffer, `poll`, the atomic form of `wait(d)`, and the two
+//! await forms of the spin loops of docs/model.md §5.8.
 //!
 //! | state (docs/model.md §4.1) | here |
 //! |---|---|
 //! | memory of every node | [`State::mem`] |
 //! | per node: remote-atomic lock | [`State::locks`] |
 //! | per thread: pc, registers | [`ThreadState::pc`], [`ThreadState::regs`] |
-//! | per thread: TSO store buffer | [`ThreadState::sb`]: stores and posted remote ops, in program order |
+//! | per thread: TSO store buffer | [`ThreadState::sb`], a [`StoreBuffer`]: stores and posted remote ops, in program order |
 //! | per (thread, node): pipe, `Br`, `Bl` | [`ThreadState::qps`], one [`Qp`] per node |
 
-use std::collections::VecDeque;
-
-use loco_rdmawait::model::{ClusterMemory, Entry, LocalItem, Qp, Step};
+use loco_rdmawait::model::{ClusterMemory, Entry, LocalItem, Post, Qp, SbItem, Step, StoreBuffer};
 use loco_rdmawait::{NodeId, WorkRequest};
 
 use crate::lower::{Instr, Program};
 use crate::reduce::Owners;
-
-/// An item of a TSO store buffer.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum SbItem {
-    /// A CPU store, flushed to memory.
-    Store { word: usize, value: u64 },
-    /// A posted remote operation, flushed to the tail of its queue pair's pipe.
-    Post {
-        target: usize,
-        wr: WorkRequest,
-        tag: u32,
-    },
-}
 
 /// The nlock spin's guarded get: its remote read may fire only when `remote` holds `value`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -50,7 +36,7 @@ pub(crate) struct Guard {
 pub(crate) struct ThreadState {
     pub pc: usize,
     pub regs: Vec<u64>,
-    pub sb: VecDeque<SbItem>,
+    pub sb: StoreBuffer<Post>,
     pub qps: Vec<Qp>,
     guard: Option<Guard>,
 }
@@ -118,14 +104,7 @@ impl ClusterMemory for Mem<'_> {
 impl ThreadState {
     /// x86-TSO load: the newest own buffered store to `word`, else memory.
     fn load(&self, mem: &[u64], word: usize) -> u64 {
-        self.sb
-            .iter()
-            .rev()
-            .find_map(|i| match i {
-                SbItem::Store { word: w, value } if *w == word => Some(*value),
-                _ => None,
-            })
-            .unwrap_or(mem[word])
+        self.sb.load(word, || mem[word])
     }
 
     fn settled(&self, len: usize) -> bool {
@@ -149,7 +128,7 @@ impl State {
                 .map(|c| ThreadState {
                     pc: 0,
                     regs: vec![0; c.regs],
-                    sb: VecDeque::new(),
+                    sb: StoreBuffer::new(),
                     qps: (0..nodes)
                         .map(|n| Qp::new(node_id(c.node), node_id(n)))
                         .collect(),
@@ -181,9 +160,7 @@ impl State {
                 matches!(th.qps[*target].bl.front(), Some(LocalItem::Notice(_)))
             }
             Instr::Wait { tag } => {
-                !th.sb
-                    .iter()
-                    .any(|i| matches!(i, SbItem::Post { tag: g, .. } if g == tag))
+                !th.sb.posts().any(|p| p.tag == *tag)
                     && th.qps.iter().all(|q| q.wait_ready(*tag).is_some())
             }
             Instr::Await { words, val } => {
@@ -242,7 +219,7 @@ impl State {
                 out.push(Action::Exec { thread: t });
             }
             match th.sb.front() {
-                Some(SbItem::Post { .. }) if reduce => {
+                Some(SbItem::Post(_)) if reduce => {
                     out.clear();
                     out.push(Action::Flush { thread: t });
                     return;
@@ -292,12 +269,10 @@ impl State {
         match a {
             Action::Exec { thread } => self.exec(prog, thread),
             Action::Flush { thread } => {
-                let node = prog.threads[thread].node;
+                let mem = &mut self.mem[prog.threads[thread].node];
                 let th = &mut self.threads[thread];
-                match th.sb.pop_front().expect("flush of an empty store buffer") {
-                    SbItem::Store { word, value } => self.mem[node][word] = value,
-                    SbItem::Post { target, wr, tag } => th.qps[target].issue(wr, tag),
-                }
+                let flushed = th.sb.flush(&mut th.qps, |word, value| mem[word] = value);
+                assert!(flushed, "flush of an empty store buffer");
             }
             Action::Nic {
                 thread,
@@ -326,7 +301,7 @@ impl State {
             Instr::Load { reg, word } => th.regs[*reg] = th.load(&self.mem[node], *word),
             Instr::Store { word, val } => {
                 let value = val.eval(&th.regs);
-                th.sb.push_back(SbItem::Store { word: *word, value });
+                th.sb.store(*word, value);
             }
             Instr::Cas {
                 reg,
@@ -356,8 +331,8 @@ impl State {
                         value: g.eval(&th.regs),
                     });
                 }
-                th.sb.push_back(SbItem::Post {
-                    target: *target,
+                th.sb.post(Post {
+                    target: node_id(*target),
                     wr,
                     tag: *tag,
                 });

@@ -43,12 +43,12 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use loco_rdmawait::model::{Entry, LocalItem, Step};
+use loco_rdmawait::model::{Entry, LocalItem, Post, SbItem, Step};
 use loco_rdmawait::WorkRequest;
 
 use crate::ast::{Expect, Observable, Test};
 pub use crate::cpu::Action;
-use crate::cpu::{SbItem, State};
+use crate::cpu::State;
 use crate::fingerprint::{fingerprint, Visited, BYTES_PER_SLOT};
 use crate::lower::{lower, tags, Instr, Program};
 use crate::reduce::Owners;
@@ -376,8 +376,9 @@ fn describe(prog: &Program, test: &Test, s: &State, a: Action) -> String {
                     Word(prog, me, *word)
                 )
             }
-            Some(SbItem::Post { target, wr, tag }) => {
-                let (r, l) = (|w| Word(prog, *target, w), |w| Word(prog, me, w));
+            Some(SbItem::Post(Post { target, wr, tag })) => {
+                let target = target.index();
+                let (r, l) = (|w| Word(prog, target, w), |w| Word(prog, me, w));
                 let op = match *wr {
                     WorkRequest::Write { local, remote, .. } => {
                         format!("put({}, {})", r(remote), l(local))

@@ -79,9 +79,14 @@
 //! ```
 //! `check` prints the schedule of the first outcome that satisfies a condition the test expects
 //! to be forbidden; `show --traces` prints one for every outcome. Library steps are labelled
-//! with the statement they implement (`acquire(l): rfaa(tkt, 1, turn)`), internal work ids with
-//! a leading underscore (`_wl`, `_nl`, `_gf`, `_sc`), internal words by role (`tkt_l@n0`,
-//! `rel_l[t1]@n2`, `gf_scratch[t0]`).
+//! with the statement they implement (`acquire(l): rfaa(tkt_l, 1, turn_l[t0]) [_wl]`), internal
+//! work ids with a leading underscore (`_wl`, `_wlr`, `_nl`, `_nlr`, `_gf`, `_sc`, `_scw`),
+//! internal words by role (`tkt_l`, `rel_l[t1]@n2`, `gf_scratch[t0]`), the protocols' registers
+//! as `r<k>`.
+//!
+//! The library operations are expanded by the libraries' own protocol functions
+//! (`loco_sv::protocol`, `loco_locks::protocol`, `loco_sc::protocol`), run on a machine that
+//! records instructions: the explorer checks the protocols the crates execute.
 //!
 //! # Limits
 //! - At most [`MAX_NODES`] nodes and [`MAX_THREADS`] threads per test; values are `u64` and

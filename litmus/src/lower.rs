@@ -1,75 +1,123 @@
 //! Library operations expanded into machine operations (docs/model.md §5): what the explorer runs.
 //!
 //! A [`Program`] lays every word of a test out in node memory (user words, shared-variable
-//! copies, SC words, the lock words of docs/model.md §5.3-§5.5, and the scratch words of the global fence and of
-//! the SC library), and turns each statement into [`Instr`]s: CPU accesses, posts to a queue
-//! pair, polls, waits, and the two await forms of the spin loops.
+//! copies, SC words, the lock words of docs/model.md §5.3-§5.5, and the scratch words of the
+//! global fence and of the SC library), and turns each statement into [`Instr`]s: CPU accesses,
+//! posts to a queue pair, polls, waits, and the two await forms of the spin loops.
+//!
+//! The library operations are not expanded here by hand: [`Emit`] is a
+//! [`Machine`](loco_rdmawait::protocol::Machine) that records what it is asked to do, and the
+//! protocols it runs are the crates' own (`loco_sv::protocol`, `loco_locks::protocol`,
+//! `loco_sc::protocol`), the functions `bcast`, `gf`, the locks and the SC operations execute at
+//! run time. Only the layout of the words is this module's.
 
-use loco_rdmawait::WorkRequest;
+use std::convert::Infallible;
+
+use loco_locks::protocol as locks;
+use loco_rdmawait::protocol::Machine;
+use loco_rdmawait::{WorkId, WorkRequest};
+use loco_rdmawaitrmw::RmwMachine;
+use loco_sc::protocol as sc;
+use loco_sv::protocol as sv;
 
 use crate::ast::*;
 
-/// Completion tags of the libraries' internal work ids (user work ids are 1, 2, ...).
+/// Completion tags: the explorer's names for work ids.
 pub(crate) mod tags {
+    use loco_rdmawait::WorkId;
+
     const INTERNAL: u32 = 1 << 31;
-    /// wlock/slock acquire's `rfaa` and its wait.
-    pub const WLOCK: u32 = INTERNAL | 1;
-    /// wlock release's puts of `rel[me]` (never waited).
-    pub const WLOCK_REL: u32 = INTERNAL | 2;
-    /// nlock acquire's `rfaa`, guarded `get`, waits, and release's put.
-    pub const NLOCK: u32 = INTERNAL | 3;
-    /// The global fence's gets and wait.
-    pub const GF: u32 = INTERNAL | 4;
-    /// SC reads and RMWs, and their wait.
-    pub const SC: u32 = INTERNAL | 5;
-    /// SC writes' puts (never waited).
-    pub const SC_WRITE: u32 = INTERNAL | 6;
+
+    /// The libraries' work ids, and how traces name them.
+    const LIBRARY: [(WorkId, &str); 7] = [
+        (loco_locks::protocol::WL_ACQ, "_wl"),
+        (loco_locks::protocol::WL_REL, "_wlr"),
+        (loco_locks::protocol::NL_ACQ, "_nl"),
+        (loco_locks::protocol::NL_REL, "_nlr"),
+        (loco_sv::GF_WORK_ID, "_gf"),
+        (loco_sc::protocol::SC_FETCH, "_sc"),
+        (loco_sc::protocol::SC_WRITE, "_scw"),
+    ];
+
+    /// The tag of a work id: a user's `d<i>` (`WorkId::new(i)`) is i, a library's has the top
+    /// bit set.
+    pub fn of(wid: WorkId) -> u32 {
+        let v = wid.as_u64();
+        if wid.is_internal() {
+            INTERNAL | (v as u32 & !INTERNAL)
+        } else {
+            v as u32
+        }
+    }
+
+    /// The work id of the test's work id number `w` (user ids are 1, 2, ...).
+    pub fn user(w: crate::ast::WidId) -> WorkId {
+        WorkId::new(w.0 as u32 + 1)
+    }
 
     /// How a tag is written in traces.
     pub fn name(tag: u32, test: &crate::ast::Test) -> String {
-        match tag {
-            WLOCK => "_wl".into(),
-            WLOCK_REL => "_wlr".into(),
-            NLOCK => "_nl".into(),
-            GF => "_gf".into(),
-            SC => "_sc".into(),
-            SC_WRITE => "_scw".into(),
-            t => test
-                .work_ids
-                .get(t as usize - 1)
-                .cloned()
-                .unwrap_or_else(|| format!("#{t}")),
+        if let Some((_, n)) = LIBRARY.iter().find(|(w, _)| of(*w) == tag) {
+            return (*n).into();
         }
+        if tag & INTERNAL != 0 {
+            return format!("_#{:x}", tag & !INTERNAL);
+        }
+        test.work_ids
+            .get((tag as usize).wrapping_sub(1))
+            .cloned()
+            .unwrap_or_else(|| format!("#{tag}"))
     }
 }
 
-/// A value computed at run time: a register (or 0) plus a constant.
+/// A value computed at run time: a register (or 0) plus a constant, with some bits set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Val {
     pub reg: Option<usize>,
     pub add: u64,
+    pub or: u64,
 }
 
 impl Val {
     pub fn of(v: Value) -> Val {
         match v {
-            Value::Int(k) => Val { reg: None, add: k },
-            Value::Reg(r) => Val {
-                reg: Some(r.0),
-                add: 0,
-            },
+            Value::Int(k) => Val::constant(k),
+            Value::Reg(r) => Val::reg(r.0),
         }
     }
 
-    fn reg_plus(reg: usize, add: u64) -> Val {
+    fn constant(k: u64) -> Val {
+        Val {
+            reg: None,
+            add: k,
+            or: 0,
+        }
+    }
+
+    fn reg(reg: usize) -> Val {
         Val {
             reg: Some(reg),
-            add,
+            add: 0,
+            or: 0,
         }
     }
 
     pub fn eval(&self, regs: &[u64]) -> u64 {
-        self.reg.map_or(0, |r| regs[r]).wrapping_add(self.add)
+        self.reg.map_or(0, |r| regs[r]).wrapping_add(self.add) | self.or
+    }
+}
+
+impl std::fmt::Display for Val {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.reg, self.add) {
+            (None, k) => write!(f, "{k}")?,
+            (Some(r), 0) => write!(f, "r{r}")?,
+            (Some(r), k) => write!(f, "r{r}+{k}")?,
+        }
+        if self.or != 0 {
+            write!(f, "|{:#x}", self.or)?;
+        }
+        Ok(())
     }
 }
 
@@ -234,11 +282,13 @@ impl Layout {
 
 /// Per-lock words.
 enum LockWords {
-    /// wlock/slock: ticket dispenser on `tkt_node`; per thread index its `turn` word (on its
+    /// wlock/slock: ticket dispenser on `tkt_node`, with the `held[k]` announcement words (per
+    /// node of the test; loco-locks' `held` array); per thread index its `turn` word (on its
     /// node) and `rel[t]` copies (on every node of the test).
     Ticket {
         tkt_node: usize,
         tkt: usize,
+        held: Vec<Option<usize>>,
         turn: Vec<Option<usize>>,
         rel: Vec<Option<Vec<Option<usize>>>>,
         strong: bool,
@@ -320,6 +370,7 @@ pub(crate) fn lower(test: &Test) -> Program {
         let w = match l.kind {
             LockKind::WLock | LockKind::SLock => {
                 let tkt = lay.alloc(lowest, format!("tkt_{}", l.name), 0);
+                let held = held_words(&mut lay, test, lowest, &l.name, &used);
                 let mut turn = vec![None; test.threads.len()];
                 let mut rel = vec![None; test.threads.len()];
                 for (t, th) in test.threads.iter().enumerate() {
@@ -338,6 +389,7 @@ pub(crate) fn lower(test: &Test) -> Program {
                 LockWords::Ticket {
                     tkt_node: lowest,
                     tkt,
+                    held,
                     turn,
                     rel,
                     strong: l.kind == LockKind::SLock,
@@ -423,20 +475,9 @@ fn nlock_words(lay: &mut Layout, test: &Test, node: usize, name: &str, used: &[b
     let tkt = lay.alloc(node, format!("tkt_{name}"), 0);
     let rel = lay.alloc(node, format!("rel_{name}"), 0);
     // The abandon marks (`ab[K]`) are not laid out: no litmus thread gives a ticket up, so they
-    // stay 0 and the waiters' reads of them never change the outcome (see `acquire`).
-    let mut held = vec![None; test.cluster_nodes()];
-    for th in test
-        .threads
-        .iter()
-        .zip(used)
-        .filter(|(_, u)| **u)
-        .map(|(t, _)| t)
-    {
-        let k = th.node.index();
-        if held[k].is_none() {
-            held[k] = Some(lay.alloc(node, format!("held_{name}[{}]", th.node), 0));
-        }
-    }
+    // stay 0 and the waiters' reads of them never change the outcome (the failure paths of
+    // `loco_locks::protocol` are not lowered).
+    let held = held_words(lay, test, node, name, used);
     let loc = test
         .threads
         .iter()
@@ -454,13 +495,52 @@ fn nlock_words(lay: &mut Layout, test: &Test, node: usize, name: &str, used: &[b
     }
 }
 
-/// Emits the code of one thread.
-struct Emit {
-    code: Code,
-    stmt: usize,
+/// A word of node memory, as the lowering's [`Machine`] names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Word {
+    node: usize,
+    word: usize,
 }
 
-impl Emit {
+fn word(node: usize, word: usize) -> Word {
+    Word { node, word }
+}
+
+/// A lock's `held[k]` words on `node`, one per node k of the lock's users.
+fn held_words(
+    lay: &mut Layout,
+    test: &Test,
+    node: usize,
+    name: &str,
+    used: &[bool],
+) -> Vec<Option<usize>> {
+    let mut held = vec![None; test.cluster_nodes()];
+    for th in test
+        .threads
+        .iter()
+        .zip(used)
+        .filter(|(_, u)| **u)
+        .map(|(t, _)| t)
+    {
+        let k = th.node.index();
+        if held[k].is_none() {
+            held[k] = Some(lay.alloc(node, format!("held_{name}[{}]", th.node), 0));
+        }
+    }
+    held
+}
+
+/// Emits the code of one thread: the [`Machine`] the libraries' protocols run on here.
+struct Emit<'a> {
+    code: Code,
+    stmt: usize,
+    /// The statement being lowered, as written: the prefix of every instruction's origin.
+    text: String,
+    names: &'a [Vec<String>],
+    test: &'a Test,
+}
+
+impl Emit<'_> {
     fn push(&mut self, i: Instr, what: String) {
         self.code.instrs.push(i);
         self.code.origins.push(Origin {
@@ -469,21 +549,245 @@ impl Emit {
         });
     }
 
+    /// An instruction of a library operation: its origin is the statement, then what it does.
+    fn lib(&mut self, i: Instr, what: String) {
+        let what = format!("{}: {what}", self.text);
+        self.push(i, what);
+    }
+
     fn reg(&mut self) -> usize {
         self.code.regs += 1;
         self.code.regs - 1
     }
 
-    fn post(&mut self, target: usize, op: PostOp, tag: u32, what: String) {
-        self.push(
+    fn name(&self, w: Word) -> String {
+        self.names
+            .get(w.node)
+            .and_then(|n| n.get(w.word))
+            .cloned()
+            .unwrap_or_else(|| format!("w{}@n{}", w.word, w.node))
+    }
+
+    fn tag(&self, wid: WorkId) -> (u32, String) {
+        let tag = tags::of(wid);
+        (tag, tags::name(tag, self.test))
+    }
+
+    fn post(&mut self, target: usize, op: PostOp, wid: WorkId, what: String) {
+        let (tag, name) = self.tag(wid);
+        self.lib(
             Instr::Post {
                 target,
                 op,
                 tag,
                 guard: None,
             },
+            format!("{what} [{name}]"),
+        );
+    }
+}
+
+/// A protocol step that cannot fail: the lowering only records it.
+fn done<T>(r: Result<T, Infallible>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => match e {},
+    }
+}
+
+impl Machine for Emit<'_> {
+    type Word = Word;
+    type Val = Val;
+    type Error = Infallible;
+
+    fn node(&self) -> loco_rdmawait::NodeId {
+        loco_rdmawait::NodeId(self.code.node as u16)
+    }
+
+    fn node_of(&self, w: Word) -> loco_rdmawait::NodeId {
+        loco_rdmawait::NodeId(w.node as u16)
+    }
+
+    fn constant(&mut self, k: u64) -> Val {
+        Val::constant(k)
+    }
+
+    fn plus(&mut self, v: Val, k: u64) -> Val {
+        // `(r + a) | o` plus k is not of the form again; no protocol asks for it (the poison
+        // bit is set last, and never by the lowering).
+        debug_assert_eq!(v.or, 0, "plus of an or'ed value");
+        Val {
+            add: v.add.wrapping_add(k),
+            ..v
+        }
+    }
+
+    fn or(&mut self, v: Val, bits: u64) -> Val {
+        Val {
+            or: v.or | bits,
+            ..v
+        }
+    }
+
+    fn load(&mut self, w: Word) -> Result<Val, Infallible> {
+        let r = self.reg();
+        let what = format!("r{r} := load({})", self.name(w));
+        self.lib(
+            Instr::Load {
+                reg: r,
+                word: w.word,
+            },
             what,
         );
+        Ok(Val::reg(r))
+    }
+
+    fn store(&mut self, w: Word, v: Val) -> Result<(), Infallible> {
+        let what = format!("store({}, {v})", self.name(w));
+        self.lib(
+            Instr::Store {
+                word: w.word,
+                val: v,
+            },
+            what,
+        );
+        Ok(())
+    }
+
+    fn put(&mut self, remote: Word, local: Word, wid: WorkId) -> Result<(), Infallible> {
+        let what = format!("put({}, {})", self.name(remote), self.name(local));
+        let op = PostOp::Put {
+            local: local.word,
+            remote: remote.word,
+        };
+        self.post(remote.node, op, wid, what);
+        Ok(())
+    }
+
+    fn get(&mut self, local: Word, remote: Word, wid: WorkId) -> Result<(), Infallible> {
+        let what = format!("get({}, {})", self.name(local), self.name(remote));
+        let op = PostOp::Get {
+            local: local.word,
+            remote: remote.word,
+        };
+        self.post(remote.node, op, wid, what);
+        Ok(())
+    }
+
+    fn rfence(&mut self, node: loco_rdmawait::NodeId) -> Result<(), Infallible> {
+        self.lib(
+            Instr::Post {
+                target: node.index(),
+                op: PostOp::Fence,
+                tag: 0,
+                guard: None,
+            },
+            format!("rfence({node})"),
+        );
+        Ok(())
+    }
+
+    fn wait(&mut self, wid: WorkId) -> Result<(), Infallible> {
+        let (tag, name) = self.tag(wid);
+        self.lib(Instr::Wait { tag }, format!("wait({name})"));
+        Ok(())
+    }
+
+    fn await_any(&mut self, words: &[Word], until: Val) -> Result<Val, Infallible> {
+        let what = match words {
+            [w] => format!("await {} = {until}", self.name(*w)),
+            _ => format!("await one of {} words = {until}", words.len()),
+        };
+        let words = words.iter().map(|w| w.word).collect();
+        self.lib(Instr::Await { words, val: until }, what);
+        Ok(until)
+    }
+
+    fn get_until(
+        &mut self,
+        local: Word,
+        remote: Word,
+        wid: WorkId,
+        until: Val,
+    ) -> Result<Val, Infallible> {
+        let (tag, name) = self.tag(wid);
+        let what = format!(
+            "get({}, {}) once {} = {until} [{name}]",
+            self.name(local),
+            self.name(remote),
+            self.name(remote)
+        );
+        self.lib(
+            Instr::Post {
+                target: remote.node,
+                op: PostOp::Get {
+                    local: local.word,
+                    remote: remote.word,
+                },
+                tag,
+                guard: Some(until),
+            },
+            what,
+        );
+        self.wait(wid)?;
+        Ok(until)
+    }
+}
+
+impl RmwMachine for Emit<'_> {
+    fn rcas(
+        &mut self,
+        remote: Word,
+        expected: Val,
+        new: Val,
+        local: Word,
+        wid: WorkId,
+    ) -> Result<(), Infallible> {
+        let what = format!(
+            "rcas({}, {expected}, {new}, {})",
+            self.name(remote),
+            self.name(local)
+        );
+        let op = PostOp::Rcas {
+            remote: remote.word,
+            expected,
+            new,
+            local: local.word,
+        };
+        self.post(remote.node, op, wid, what);
+        Ok(())
+    }
+
+    fn rfaa(&mut self, remote: Word, add: Val, local: Word, wid: WorkId) -> Result<(), Infallible> {
+        let what = format!("rfaa({}, {add}, {})", self.name(remote), self.name(local));
+        let op = PostOp::Rfaa {
+            remote: remote.word,
+            add,
+            local: local.word,
+        };
+        self.post(remote.node, op, wid, what);
+        Ok(())
+    }
+}
+
+/// The node lock of an SC location, as the SC protocol's critical section.
+struct ScLock {
+    words: locks::NLockWords<Word>,
+    ticket: Option<Val>,
+}
+
+impl<'a> sc::Critical<Emit<'a>> for ScLock {
+    type Error = Infallible;
+
+    fn acquire(&mut self, m: &mut Emit<'a>) -> Result<(), Infallible> {
+        let (t, _) = locks::nlock_acquire(m, &self.words)?;
+        self.ticket = Some(t);
+        Ok(())
+    }
+
+    fn release(&mut self, m: &mut Emit<'a>) -> Result<(), Infallible> {
+        let t = self.ticket.take().unwrap_or(Val::constant(0));
+        locks::nlock_release(m, &self.words, t, false)
     }
 }
 
@@ -499,175 +803,227 @@ impl Lowering<'_> {
                 regs: th.regs.len(),
             },
             stmt: 0,
+            text: String::new(),
+            names: &self.lay.names,
+            test: self.test,
         };
+        // Per lock, the ticket of the thread's current hold (the parser pairs every release
+        // with an acquire before it).
+        let mut held: Vec<Option<Val>> = vec![None; self.locks.len()];
         for (s, stmt) in th.body.iter().enumerate() {
             e.stmt = s;
-            let text = stmt.text.clone();
-            let uw = |w: WidId| w.0 as u32 + 1;
-            match &stmt.op {
-                Op::Load { reg, var } => {
-                    let word = self.var_word(*var, me);
-                    e.push(Instr::Load { reg: reg.0, word }, text);
-                }
-                Op::Store { var, val } => {
-                    let word = self.var_word(*var, me);
-                    e.push(
-                        Instr::Store {
-                            word,
-                            val: Val::of(*val),
-                        },
-                        text,
-                    );
-                }
-                Op::Cas {
-                    reg,
-                    loc,
-                    expected,
-                    new,
-                } => e.push(
-                    Instr::Cas {
-                        reg: reg.0,
-                        word: self.word(*loc),
-                        expected: Val::of(*expected),
-                        new: Val::of(*new),
-                    },
-                    text,
-                ),
-                Op::Mfence => e.push(Instr::Mfence, text),
-                Op::Put { remote, local, wid } => {
-                    let (target, rw) = self.node_word(*remote);
-                    let op = PostOp::Put {
-                        local: self.word(*local),
-                        remote: rw,
-                    };
-                    e.post(target, op, uw(*wid), text);
-                }
-                Op::Get { local, remote, wid } => {
-                    let (target, rw) = self.node_word(*remote);
-                    let op = PostOp::Get {
-                        local: self.word(*local),
-                        remote: rw,
-                    };
-                    e.post(target, op, uw(*wid), text);
-                }
-                Op::Rcas {
-                    remote,
-                    expected,
-                    new,
-                    local,
-                    wid,
-                } => {
-                    let (target, rw) = self.node_word(*remote);
-                    let op = PostOp::Rcas {
-                        remote: rw,
-                        expected: Val::of(*expected),
-                        new: Val::of(*new),
-                        local: self.word(*local),
-                    };
-                    e.post(target, op, uw(*wid), text);
-                }
-                Op::Rfaa {
-                    remote,
-                    add,
-                    local,
-                    wid,
-                } => {
-                    let (target, rw) = self.node_word(*remote);
-                    let op = PostOp::Rfaa {
-                        remote: rw,
-                        add: Val::of(*add),
-                        local: self.word(*local),
-                    };
-                    e.post(target, op, uw(*wid), text);
-                }
-                Op::Wait(w) => e.push(Instr::Wait { tag: uw(*w) }, text),
-                Op::Poll(n) => e.push(Instr::Poll { target: n.index() }, text),
-                Op::Rfence(n) => e.post(n.index(), PostOp::Fence, 0, text),
-                Op::Bcast { sv, nodes, wid } => {
-                    let words = self.sv_copies(*sv);
-                    let src = words[me].expect("sv copy on every node of the test");
-                    // The own node is skipped, as loco-sv does: its copy is the source.
-                    for n in nodes.iter().filter(|n| n.index() != me) {
-                        let dst = words[n.index()].expect("sv copy on every node of the test");
-                        let op = PostOp::Put {
-                            local: src,
-                            remote: dst,
-                        };
-                        e.post(n.index(), op, uw(*wid), format!("{text}: put to {n}"));
-                    }
-                }
-                Op::Gf(nodes) => self.gf(&mut e, t, nodes, &text),
-                Op::Acquire(l) => acquire(&mut e, &self.locks[l.0], t, &text),
-                Op::Release(l) => {
-                    if let LockWords::Ticket { strong: true, .. } = self.locks[l.0] {
-                        let nodes = self.test.nodes.clone();
-                        self.gf(&mut e, t, &nodes, &format!("{text}: gf(all)"));
-                    }
-                    release(&mut e, &self.locks[l.0], t, &self.test.nodes, &text);
-                }
-                Op::WriteSc { sc, val } => {
-                    let (node, x) = self.sc_word(*sc);
-                    let (_, b) = self.sc_scratch[sc.0][t].expect("scratch of a user");
-                    let lock = &self.sc_locks[sc.0];
-                    acquire(&mut e, lock, t, &format!("{text}: acquire"));
-                    e.push(
-                        Instr::Store {
-                            word: b,
-                            val: Val::of(*val),
-                        },
-                        format!("{text}: store(b, v)"),
-                    );
-                    let op = PostOp::Put {
-                        local: b,
-                        remote: x,
-                    };
-                    e.post(node, op, tags::SC_WRITE, format!("{text}: put(x, b)"));
-                    release(
-                        &mut e,
-                        lock,
-                        t,
-                        &self.test.nodes,
-                        &format!("{text}: release"),
-                    );
-                }
-                Op::ReadSc { reg, sc } => {
-                    let (node, x) = self.sc_word(*sc);
-                    let (a, _) = self.sc_scratch[sc.0][t].expect("scratch of a user");
-                    let op = PostOp::Get {
-                        local: a,
-                        remote: x,
-                    };
-                    self.sc_rmw(&mut e, t, *sc, node, op, reg.0, a, &text);
-                }
-                Op::CasSc {
-                    reg,
-                    sc,
-                    expected,
-                    new,
-                } => {
-                    let (node, x) = self.sc_word(*sc);
-                    let (a, _) = self.sc_scratch[sc.0][t].expect("scratch of a user");
-                    let op = PostOp::Rcas {
-                        remote: x,
-                        expected: Val::of(*expected),
-                        new: Val::of(*new),
-                        local: a,
-                    };
-                    self.sc_rmw(&mut e, t, *sc, node, op, reg.0, a, &text);
-                }
-                Op::FaaSc { reg, sc, add } => {
-                    let (node, x) = self.sc_word(*sc);
-                    let (a, _) = self.sc_scratch[sc.0][t].expect("scratch of a user");
-                    let op = PostOp::Rfaa {
-                        remote: x,
-                        add: Val::of(*add),
-                        local: a,
-                    };
-                    self.sc_rmw(&mut e, t, *sc, node, op, reg.0, a, &text);
-                }
+            e.text = stmt.text.clone();
+            if !self.machine_op(&mut e, &stmt.op, me, stmt.text.clone()) {
+                self.library_op(&mut e, &stmt.op, t, me, &mut held);
             }
         }
         e.code
+    }
+
+    /// A statement that is one machine operation: lowered as written. Returns false for a
+    /// library operation.
+    fn machine_op(&self, e: &mut Emit, op: &Op, me: usize, text: String) -> bool {
+        match op {
+            Op::Load { reg, var } => {
+                let word = self.var_word(*var, me);
+                e.push(Instr::Load { reg: reg.0, word }, text);
+            }
+            Op::Store { var, val } => {
+                let word = self.var_word(*var, me);
+                e.push(
+                    Instr::Store {
+                        word,
+                        val: Val::of(*val),
+                    },
+                    text,
+                );
+            }
+            Op::Cas {
+                reg,
+                loc,
+                expected,
+                new,
+            } => e.push(
+                Instr::Cas {
+                    reg: reg.0,
+                    word: self.word(*loc),
+                    expected: Val::of(*expected),
+                    new: Val::of(*new),
+                },
+                text,
+            ),
+            Op::Mfence => e.push(Instr::Mfence, text),
+            Op::Put { remote, local, wid } => {
+                let (target, rw) = self.node_word(*remote);
+                let op = PostOp::Put {
+                    local: self.word(*local),
+                    remote: rw,
+                };
+                user_post(e, target, op, *wid, text);
+            }
+            Op::Get { local, remote, wid } => {
+                let (target, rw) = self.node_word(*remote);
+                let op = PostOp::Get {
+                    local: self.word(*local),
+                    remote: rw,
+                };
+                user_post(e, target, op, *wid, text);
+            }
+            Op::Rcas {
+                remote,
+                expected,
+                new,
+                local,
+                wid,
+            } => {
+                let (target, rw) = self.node_word(*remote);
+                let op = PostOp::Rcas {
+                    remote: rw,
+                    expected: Val::of(*expected),
+                    new: Val::of(*new),
+                    local: self.word(*local),
+                };
+                user_post(e, target, op, *wid, text);
+            }
+            Op::Rfaa {
+                remote,
+                add,
+                local,
+                wid,
+            } => {
+                let (target, rw) = self.node_word(*remote);
+                let op = PostOp::Rfaa {
+                    remote: rw,
+                    add: Val::of(*add),
+                    local: self.word(*local),
+                };
+                user_post(e, target, op, *wid, text);
+            }
+            Op::Wait(w) => e.push(
+                Instr::Wait {
+                    tag: tags::of(tags::user(*w)),
+                },
+                text,
+            ),
+            Op::Poll(n) => e.push(Instr::Poll { target: n.index() }, text),
+            Op::Rfence(n) => e.push(
+                Instr::Post {
+                    target: n.index(),
+                    op: PostOp::Fence,
+                    tag: 0,
+                    guard: None,
+                },
+                text,
+            ),
+            _ => return false,
+        }
+        true
+    }
+
+    /// A library operation: the library's own protocol, run on the recording machine. `held`:
+    /// per lock, the ticket of the thread's current hold.
+    fn library_op(&self, e: &mut Emit, op: &Op, t: usize, me: usize, held: &mut [Option<Val>]) {
+        match op {
+            Op::Bcast { sv, nodes, wid } => {
+                let copies = self.sv_copies(*sv);
+                let copy = |n: loco_rdmawait::NodeId| {
+                    word(
+                        n.index(),
+                        copies[n.index()].expect("sv copy on every node of the test"),
+                    )
+                };
+                done(sv::bcast(e, copy, nodes, tags::user(*wid)));
+            }
+            Op::Gf(nodes) => {
+                let fence = self.gf_words(t);
+                done(sv::gf(e, &fence, nodes));
+            }
+            Op::Acquire(l) => {
+                let ticket = match &self.locks[l.0] {
+                    LockWords::Ticket {
+                        tkt_node,
+                        tkt,
+                        held,
+                        turn,
+                        rel,
+                        ..
+                    } => {
+                        let w = locks::WLockWords {
+                            tkt: word(*tkt_node, *tkt),
+                            held: word(*tkt_node, held[me].expect("held word of a user's node")),
+                            turn: word(me, turn[t].expect("turn word of a user")),
+                        };
+                        let copies: Vec<Word> = rel
+                            .iter()
+                            .flatten()
+                            .map(|c| word(me, c[me].expect("rel copy")))
+                            .collect();
+                        done(locks::wlock_acquire(e, &w, &copies)).0
+                    }
+                    node @ LockWords::Node { .. } => {
+                        let w = node_lock(node, t, me);
+                        done(locks::nlock_acquire(e, &w)).0
+                    }
+                };
+                held[l.0] = Some(ticket);
+            }
+            Op::Release(l) => {
+                let ticket = held[l.0].take().unwrap_or(Val::constant(0));
+                match &self.locks[l.0] {
+                    LockWords::Ticket { rel, strong, .. } => {
+                        let copies = rel[t].as_ref().expect("rel words of a user");
+                        let mine = |n: loco_rdmawait::NodeId| {
+                            word(n.index(), copies[n.index()].expect("rel copy"))
+                        };
+                        let nodes = &self.test.nodes;
+                        if *strong {
+                            let fence = self.gf_words(t);
+                            done(locks::slock_release(e, &fence, mine, nodes, ticket, false));
+                        } else {
+                            done(locks::wlock_release(e, mine, nodes, ticket, false));
+                        }
+                    }
+                    node @ LockWords::Node { .. } => {
+                        let w = node_lock(node, t, me);
+                        done(locks::nlock_release(e, &w, ticket, false));
+                    }
+                }
+            }
+            Op::WriteSc { sc, val } => {
+                let (x, _, b) = self.sc_operands(*sc, t);
+                let mut lock = self.sc_lock(*sc, t, me);
+                done(sc::write_sc(e, &mut lock, x, b, Val::of(*val)));
+            }
+            Op::ReadSc { reg, sc } => {
+                let (x, a, _) = self.sc_operands(*sc, t);
+                let mut lock = self.sc_lock(*sc, t, me);
+                let v = done(sc::fetch_sc(e, &mut lock, x, a, sc::Access::Read));
+                copy_to(e, *reg, v);
+            }
+            Op::CasSc {
+                reg,
+                sc,
+                expected,
+                new,
+            } => {
+                let (x, a, _) = self.sc_operands(*sc, t);
+                let mut lock = self.sc_lock(*sc, t, me);
+                let access = sc::Access::Cas {
+                    expected: Val::of(*expected),
+                    new: Val::of(*new),
+                };
+                let v = done(sc::fetch_sc(e, &mut lock, x, a, access));
+                copy_to(e, *reg, v);
+            }
+            Op::FaaSc { reg, sc, add } => {
+                let (x, a, _) = self.sc_operands(*sc, t);
+                let mut lock = self.sc_lock(*sc, t, me);
+                let access = sc::Access::Faa { add: Val::of(*add) };
+                let v = done(sc::fetch_sc(e, &mut lock, x, a, access));
+                copy_to(e, *reg, v);
+            }
+            _ => {}
+        }
     }
 
     fn word(&self, l: LocId) -> usize {
@@ -682,10 +1038,6 @@ impl Lowering<'_> {
         &self.sv_words[sv.0]
     }
 
-    fn sc_word(&self, sc: ScId) -> (usize, usize) {
-        self.sc_words[sc.0]
-    }
-
     fn var_word(&self, v: Var, me: usize) -> usize {
         match v {
             Var::Loc(l) => self.word(l),
@@ -693,197 +1045,201 @@ impl Lowering<'_> {
         }
     }
 
-    /// `gf(N)` (docs/model.md §5.2): per node an rfence and a get of its dummy word, then one wait.
-    fn gf(&self, e: &mut Emit, t: usize, nodes: &[NodeId], text: &str) {
+    /// The global fence's words for thread `t`: the dummy word of every node of the test (the
+    /// other entries are never read) and the thread's scratch word.
+    fn gf_words(&self, t: usize) -> sv::GfWords<Word> {
+        let me = self.test.threads[t].node.index();
         let scratch = self.gf_scratch[t].expect("scratch of a fencing thread");
-        for n in nodes {
-            let i = n.index();
-            e.post(i, PostOp::Fence, 0, format!("{text}: rfence({n})"));
-            let op = PostOp::Get {
-                local: scratch,
-                remote: self.gfw[i].expect("gf word on every node"),
-            };
-            e.post(i, op, tags::GF, format!("{text}: get(scratch, gfw@{n})"));
+        sv::GfWords {
+            dummy: self
+                .gfw
+                .iter()
+                .enumerate()
+                .map(|(n, w)| word(n, w.unwrap_or(0)))
+                .collect(),
+            scratch: word(me, scratch),
         }
-        e.push(Instr::Wait { tag: tags::GF }, format!("{text}: wait(_gf)"));
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn sc_rmw(
-        &self,
-        e: &mut Emit,
-        t: usize,
-        sc: ScId,
-        node: usize,
-        op: PostOp,
-        reg: usize,
-        a: usize,
-        text: &str,
-    ) {
-        let lock = &self.sc_locks[sc.0];
-        acquire(e, lock, t, &format!("{text}: acquire"));
-        e.post(node, op, tags::SC, format!("{text}: access"));
-        release(e, lock, t, &self.test.nodes, &format!("{text}: release"));
-        e.push(Instr::Wait { tag: tags::SC }, format!("{text}: wait(_sc)"));
-        e.push(Instr::Load { reg, word: a }, format!("{text}: load(a)"));
+    /// An SC location's word `x` and thread `t`'s scratch words `a` and `b`.
+    fn sc_operands(&self, sc: ScId, t: usize) -> (Word, Word, Word) {
+        let (node, x) = self.sc_words[sc.0];
+        let me = self.test.threads[t].node.index();
+        let (a, b) = self.sc_scratch[sc.0][t].expect("scratch of a user");
+        (word(node, x), word(me, a), word(me, b))
+    }
+
+    fn sc_lock(&self, sc: ScId, t: usize, me: usize) -> ScLock {
+        ScLock {
+            words: node_lock(&self.sc_locks[sc.0], t, me),
+            ticket: None,
+        }
     }
 }
 
-/// A lock's acquire, as loco-locks runs it when no thread gives a ticket up or dies.
-///
-/// The failure paths of loco-locks (a waiter that finds the lock released to an abandoned
-/// ticket, or to a ticket entered by a dead node, passes it on) are not lowered: a litmus thread
-/// never gives a ticket up and no node dies, so the abandon marks stay 0, the dead-holder check
-/// reads nothing, and those branches are never taken; the reads they would add change no value
-/// any thread computes. What is lowered is everything the protocols write on the way: the
-/// node lock's `held` announcement included.
-fn acquire(e: &mut Emit, lock: &LockWords, t: usize, text: &str) {
-    match lock {
-        LockWords::Ticket {
-            tkt_node,
-            tkt,
-            turn,
-            rel,
-            ..
-        } => {
-            let turn = turn[t].expect("turn word of a user");
-            let op = PostOp::Rfaa {
-                remote: *tkt,
-                add: Val { reg: None, add: 1 },
-                local: turn,
-            };
-            e.post(
-                *tkt_node,
-                op,
-                tags::WLOCK,
-                format!("{text}: rfaa(tkt, 1, turn)"),
-            );
-            e.push(
-                Instr::Wait { tag: tags::WLOCK },
-                format!("{text}: wait(_wl)"),
-            );
-            let r = e.reg();
-            e.push(
-                Instr::Load { reg: r, word: turn },
-                format!("{text}: t = load(turn)"),
-            );
-            let me = e.code.node;
-            let words = rel
-                .iter()
-                .flatten()
-                .map(|c| c[me].expect("rel copy"))
-                .collect();
-            e.push(
-                Instr::Await {
-                    words,
-                    val: Val::reg_plus(r, 0),
-                },
-                format!("{text}: await some rel[*] = t"),
-            );
+/// A user's own remote operation, tagged with its work id.
+fn user_post(e: &mut Emit, target: usize, op: PostOp, wid: WidId, text: String) {
+    e.push(
+        Instr::Post {
+            target,
+            op,
+            tag: tags::of(tags::user(wid)),
+            guard: None,
+        },
+        text,
+    );
+}
+
+/// The SC operation's result into the user's register: `reg := v`, as a CPU move (the value is
+/// a register of the protocol's, read by `load(a)`).
+fn copy_to(e: &mut Emit, reg: RegId, v: Val) {
+    // The protocol's last step is `load(a)` into a fresh register: make the user's register that
+    // load instead of adding a move.
+    if let (Some(r), Some(Instr::Load { reg: last, .. })) = (v.reg, e.code.instrs.last_mut()) {
+        if *last == r {
+            *last = reg.0;
+            return;
         }
+    }
+    debug_assert!(false, "an SC fetch ends with a load of its result");
+}
+
+/// A node lock's words for thread `t` of node `me`.
+fn node_lock(lock: &LockWords, t: usize, me: usize) -> locks::NLockWords<Word> {
+    match *lock {
         LockWords::Node {
             node,
             tkt,
             rel,
-            loc,
-            held,
-        } => {
-            let loc = loc[t].expect("loc word of a user");
-            let op = PostOp::Rfaa {
-                remote: *tkt,
-                add: Val { reg: None, add: 1 },
-                local: loc,
-            };
-            e.post(*node, op, tags::NLOCK, format!("{text}: rfaa(tkt, 1, loc)"));
-            e.push(
-                Instr::Wait { tag: tags::NLOCK },
-                format!("{text}: wait(_nl)"),
-            );
-            let r = e.reg();
-            e.push(
-                Instr::Load { reg: r, word: loc },
-                format!("{text}: t = load(loc)"),
-            );
-            e.push(
-                Instr::Post {
-                    target: *node,
-                    op: PostOp::Get {
-                        local: loc,
-                        remote: *rel,
-                    },
-                    tag: tags::NLOCK,
-                    guard: Some(Val::reg_plus(r, 0)),
-                },
-                format!("{text}: get(loc, rel) once rel = t"),
-            );
-            e.push(
-                Instr::Wait { tag: tags::NLOCK },
-                format!("{text}: wait(_nl)"),
-            );
-            e.push(
-                Instr::Store {
-                    word: loc,
-                    val: Val::reg_plus(r, 1),
-                },
-                format!("{text}: store(loc, t+1)"),
-            );
-            // The hold's announcement for waiters that find this node dead (never waited).
-            let me = e.code.node;
-            let op = PostOp::Put {
-                local: loc,
-                remote: held[me].expect("held word of a user's node"),
-            };
-            e.post(
-                *node,
-                op,
-                tags::NLOCK,
-                format!("{text}: put(held[me], loc)"),
-            );
-        }
+            ref loc,
+            ref held,
+        } => locks::NLockWords {
+            tkt: word(node, tkt),
+            rel: word(node, rel),
+            held: word(node, held[me].expect("held word of a user's node")),
+            loc: word(me, loc[t].expect("loc word of a user")),
+        },
+        LockWords::Ticket { .. } => unreachable!("a node lock's words"),
     }
 }
 
-fn release(e: &mut Emit, lock: &LockWords, t: usize, nodes: &[NodeId], text: &str) {
-    match lock {
-        LockWords::Ticket { turn, rel, .. } => {
-            let turn = turn[t].expect("turn word of a user");
-            let copies = rel[t].as_ref().expect("rel words of a user");
-            let me = e.code.node;
-            let r = e.reg();
-            e.push(
-                Instr::Load { reg: r, word: turn },
-                format!("{text}: u = load(turn)"),
-            );
-            let mine = copies[me].expect("rel copy");
-            e.push(
-                Instr::Store {
-                    word: mine,
-                    val: Val::reg_plus(r, 1),
-                },
-                format!("{text}: store(rel[me], u+1)"),
-            );
-            for n in nodes.iter().filter(|n| n.index() != me) {
-                let op = PostOp::Put {
-                    local: mine,
-                    remote: copies[n.index()].expect("rel copy"),
-                };
-                e.post(
-                    n.index(),
-                    op,
-                    tags::WLOCK_REL,
-                    format!("{text}: put(rel[me]@{n}, rel[me])"),
-                );
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lowered(src: &str) -> Program {
+        let test = crate::parse::parse(src, "test.litmus").expect("parses");
+        lower(&test)
+    }
+
+    const LOCKS: &str = "litmus locks
+lock w : wlock
+lock n : nlock @n1
+loc x @n0
+thread t0 @n0 {
+  r0 = load(x)
+  acquire(w)
+  release(w)
+  acquire(w)
+  release(w)
+  acquire(n)
+  release(n)
+}
+thread t1 @n1 {
+  acquire(w)
+  release(w)
+}
+exists t0:r0 = 0
+expect allowed
+";
+
+    /// The weak lock's acquire is the crate's: it starts by retiring the thread's last release
+    /// (`wait(_wlr)`), a step the hand-written expansion once lacked.
+    #[test]
+    fn wlock_acquire_starts_with_the_crates_wait_for_the_last_release() {
+        let p = lowered(LOCKS);
+        let t0 = &p.threads[0];
+        let wlr = tags::of(loco_locks::protocol::WL_REL);
+        let first_of = |stmt: usize| {
+            let i = t0.origins.iter().position(|o| o.stmt == stmt).unwrap();
+            &t0.instrs[i]
+        };
+        assert_eq!(first_of(1), &Instr::Wait { tag: wlr });
+        assert_eq!(first_of(3), &Instr::Wait { tag: wlr });
+        // The release broadcasts under that tag, to the other node only.
+        let posts: Vec<_> = t0
+            .instrs
+            .iter()
+            .zip(&t0.origins)
+            .filter(|(i, o)| o.stmt == 2 && matches!(i, Instr::Post { .. }))
+            .collect();
+        assert_eq!(posts.len(), 1);
+        assert!(matches!(posts[0].0, Instr::Post { target: 1, tag, .. } if *tag == wlr));
+    }
+
+    /// The node lock's release put and `held` announcement carry their own tag, which no
+    /// `wait` of the acquire waits for (as in the crate).
+    #[test]
+    fn nlock_release_puts_are_not_waited_by_the_next_acquire() {
+        let p = lowered(LOCKS);
+        let t0 = &p.threads[0];
+        let nlr = tags::of(loco_locks::protocol::NL_REL);
+        let nl = tags::of(loco_locks::protocol::NL_ACQ);
+        let ops: Vec<&Instr> = t0
+            .instrs
+            .iter()
+            .zip(&t0.origins)
+            .filter(|(_, o)| o.stmt >= 5)
+            .map(|(i, _)| i)
+            .collect();
+        assert!(matches!(ops[0], Instr::Post { op: PostOp::Rfaa { .. }, tag, .. } if *tag == nl));
+        assert!(ops
+            .iter()
+            .any(|i| matches!(i, Instr::Post { guard: Some(_), tag, .. } if *tag == nl)));
+        let puts = ops
+            .iter()
+            .filter(|i| {
+                matches!(
+                    i,
+                    Instr::Post {
+                        op: PostOp::Put { .. },
+                        ..
+                    }
+                )
+            })
+            .collect::<Vec<_>>();
+        assert_eq!(puts.len(), 2, "the held announcement and the release");
+        assert!(puts
+            .iter()
+            .all(|i| matches!(i, Instr::Post { tag, .. } if *tag == nlr)));
+        assert!(!ops
+            .iter()
+            .any(|i| matches!(i, Instr::Wait { tag } if *tag == nlr)));
+        // The release is `rfence(n1); put(rel, loc)`.
+        let n = ops.len();
+        assert!(matches!(
+            ops[n - 2],
+            Instr::Post {
+                target: 1,
+                op: PostOp::Fence,
+                ..
             }
-        }
-        LockWords::Node { node, rel, loc, .. } => {
-            let loc = loc[t].expect("loc word of a user");
-            let n = NodeId(*node as u16);
-            e.post(*node, PostOp::Fence, 0, format!("{text}: rfence({n})"));
-            let op = PostOp::Put {
-                local: loc,
-                remote: *rel,
-            };
-            e.post(*node, op, tags::NLOCK, format!("{text}: put(rel, loc)"));
-        }
+        ));
+    }
+
+    #[test]
+    fn traces_name_the_protocol_steps() {
+        let p = lowered(LOCKS);
+        let what: Vec<&str> = p.threads[0]
+            .origins
+            .iter()
+            .map(|o| o.what.as_str())
+            .collect();
+        assert!(
+            what.iter()
+                .any(|w| w.starts_with("acquire(n): rfaa(tkt_n, 1, loc_n[t0]) [_nl]")),
+            "{what:#?}"
+        );
+        assert!(what.iter().any(|w| w.contains("wait(_wlr)")), "{what:#?}");
     }
 }

@@ -30,10 +30,10 @@
 //! leaving a pipe, acknowledgements, enabled `poll`/`wait`/`mfence`) is in `cpu.rs`; the
 //! explorer cross-checks both against the unreduced graph on every shipped test.
 
-use loco_rdmawait::model::{Entry, LocalItem, Qp, Step};
+use loco_rdmawait::model::{Entry, LocalItem, Qp, SbItem, Step};
 use loco_rdmawait::WorkRequest;
 
-use crate::cpu::{Action, SbItem, State, ThreadState};
+use crate::cpu::{Action, State, ThreadState};
 use crate::lower::{Instr, PostOp, Program};
 
 /// Who names each word of each node: nobody, one thread, or several.
@@ -145,16 +145,13 @@ fn wr_names(wr: &WorkRequest, me: usize, target: usize, node: usize, w: usize) -
 }
 
 fn sb_posts_name(th: &ThreadState, me: usize, node: usize, w: usize) -> bool {
-    th.sb.iter().any(|i| match i {
-        SbItem::Post { target, wr, .. } => wr_names(wr, me, *target, node, w),
-        SbItem::Store { .. } => false,
-    })
+    th.sb
+        .posts()
+        .any(|p| wr_names(&p.wr, me, p.target.index(), node, w))
 }
 
 fn sb_stores_to(th: &ThreadState, w: usize) -> bool {
-    th.sb
-        .iter()
-        .any(|i| matches!(i, SbItem::Store { word, .. } if *word == w))
+    th.sb.stores().any(|(word, _)| word == w)
 }
 
 /// Whether instruction `i` of a thread on `me` names word `w` of `me`; `writes_only`: only
@@ -226,9 +223,7 @@ impl Owners {
                             // No put in the pipe, and none can enter it first: a local write in
                             // `Bl` would hold a put's local read back.
                             !qp.pipe.iter().any(|e| matches!(e, Entry::Put { .. }))
-                                && !th.sb.iter().any(
-                                    |i| matches!(i, SbItem::Post { target: g, .. } if *g == target),
-                                )
+                                && !th.sb.posts().any(|p| p.target.index() == target)
                                 && self.no_post_before_wait(prog, s, t, target, *tag)
                         }
                         Entry::Put {

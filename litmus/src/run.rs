@@ -613,7 +613,7 @@ fn exec(ctx: &Ctx, env: &Env, regs: &mut [u64], op: &Op) -> Result<(), OpError> 
             wid(*w),
         )?,
         Op::Wait(w) => ctx.wait(wid(*w))?,
-        Op::Poll(n) => ctx.raw().poll(*n)?,
+        Op::Poll(n) => ctx.rdmatso().poll(*n)?,
         Op::Rfence(n) => ctx.rfence(*n)?,
         Op::Bcast { sv, nodes, wid: w } => {
             env.svs[sv.0].bcast(ctx, nodes.iter().copied(), wid(*w))?

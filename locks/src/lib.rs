@@ -83,10 +83,11 @@
 //! |---|---|
 //! | a holder does not release | [`Lock::acquire`] gives up with [`Error::Timeout`] after the cluster's timeout ([`Cluster::timeout`]); [`Lock::acquire_timeout`] / [`Lock::acquire_until`] after the caller's, within a small margin |
 //! | an acquire gives up or fails after taking its ticket | the ticket is **abandoned**: marked so that the next thread to find the lock released to it passes it on; nothing blocks later tickets |
-//! | the holder's node dies (node lock) | a waiter that finds the lock released to a ticket entered by a node reported dead ([`Cluster::check_alive`]) skips that ticket; the next holder is told ([`LockGuard::was_poisoned`]) |
-//! | a waiter's node dies (node lock) | the same, for a ticket its node announced waiting for (after 1 ms of waiting); the next holder is told, conservatively |
+//! | the holder's node dies | a waiter that finds the lock released to a ticket entered by a node reported dead ([`Cluster::check_alive`]) skips that ticket; the next holder is told ([`LockGuard::was_poisoned`]) |
+//! | a waiter's node dies | the same, for a ticket its node announced waiting for (after 1 ms of waiting); the next holder is told, conservatively |
 //! | the calling thread's own node is reported dead | its waiting acquire stops with `PeerDead` naming that node, writing nothing |
-//! | the lock's own node dies (node lock) | every acquire fails with [`PeerDead`](loco_rdmawait::Error::PeerDead) naming it |
+//! | the lock's own node dies (the node lock's node, the weak or strong lock's ticket node) | every acquire fails with [`PeerDead`](loco_rdmawait::Error::PeerDead) naming it |
+//! | another node dies (weak or strong lock) | releases publish to the live nodes only (and the strong lock fences only those): the lock keeps working among them |
 //! | a guard is dropped while its thread panics | the release is **poisoned**: the next holder is told ([`LockGuard::was_poisoned`]) |
 //! | [`Cluster::shutdown`] | threads blocked in any acquire return `Shutdown` within a spin round |
 //! | a context is dropped | its weak/strong lock `rel` slot and private words go back (see below) |
@@ -101,16 +102,15 @@
 //! release clears it. The lock stays usable.
 //!
 //! **Not recovered** (documented limits):
-//! - A node lock's waiter that dies within its first millisecond of waiting (before announcing
-//!   its ticket), or while another thread of its node also waits (one `waiting` word per node
+//! - A waiter that dies within its first millisecond of waiting (before announcing its
+//!   ticket), or while another thread of its node also waits (one `waiting` word per node
 //!   keeps only the latest announcement), leaves a ticket nobody can attribute: later waiters
 //!   give up with `Timeout` (their own tickets are abandoned correctly). Likewise a ticket taken
 //!   by an FAA whose completion never arrives, in a context that is then dropped.
-//! - A node lock's holder that dies before its `held` announcement (a put, not waited for)
-//!   has landed on the lock's node cannot be told from a slow live holder: waiters give up with
-//!   `Timeout`. The announcement lands within one round trip of entering.
-//! - A weak or strong lock's dead holder is not skipped (its release is a broadcast from the
-//!   holder's node; no announcement to read): its waiters get `Timeout`.
+//! - A holder that dies before its `held` announcement (a put, not waited for) has landed on
+//!   the lock's node (the ticket node of a weak or strong lock) cannot be told from a slow live
+//!   holder: waiters give up with `Timeout`. The announcement lands within one round trip of
+//!   entering.
 //! - A ticket given up while [`MARKS`] (16) or more tickets before it are still
 //!   unserved cannot be marked at once; the mark is **owed**, kept in the lock handle, and paid
 //!   by the next thread of the same process that calls the lock or waits for it. If no thread of
@@ -126,7 +126,9 @@
 //! ([`Cluster::alloc_private`] has no `free`) go back to a per-node pool kept by this crate (a
 //! [`Cluster`] extension) when no operation can still read or write them: always after
 //! [`Lock::leave`]; on a plain drop unless a release put of the node lock or a timed-out wait is
-//! outstanding (then they are leaked, two words, which is safe).
+//! outstanding (then they are leaked, three words, which is safe). A weak or strong lock's
+//! release first waits for its hold's announcement (usually long complete), so its words come
+//! back on a plain drop after a release.
 //!
 //! //! # Implementation
 //! Each lock runs the paper's protocol over `loco-sv` and `loco-rdmawaitrmw`, and nothing else:
@@ -153,6 +155,8 @@ mod error;
 mod lock;
 mod marks;
 mod nlock;
+pub mod protocol;
+mod run;
 mod thread;
 mod wlock;
 
@@ -209,8 +213,15 @@ pub use wlock::{RawSLock, RawWLock};
 /// observed (the previous holder left) and r's thread stopped for good (it marks only after it
 /// stopped waiting), so at most one thread is ever inside; the forwarded release is issued after
 /// the observed one, so Fig. 8a (and for the [`SLock`], 8e: its `gf(all)` came before the
-/// observed release) carries over to the next holder. Dead holders are not skipped (see the
-/// crate's [Failures](crate#failures)).
+/// observed release) carries over to the next holder.
+///
+/// Dead threads: on the ticket node, `held[k]` and `waiting[k]` per node k. A thread that enters
+/// with ticket t announces it with `put(held[me], turn)` (`turn` = t+1), not waited for until
+/// its release; a waiter announces its ticket in `waiting[me]` after 1 ms. A stalled waiter that
+/// finds the lock released to r, r not marked, and `held[k]` or `waiting[k]` = r+1 for a node k
+/// reported dead, forwards as above with the poison bit set; a thread whose own node is reported
+/// dead stops waiting and never enters, so a skipped ticket is never entered (see the crate's
+/// [Failures](crate#failures) for what is not recovered).
 pub type WLock = Lock<RawWLock>;
 
 /// The **strong lock** (docs/model.md §5.4): the weak lock, with a global fence towards every node

@@ -148,10 +148,8 @@ impl<R: RawLock> Lock<R> {
         Lock { raw: Arc::new(raw) }
     }
 
-    /// The raw protocol, for acquire and release without a guard.
-    ///
-    /// "Raw" here is the lock protocol under the guard-returning handle; it is unrelated to
-    /// [`Ctx::raw`], the context's layer of puts and gets without work ids.
+    /// The raw protocol, for acquire and release without a guard (lock_api's naming: the
+    /// [`RawLock`] under the guard-returning handle).
     pub fn raw(&self) -> &R {
         &self.raw
     }

@@ -32,9 +32,7 @@ pub(crate) const ABANDON_BUDGET: Duration = Duration::from_millis(500);
 /// Words in a lock's ring of abandon marks.
 pub(crate) const MARKS: u64 = 16;
 
-/// The bit of a released-to value (`rel`) that says the critical section before it did not
-/// finish (a guard dropped during a panic, or a dead holder skipped).
-pub(crate) const POISON: u64 = 1 << 63;
+pub(crate) use crate::protocol::POISON;
 
 /// The ticket part of a released-to value.
 pub(crate) fn ticket(raw: u64) -> u64 {

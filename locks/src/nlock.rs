@@ -13,19 +13,14 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, WorkId};
+use loco_rdmawait::{Cluster, Ctx, Loc, NodeId};
 use loco_rdmawaitrmw::Rmw;
 
 use crate::marks::{self, MARKS, POISON};
+use crate::protocol::{self, NLockWords, NL_ACQ, NL_REL};
+use crate::run::{Run, Spinner};
 use crate::thread::{next_lock_id, thread_lock, Deadline, Spin, ThreadLock};
 use crate::{Error, RawLock, Result};
-
-/// Work id of the node lock's acquire operations (FAA, CAS, polling gets, marks).
-const NL_ACQ: WorkId = WorkId::internal(0x4C4B_0011);
-/// Work id of the node lock's release put and `held` announcement. Not waited for (the release
-/// does not block the CPU); the next acquire of a node lock on the same node polls the same
-/// queue pair and reaps them.
-const NL_REL: WorkId = WorkId::internal(0x4C4B_0012);
 
 /// How often a stalled waiter looks for an abandoned or dead ticket (a round trip to n, plus one
 /// per dead node).
@@ -35,8 +30,10 @@ const LOOK_EVERY: Duration = Duration::from_millis(1);
 ///
 /// Acquire: `rfaa(tkt, 1, ret=loc, d); wait(d)`, then `get(loc, rel, d); wait(d)` until it reads
 /// the ticket; keep `ticket+1` in `loc`, and announce the hold with `put(held[me], loc)` (not
-/// waited). Release: `rfence(n); put(rel, loc)`, not waited for. See [`NLock`](crate::NLock)
-/// for the guarantee, and for what happens when threads give up or die.
+/// waited). Release: `rfence(n); put(rel, loc)`, not waited for. Both are
+/// [`protocol::nlock_acquire`] and [`protocol::nlock_release`], the definitions the litmus
+/// explorer checks. See [`NLock`](crate::NLock) for the guarantee, and for what happens when
+/// threads give up or die.
 #[derive(Debug)]
 pub struct RawNLock {
     id: u64,
@@ -74,6 +71,16 @@ impl RawNLock {
         self.tkt.node()
     }
 
+    /// The lock's words as the calling thread uses them.
+    fn words(&self, ctx: &Ctx, me: &ThreadLock) -> Result<NLockWords<Loc>> {
+        Ok(NLockWords {
+            tkt: self.tkt,
+            rel: self.rel,
+            held: self.held.word(ctx.node().index() as u64)?,
+            loc: me.word,
+        })
+    }
+
     fn me(&self, ctx: &Ctx) -> Result<Rc<ThreadLock>> {
         thread_lock(ctx, self.cluster.id(), self.id, |ctx| {
             ThreadLock::new(ctx, 0, Vec::new(), None)
@@ -103,20 +110,19 @@ impl RawNLock {
 
     /// `get(dst, rel); wait`: the current value of `rel`, raw (poison bit included).
     fn read_rel(&self, ctx: &Ctx, me: &ThreadLock, dst: &Loc, d: &Deadline) -> Result<u64> {
-        ctx.get(dst, &self.rel, NL_ACQ)?;
+        Self::read(ctx, me, dst, &self.rel, d)
+    }
+
+    /// `get(dst, src); wait; load(dst)`.
+    fn read(ctx: &Ctx, me: &ThreadLock, dst: &Loc, src: &Loc, d: &Deadline) -> Result<u64> {
+        ctx.get(dst, src, NL_ACQ)?;
         Self::wait_acq(ctx, me, d)?;
         Ok(ctx.load(dst)?)
     }
 
-    /// Entered with ticket `t`: keep `t+1` in `loc` for the release put, and announce the hold
-    /// in `held[me]` (for waiters that find this node dead).
-    fn enter(&self, ctx: &Ctx, me: &ThreadLock, t: u64, poisoned: bool) -> Result<u64> {
-        ctx.store(&me.word, t + 1)?;
-        ctx.put(
-            &self.held.word(ctx.node().index() as u64)?,
-            &me.word,
-            NL_REL,
-        )?;
+    /// Entered with ticket `t` (the protocol has stored `t+1` in `loc` and announced the hold):
+    /// the thread's bookkeeping.
+    fn enter(&self, ctx: &Ctx, me: &ThreadLock, t: u64, poisoned: bool) -> u64 {
         me.held.set(Some(t));
         me.poisoned.set(poisoned);
         if poisoned {
@@ -124,7 +130,7 @@ impl RawNLock {
                 "nlock acquired after a critical section that did not finish (poisoned)");
         }
         tracing::trace!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = t, "nlock acquired");
-        Ok(t)
+        t
     }
 
     /// The lock is released to `raw` and nobody has entered: if that ticket is marked
@@ -176,18 +182,42 @@ impl RawNLock {
         Ok(true)
     }
 
-    /// Waits until `rel` reads ticket `t`; returns whether the hand-over was poisoned.
-    fn wait_turn(&self, ctx: &Ctx, me: &ThreadLock, t: u64, d: &Deadline) -> Result<bool> {
+    /// The protocol's spin ([`Machine::get_until`](loco_rdmawait::protocol::Machine::get_until)):
+    /// `get(local, remote); wait` until it reads ticket `t` (poison bit aside), with the
+    /// failure paths: a waiter that gives up abandons its ticket. Returns the value read.
+    pub(crate) fn spin(
+        &self,
+        ctx: &Ctx,
+        me: &ThreadLock,
+        local: Loc,
+        remote: Loc,
+        t: u64,
+        d: &Deadline,
+    ) -> Result<u64> {
+        let r = self.wait_turn(ctx, me, &local, &remote, t, d);
+        crate::run::spun(ctx, r, || self.abandon(ctx, me, t))
+    }
+
+    /// Waits until `rel` (read into `local`) reads ticket `t`; returns the value read.
+    fn wait_turn(
+        &self,
+        ctx: &Ctx,
+        me: &ThreadLock,
+        local: &Loc,
+        rel: &Loc,
+        t: u64,
+        d: &Deadline,
+    ) -> Result<u64> {
         let mut spin = Spin::new();
         let mut looked = std::time::Instant::now();
         let mut announced = false;
         loop {
-            let raw = self.read_rel(ctx, me, &me.word, d)?;
+            let raw = Self::read(ctx, me, local, rel, d)?;
             let r = marks::ticket(raw);
             if r == t {
                 // A thread of a node reported dead does not enter (the others may skip it).
                 self.cluster.check_alive(ctx.node())?;
-                return Ok(marks::poisoned(raw));
+                return Ok(raw);
             }
             if r.wrapping_sub(t) < 1 << 62 {
                 // Released past our ticket: someone passed it on, which happens only when this
@@ -298,28 +328,10 @@ impl RawNLock {
         self.settle(ctx, &me, d)?;
         self.cluster.check_open()?;
         self.cluster.check_alive(self.node())?;
-        ctx.rfaa(&self.tkt, 1, &me.word, NL_ACQ)?;
-        if let Err(e) = Self::wait_acq(ctx, &me, d) {
-            // The ticket is taken but unknown: the next call reads it and abandons it.
-            me.pending_faa.set(true);
-            return Err(e);
-        }
-        me.unreaped.set(false);
-        let t = ctx.load(&me.word)?;
-        match self.wait_turn(ctx, &me, t, d) {
-            Ok(poisoned) => self.enter(ctx, &me, t, poisoned),
-            Err(e @ Error::Skipped { .. }) => Err(e),
-            // Our own node is dead: it can write nothing (the others skip the ticket).
-            Err(Error::Rdma(loco_rdmawait::Error::PeerDead { node, reason }))
-                if node == ctx.node() =>
-            {
-                Err(Error::Rdma(loco_rdmawait::Error::PeerDead { node, reason }))
-            }
-            Err(e) => {
-                self.abandon(ctx, &me, t);
-                Err(e)
-            }
-        }
+        let w = self.words(ctx, &me)?;
+        let mut run = Run::new(ctx, &me, d, NL_ACQ, NL_REL, Spinner::N(self));
+        let (t, raw) = protocol::nlock_acquire(&mut run, &w)?;
+        Ok(self.enter(ctx, &me, t, marks::poisoned(raw)))
     }
 
     pub(crate) fn try_acquire_deadline(&self, ctx: &Ctx, d: &Deadline) -> Result<Option<u64>> {
@@ -342,7 +354,13 @@ impl RawNLock {
             me.unreaped.set(false);
             if ctx.load(&me.word)? == r {
                 // tkt was r, so rel (which read r) is still r: ours, poison bit included.
-                return self.enter(ctx, &me, r, marks::poisoned(raw)).map(Some);
+                let w = self.words(ctx, &me)?;
+                protocol::nlock_enter(
+                    &mut Run::new(ctx, &me, d, NL_ACQ, NL_REL, Spinner::N(self)),
+                    &w,
+                    r,
+                )?;
+                return Ok(Some(self.enter(ctx, &me, r, marks::poisoned(raw))));
             }
             // Taken: free only if ticket r was given up (or its holder died).
             if !self.pass_on(ctx, &me, raw, d)? {
@@ -355,11 +373,14 @@ impl RawNLock {
     pub(crate) fn release_with(&self, ctx: &Ctx, poison: bool) -> Result<()> {
         let me = self.me(ctx)?;
         let t = me.held.get().ok_or(Error::NotHeld)?;
-        if poison {
-            ctx.store(&me.word, (t + 1) | POISON)?;
-        }
-        ctx.rfence(self.node())?;
-        ctx.put(&self.rel, &me.word, NL_REL)?;
+        let w = self.words(ctx, &me)?;
+        let d = Deadline::after(self.cluster.timeout());
+        protocol::nlock_release(
+            &mut Run::new(ctx, &me, &d, NL_ACQ, NL_REL, Spinner::N(self)),
+            &w,
+            t,
+            poison,
+        )?;
         me.held.set(None);
         me.poisoned.set(false);
         me.unreaped.set(true);

@@ -5,36 +5,38 @@
 //! | `tkt` | the ticket node | remote FAA (acquire), remote CAS (`try_acquire`) | remote FAA/CAS, get (`try_acquire`) |
 //! | `slots` | the ticket node | remote FAA (a thread's first use: its `rel` slot) | — |
 //! | `rel[j]`, one sv per slot | a copy on every node | thread j: `store` then `bcast` (release) | every thread: `load` of its node's copy (acquire) |
-//! | `turn` | per thread, its own node | the FAA's (or CAS's) local write | the thread |
+//! | `held[k]`, one per node | the ticket node | put of `turn` (= ticket + 1) by a thread of node k that entered | a waiter that found node k dead |
+//! | `waiting[k]`, one per node | the ticket node | put of a waiter of node k after 1 ms of waiting (its ticket + 1) | a waiter that found node k dead |
+//! | `ab[K]` | the ticket node | remote CAS of a thread that gave its ticket up | gets of the waiting threads |
+//! | `turn` | per thread, its own node | the FAA's (or CAS's) local write, then `store(turn, t+1)` on entering | the thread; the `held` put |
 
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, WorkId, WORD};
+use loco_rdmawait::protocol::Machine;
+use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, WORD};
 use loco_rdmawaitrmw::Rmw;
-use loco_sv::{GlobalFence, SharedVar};
+use loco_sv::SharedVar;
 
 use crate::marks::{self, MARKS, POISON};
+use crate::protocol::{self, WL_ACQ, WL_REL};
+use crate::run::{Run, Spinner};
 use crate::thread::{next_lock_id, thread_lock, Deadline, OnDrop, Spin, ThreadLock};
 use crate::{Error, RawLock, Result};
 
 /// How often a stalled waiter looks for an abandoned ticket (a round trip to the ticket node).
 const LOOK_EVERY: Duration = Duration::from_millis(1);
 
-/// Work id of the weak lock's ticket operations (FAA, CAS, get of `tkt`).
-const WL_ACQ: WorkId = WorkId::internal(0x4C4B_0001);
-/// Work id of the weak lock's release broadcasts. They are not waited for at release (docs/model.md §5.3);
-/// the thread's next acquire of any weak lock reaps them, so completions never pile up.
-const WL_REL: WorkId = WorkId::internal(0x4C4B_0002);
-
 /// The weak lock's protocol (docs/model.md §5.3, Fig. 10): a distributed ticket lock.
 ///
 /// A ticket dispenser `tkt` on a chosen node; per thread a private `turn` and a shared variable
 /// `rel[t]`. Acquire: `rfaa(tkt, 1, ret=turn, d); wait(d)`, then spin over the local copies of
 /// all `rel[*]` until one equals `turn`. Release: `store(rel[me], turn+1)` and
-/// `bcast(rel[me], all other nodes, d)`, not waited for. See [`WLock`](crate::WLock) for the
-/// guarantee, and for what happens when threads give up, die, or come and go.
+/// `bcast(rel[me], all other nodes, d)`, not waited for. Both are [`protocol::wlock_acquire`]
+/// and [`protocol::wlock_release`], the definitions the litmus explorer checks. See
+/// [`WLock`](crate::WLock) for the guarantee, and for what happens when threads give up, die,
+/// or come and go.
 #[derive(Debug)]
 pub struct RawWLock {
     id: u64,
@@ -42,6 +44,8 @@ pub struct RawWLock {
     tkt: Loc,
     slots: Loc,
     ab: Loc,
+    held: Loc,
+    waiting: Loc,
     rel: Vec<SharedVar>,
     pool: Arc<SlotPool>,
     debts: marks::Debts,
@@ -84,7 +88,7 @@ impl RawWLock {
         let per_node = (max_threads as u64).saturating_mul(WORD);
         for node in cluster.node_ids() {
             let extra = if node == ticket_node {
-                (2 + MARKS) * WORD
+                (2 + MARKS + 2 * cluster.nodes() as u64) * WORD
             } else {
                 0
             };
@@ -102,6 +106,8 @@ impl RawWLock {
         let tkt = cluster.alloc_word(ticket_node)?;
         let slots = cluster.alloc_word(ticket_node)?;
         let ab = cluster.alloc_words(ticket_node, MARKS)?;
+        let held = cluster.alloc_words(ticket_node, cluster.nodes() as u64)?;
+        let waiting = cluster.alloc_words(ticket_node, cluster.nodes() as u64)?;
         let rel = (0..max_threads)
             .map(|_| SharedVar::new(cluster))
             .collect::<loco_sv::Result<Vec<_>>>()?;
@@ -111,6 +117,8 @@ impl RawWLock {
             tkt,
             slots,
             ab,
+            held,
+            waiting,
             rel,
             pool: Arc::default(),
             debts: Default::default(),
@@ -231,9 +239,14 @@ impl RawWLock {
     /// Whether some local copy of `rel[*]` reads `t` (poison bit aside): ticket `t` may enter.
     /// Returns the raw value found, and otherwise the highest ticket released to.
     fn released_to(ctx: &Ctx, me: &ThreadLock, t: u64) -> Result<std::result::Result<u64, u64>> {
+        Self::released_in(ctx, &me.rels, t)
+    }
+
+    /// [`Self::released_to`] over the copies `rels`.
+    fn released_in(ctx: &Ctx, rels: &[Loc], t: u64) -> Result<std::result::Result<u64, u64>> {
         let mut high = 0;
         let mut any = false;
-        for r in &me.rels {
+        for r in rels {
             let raw = ctx.load(r)?;
             if marks::ticket(raw) == t {
                 return Ok(Ok(raw));
@@ -247,28 +260,94 @@ impl RawWLock {
         Ok(Err(high))
     }
 
-    /// Stores `raw` in the thread's own `rel` slot and broadcasts it (a release, or a
-    /// forwarding release of an abandoned ticket).
-    fn publish(&self, ctx: &Ctx, me: &ThreadLock, raw: u64) -> Result<()> {
-        let rel = &self.rel[me.slot];
-        rel.store(ctx, raw)?;
-        me.last_rel.set(raw);
-        rel.bcast(ctx, self.cluster.node_ids(), WL_REL)?;
-        Ok(())
+    /// The nodes a release publishes to: every live node (a dead node's copies are gone, and
+    /// its threads wait no more).
+    fn live_nodes(&self) -> Vec<NodeId> {
+        self.cluster
+            .node_ids()
+            .filter(|&n| self.cluster.is_alive(n))
+            .collect()
     }
 
-    /// The lock is released to `r` (some copy on this node reads `raw`, ticket `r`) and `r` is
-    /// marked abandoned: release to `r + 1` on its behalf. Returns whether it did.
+    /// Stores `raw` in the thread's own `rel` slot and broadcasts it to every live node
+    /// ([`protocol::wlock_publish`]): a forwarding release of an abandoned ticket.
+    fn publish(&self, ctx: &Ctx, me: &ThreadLock, raw: u64, d: &Deadline) -> Result<()> {
+        let copies = self.rel[me.slot].copies();
+        me.last_rel.set(raw);
+        protocol::wlock_publish(
+            &mut self.run(ctx, me, d),
+            |n| copies[n.index()],
+            &self.live_nodes(),
+            raw,
+        )
+    }
+
+    /// The lock's words as the calling thread uses them.
+    fn words(&self, ctx: &Ctx, me: &ThreadLock) -> Result<protocol::WLockWords<Loc>> {
+        Ok(protocol::WLockWords {
+            tkt: self.tkt,
+            held: self.held.word(ctx.node().index() as u64)?,
+            turn: me.word,
+        })
+    }
+
+    fn run<'a>(&'a self, ctx: &'a Ctx, me: &'a ThreadLock, d: &'a Deadline) -> Run<'a> {
+        Run::new(ctx, me, d, WL_ACQ, WL_REL, Spinner::W(self))
+    }
+
+    /// The lock is released to `r` (some copy on this node reads `raw`, ticket `r`) and nobody
+    /// has entered: if `r` is marked abandoned, or is the ticket of a thread of a node now dead
+    /// (it announced entering with it, or waiting for it), release to `r + 1` on its behalf
+    /// (poisoned if a dead holder is skipped). Returns whether it did.
     fn forward(&self, ctx: &Ctx, me: &ThreadLock, raw: u64, d: &Deadline) -> Result<bool> {
         let r = marks::ticket(raw);
+        let mut poison = raw & POISON;
+        let mut dead = None;
         if !marks::is_marked(ctx, &self.ab, r, &me.scratch, WL_ACQ, d)? {
-            return Ok(false);
+            dead = self.dead_owner(ctx, me, r, d)?;
+            if dead.is_none() {
+                return Ok(false);
+            }
+            poison = POISON;
         }
         // Our previous broadcast must have read its source before we store again.
-        d.wait(ctx, WL_REL)?;
-        self.publish(ctx, me, (r + 1) | (raw & POISON))?;
-        tracing::debug!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r, "wlock: passed an abandoned ticket on");
+        self.run(ctx, me, d).wait(WL_REL)?;
+        self.publish(ctx, me, (r + 1) | poison, d)?;
+        match dead {
+            Some(k) => {
+                tracing::warn!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r, dead = %k,
+                "wlock: skipped the ticket of a dead holder; the next holder is told (poisoned)")
+            }
+            None => {
+                tracing::debug!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r,
+                "wlock: passed an abandoned ticket on")
+            }
+        }
         Ok(true)
+    }
+
+    /// The dead node whose thread announced ticket `r` (`held[k]` or `waiting[k]` reads
+    /// `r + 1`), if any: that ticket will never be released by its owner.
+    fn dead_owner(
+        &self,
+        ctx: &Ctx,
+        me: &ThreadLock,
+        r: u64,
+        d: &Deadline,
+    ) -> Result<Option<NodeId>> {
+        for k in self.cluster.node_ids() {
+            if self.cluster.is_alive(k) {
+                continue;
+            }
+            for words in [&self.held, &self.waiting] {
+                ctx.get(&me.scratch, &words.word(k.index() as u64)?, WL_ACQ)?;
+                self.run(ctx, me, d).wait(WL_ACQ)?;
+                if marks::ticket(ctx.load(&me.scratch)?) == r + 1 {
+                    return Ok(Some(k));
+                }
+            }
+        }
+        Ok(None)
     }
 
     /// The raw copy value that releases to `r`, if some local copy does.
@@ -276,17 +355,53 @@ impl RawWLock {
         Ok(Self::released_to(ctx, me, r)?.ok())
     }
 
-    fn wait_turn(&self, ctx: &Ctx, me: &ThreadLock, t: u64, d: &Deadline) -> Result<u64> {
+    /// The protocol's spin ([`Machine::await_any`](loco_rdmawait::protocol::Machine::await_any)):
+    /// until one of the copies `rels` reads ticket `t` (poison bit aside), with the failure
+    /// paths: abandoned tickets are passed on, and a waiter that gives up abandons its ticket.
+    /// Returns the value read.
+    pub(crate) fn spin(
+        &self,
+        ctx: &Ctx,
+        me: &ThreadLock,
+        rels: &[Loc],
+        t: u64,
+        d: &Deadline,
+    ) -> Result<u64> {
+        let r = self.wait_turn(ctx, me, rels, t, d);
+        crate::run::spun(ctx, r, || self.abandon(ctx, me, t))
+    }
+
+    fn wait_turn(
+        &self,
+        ctx: &Ctx,
+        me: &ThreadLock,
+        rels: &[Loc],
+        t: u64,
+        d: &Deadline,
+    ) -> Result<u64> {
         let mut spin = Spin::new();
         let mut looked = Instant::now();
+        let mut announced = false;
         loop {
-            match Self::released_to(ctx, me, t)? {
-                Ok(raw) => return Ok(raw),
+            match Self::released_in(ctx, rels, t)? {
+                Ok(raw) => {
+                    // A thread of a node reported dead does not enter (the others may skip it).
+                    self.cluster.check_alive(ctx.node())?;
+                    return Ok(raw);
+                }
                 Err(high) => {
                     if looked.elapsed() >= LOOK_EVERY && high.wrapping_sub(t) >= 1 << 62 {
                         looked = Instant::now();
                         // A thread of a node reported dead stops (as its process would have).
                         self.cluster.check_alive(ctx.node())?;
+                        self.cluster.check_alive(self.ticket_node())?;
+                        if !announced {
+                            // Slow path only: a waiter that dies from now on can be skipped.
+                            ctx.store(&me.note, t + 1)?;
+                            let w = self.waiting.word(ctx.node().index() as u64)?;
+                            self.run(ctx, me, d).put(w, me.note, WL_REL)?;
+                            announced = true;
+                        }
                         self.pay_debts(ctx, me);
                         if let Some(raw) = Self::copy_of(ctx, me, high)? {
                             if self.forward(ctx, me, raw, d)? {
@@ -320,7 +435,7 @@ impl RawWLock {
             Ok(raw) => {
                 // Handed to us exactly as we gave up: release it without entering.
                 d.wait(ctx, WL_REL)?;
-                self.publish(ctx, me, (u + 1) | (raw & POISON))?;
+                self.publish(ctx, me, (u + 1) | (raw & POISON), d)?;
                 return Ok(true);
             }
             Err(h) => h,
@@ -336,7 +451,7 @@ impl RawWLock {
         }
         if let Some(raw) = Self::copy_of(ctx, me, u)? {
             d.wait(ctx, WL_REL)?;
-            self.publish(ctx, me, (u + 1) | (raw & POISON))?;
+            self.publish(ctx, me, (u + 1) | (raw & POISON), d)?;
         }
         Ok(true)
     }
@@ -368,27 +483,11 @@ impl RawWLock {
         let me = self.me(ctx)?;
         Self::check_not_held(&me)?;
         self.cluster.check_open()?;
-        d.wait(ctx, WL_REL)?;
         self.settle(ctx, &me, d)?;
-        ctx.rfaa(&self.tkt, 1, &me.word, WL_ACQ)?;
-        if let Err(e) = d.wait(ctx, WL_ACQ) {
-            me.pending_faa.set(true);
-            me.dirty.set(true);
-            return Err(e);
-        }
-        let t = ctx.load(&me.word)?;
-        match self.wait_turn(ctx, &me, t, d) {
-            Ok(raw) => Ok(self.enter(ctx, &me, t, raw)),
-            Err(Error::Rdma(loco_rdmawait::Error::PeerDead { node, reason }))
-                if node == ctx.node() =>
-            {
-                Err(Error::Rdma(loco_rdmawait::Error::PeerDead { node, reason }))
-            }
-            Err(e) => {
-                self.abandon(ctx, &me, t);
-                Err(e)
-            }
-        }
+        self.cluster.check_alive(self.ticket_node())?;
+        let w = self.words(ctx, &me)?;
+        let (t, raw) = protocol::wlock_acquire(&mut self.run(ctx, &me, d), &w, &me.rels)?;
+        Ok(self.enter(ctx, &me, t, raw))
     }
 
     fn try_acquire_deadline(&self, ctx: &Ctx, d: &Deadline) -> Result<Option<u64>> {
@@ -432,18 +531,36 @@ impl RawWLock {
             if ctx.load(&me.word)? != v {
                 return Ok(None);
             }
+            let w = self.words(ctx, &me)?;
+            protocol::wlock_enter(&mut self.run(ctx, &me, d), &w, v)?;
             return Ok(Some(self.enter(ctx, &me, v, raw)));
         }
         Ok(None)
     }
 
-    fn release_with(&self, ctx: &Ctx, poison: bool) -> Result<()> {
+    /// The weak release ([`protocol::wlock_release`]) or, with `strong`, the strong one
+    /// ([`protocol::slock_release`]: a global fence first), to every live node.
+    fn release_with(&self, ctx: &Ctx, poison: bool, strong: bool) -> Result<()> {
         let me = self.me(ctx)?;
+        // Checked first: a thread that does not hold the lock must not even fence.
         let t = me.held.get().ok_or(Error::NotHeld)?;
-        self.publish(ctx, &me, (t + 1) | if poison { POISON } else { 0 })?;
+        let nodes = self.live_nodes();
+        let copies = self.rel[me.slot].copies();
+        let mine = |n: NodeId| copies[n.index()];
+        let d = Deadline::after(self.cluster.timeout());
+        if strong {
+            let fence = loco_sv::gf_words(ctx, &nodes)?;
+            me.last_rel.set((t + 1) | if poison { POISON } else { 0 });
+            let mut run = self.run(ctx, &me, &d);
+            protocol::slock_release(&mut run, &fence, mine, &nodes, t, poison)?;
+        } else {
+            me.last_rel.set((t + 1) | if poison { POISON } else { 0 });
+            let mut run = self.run(ctx, &me, &d);
+            protocol::wlock_release(&mut run, mine, &nodes, t, poison)?;
+        }
         me.held.set(None);
         me.poisoned.set(false);
-        tracing::trace!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = t, poison, "wlock released");
+        tracing::trace!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = t, poison, strong, "wlock released");
         Ok(())
     }
 
@@ -452,9 +569,9 @@ impl RawWLock {
         Self::check_not_held(&me)?;
         let d = Deadline::after(self.cluster.timeout());
         self.settle(ctx, &me, &d)?;
-        d.wait(ctx, WL_REL)?;
-        d.wait(ctx, WL_ACQ)?;
-        me.dirty.set(false);
+        let mut run = self.run(ctx, &me, &d);
+        run.wait(WL_REL)?;
+        run.wait(WL_ACQ)?;
         drop(me);
         crate::thread::forget(ctx, self.id);
         Ok(())
@@ -471,7 +588,7 @@ impl RawLock for RawWLock {
     }
 
     fn release(&self, ctx: &Ctx) -> Result<()> {
-        self.release_with(ctx, false)
+        self.release_with(ctx, false, false)
     }
 
     fn held(&self, ctx: &Ctx) -> Result<Option<u64>> {
@@ -487,7 +604,7 @@ impl RawLock for RawWLock {
     }
 
     fn release_poisoned(&self, ctx: &Ctx) -> Result<()> {
-        self.release_with(ctx, true)
+        self.release_with(ctx, true, false)
     }
 
     fn poisoned(&self, ctx: &Ctx) -> Result<bool> {
@@ -529,12 +646,7 @@ impl RawSLock {
 
 impl RawSLock {
     fn release_with(&self, ctx: &Ctx, poison: bool) -> Result<()> {
-        // Check first: a thread that does not hold the lock must not even fence.
-        if self.w.held(ctx)?.is_none() {
-            return Err(Error::NotHeld);
-        }
-        ctx.gf_all()?;
-        self.w.release_with(ctx, poison)
+        self.w.release_with(ctx, poison, true)
     }
 }
 

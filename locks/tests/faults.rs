@@ -275,46 +275,51 @@ fn an_abandoned_ticket_is_skipped() -> Result<()> {
     Ok(())
 }
 
+/// The three kinds, with their words on nodes the fault tests keep alive (n1 is the one killed).
+fn each_off_n1(c: &Cluster, threads: usize) -> Result<Vec<Box<dyn AnyLock>>> {
+    Ok(vec![
+        Box::new(NLock::new(c, NodeId(2))?),
+        Box::new(WLock::new(c, NodeId(2), threads)?),
+        Box::new(SLock::new(c, NodeId(0), threads)?),
+    ])
+}
+
 /// A holder on n1 forgets its guard and its node dies: a waiter on n0 passes the dead holder's
 /// ticket and enters, told that the critical section before did not finish; after that the lock
-/// is clean again.
+/// is clean again. For every kind.
 #[test]
 fn a_dead_holder_is_skipped_and_reported() -> Result<()> {
     for s in [Schedule::Threaded, Schedule::Chaos { seed: 7 }] {
-        let c = cluster(s, BOUND);
-        let l = NLock::new(&c, NodeId(2))?;
-        let (l1, c1) = (l.clone(), c.clone());
-        let t = bounded("holder", move || -> Result<u64> {
-            let ctx = c1.context(NodeId(1))?;
-            let g = l1.acquire(&ctx)?;
-            let t = LockGuard::ticket(&g);
-            // Dies inside the critical section, after its hold was announced on n2: a holder
-            // that dies before its announcement lands cannot be told from a slow live one, and
-            // is not skipped (waiters time out; see the crate's Failures section).
-            c1.quiesce()?;
-            std::mem::forget(g);
-            Ok(t)
-        })?;
-        c.kill(NodeId(1))?;
-        let (l0, c0) = (l.clone(), c.clone());
-        let (start, (t2, poisoned, t3, clean)) = (
-            Instant::now(),
-            bounded("waiter", move || -> Result<(u64, bool, u64, bool)> {
+        for k in 0..3 {
+            // A fresh cluster per kind: n1 dies in each.
+            let c = cluster(s, BOUND);
+            let l = each_off_n1(&c, 3)?.swap_remove(k);
+            let name = l.name();
+            let (l1, c1) = (l.boxed(), c.clone());
+            let t = bounded("holder", move || -> Result<u64> {
+                let ctx = c1.context(NodeId(1))?;
+                let t = l1.hold_forever(&ctx)?;
+                // Dies inside the critical section, after its hold was announced: a holder
+                // that dies before its announcement lands cannot be told from a slow live one,
+                // and is not skipped (waiters time out; see the crate's Failures section).
+                c1.quiesce()?;
+                Ok(t)
+            })?;
+            c.kill(NodeId(1))?;
+            let (l0, c0) = (l.boxed(), c.clone());
+            let start = Instant::now();
+            let (t2, poisoned, t3, clean) = bounded("waiter", move || -> Result<_> {
                 let ctx = c0.context(NodeId(0))?;
-                let g = l0.acquire(&ctx)?;
-                let r = (LockGuard::ticket(&g), LockGuard::was_poisoned(&g));
-                LockGuard::release(g)?;
-                let g = l0.acquire(&ctx)?;
-                let r2 = (LockGuard::ticket(&g), LockGuard::was_poisoned(&g));
-                LockGuard::release(g)?;
+                let r = l0.with(&ctx, BOUND, &|| {})?;
+                let r2 = l0.with(&ctx, BOUND, &|| {})?;
                 Ok((r.0, r.1, r2.0, r2.1))
-            })?,
-        );
-        eprintln!("{s:?}: dead holder skipped in {:?}", start.elapsed());
-        assert_eq!(t2, t + 1);
-        assert!(poisoned, "the next holder is told");
-        assert_eq!(t3, t + 2);
-        assert!(!clean, "a normal release clears the poison");
+            })?;
+            eprintln!("{s:?} {name}: dead holder skipped in {:?}", start.elapsed());
+            assert_eq!(t2, t + 1, "{s:?} {name}");
+            assert!(poisoned, "{s:?} {name}: the next holder is told");
+            assert_eq!(t3, t + 2, "{s:?} {name}");
+            assert!(!clean, "{s:?} {name}: a normal release clears the poison");
+        }
     }
     Ok(())
 }
@@ -457,51 +462,53 @@ fn private_words_come_back() -> Result<()> {
 #[test]
 fn a_dead_waiter_is_skipped() -> Result<()> {
     for s in [Schedule::Threaded, Schedule::Chaos { seed: 5 }] {
-        let c = cluster(s, BOUND);
-        let l = NLock::new(&c, NodeId(2))?;
-        let holder = c.context(NodeId(0))?;
-        let g = l.acquire(&holder)?;
-        let t0 = LockGuard::ticket(&g);
-        let (l1, c1) = (l.clone(), c.clone());
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            let r = c1
-                .context(NodeId(1))
-                .map_err(Error::from)
-                .and_then(|ctx| l1.acquire(&ctx).map(|g| LockGuard::ticket(&g)));
-            let _ = tx.send(r);
-        });
-        thread::sleep(Duration::from_millis(50)); // it waits, and announces its ticket
-        c.kill(NodeId(1))?;
-        let r = rx
-            .recv_timeout(BOUND)
-            .expect("the dead node's waiter did not stop");
-        assert!(
-            matches!(
-                r,
-                Err(Error::Rdma(loco_rdmawait::Error::PeerDead {
-                    node: NodeId(1),
-                    ..
-                }))
-            ),
-            "{r:?}"
-        );
-        let (l0, c0) = (l.clone(), c.clone());
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            let r = c0.context(NodeId(0)).map_err(Error::from).and_then(|ctx| {
-                let g = l0.acquire(&ctx)?;
-                Ok((LockGuard::ticket(&g), LockGuard::was_poisoned(&g)))
+        for k in 0..3 {
+            let c = cluster(s, BOUND);
+            let l = each_off_n1(&c, 3)?.swap_remove(k);
+            let name = l.name();
+            let holder = c.context(NodeId(0))?;
+            let t0 = l.hold_forever(&holder)?;
+            let (l1, c1) = (l.boxed(), c.clone());
+            let (tx, rx) = mpsc::channel();
+            thread::spawn(move || {
+                let r = c1
+                    .context(NodeId(1))
+                    .map_err(Error::from)
+                    .and_then(|ctx| l1.with(&ctx, BOUND, &|| {}));
+                let _ = tx.send(r);
             });
-            let _ = tx.send(r);
-        });
-        thread::sleep(Duration::from_millis(5));
-        LockGuard::release(g)?;
-        let (t, poisoned) = rx
-            .recv_timeout(BOUND)
-            .expect("the dead waiter's ticket blocked")?;
-        assert_eq!(t, t0 + 2, "{s:?}");
-        assert!(poisoned);
+            thread::sleep(Duration::from_millis(50)); // it waits, and announces its ticket
+            c.kill(NodeId(1))?;
+            let r = rx
+                .recv_timeout(BOUND)
+                .expect("the dead node's waiter did not stop");
+            assert!(
+                matches!(
+                    r,
+                    Err(Error::Rdma(loco_rdmawait::Error::PeerDead {
+                        node: NodeId(1),
+                        ..
+                    }))
+                ),
+                "{s:?} {name}: {r:?}"
+            );
+            let (l0, c0) = (l.boxed(), c.clone());
+            let (tx, rx) = mpsc::channel();
+            thread::spawn(move || {
+                let r = c0
+                    .context(NodeId(0))
+                    .map_err(Error::from)
+                    .and_then(|ctx| l0.with(&ctx, BOUND, &|| {}));
+                let _ = tx.send(r);
+            });
+            thread::sleep(Duration::from_millis(5));
+            l.release(&holder)?;
+            let (t, poisoned) = rx
+                .recv_timeout(BOUND)
+                .expect("the dead waiter's ticket blocked")?;
+            assert_eq!(t, t0 + 2, "{s:?} {name}");
+            assert!(poisoned, "{s:?} {name}");
+        }
     }
     Ok(())
 }

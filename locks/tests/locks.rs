@@ -373,3 +373,47 @@ fn completions_do_not_pile_up() -> Result<()> {
         Ok(())
     })
 }
+
+/// What an uncontended acquire + release costs on the network, counted with `Ctx::posted` on the
+/// `Immediate` schedule (every operation done when posted, so the counts are exact): a change to
+/// a protocol that adds network operations shows up here. 3 nodes; the thread is on n0, the
+/// lock's words on n1.
+///
+/// - `NLock`: `rfaa(tkt)`, one `get(rel)` (free at once), the `held` announcement put, the
+///   release put: 4 (the release's `rfence` sends nothing).
+/// - `WLock`: `rfaa(tkt)`, the `held` put, the release broadcast to the 2 other nodes: 4.
+/// - `SLock`: the weak lock's 4, and the release's `gf(all)`, one get per node: 7.
+#[test]
+fn network_operations_per_uncontended_acquire_and_release() -> Result<()> {
+    // The soft NIC whatever `LOCO_BACKEND` says: the counts are the protocols', not a device's.
+    let c = Cluster::builder()
+        .nodes(3)
+        .memory_per_node(1 << 14)
+        .soft(Schedule::Immediate)
+        .build()?;
+    let n = NLock::new(&c, NodeId(1))?;
+    let w = WLock::new(&c, NodeId(1), 2)?;
+    let s = SLock::new(&c, NodeId(1), 2)?;
+    let ctx = c.context(NodeId(0))?;
+    // First uses register the thread (a weak lock's slot FAA, the fence's words).
+    LockGuard::release(n.acquire(&ctx)?)?;
+    LockGuard::release(w.acquire(&ctx)?)?;
+    LockGuard::release(s.acquire(&ctx)?)?;
+    let cost = |cycle: &dyn Fn() -> Result<()>| -> Result<u64> {
+        let before = ctx.posted();
+        for _ in 0..10 {
+            cycle()?;
+        }
+        Ok((ctx.posted() - before) / 10)
+    };
+    let costs = [
+        ("nlock", cost(&|| LockGuard::release(n.acquire(&ctx)?))?, 4),
+        ("wlock", cost(&|| LockGuard::release(w.acquire(&ctx)?))?, 4),
+        ("slock", cost(&|| LockGuard::release(s.acquire(&ctx)?))?, 7),
+    ];
+    for (name, got, want) in costs {
+        eprintln!("{name}: {got} network operations per acquire + release");
+        assert_eq!(got, want, "{name}");
+    }
+    Ok(())
+}

@@ -208,7 +208,7 @@ impl ClusterBuilder {
         self
     }
 
-    /// Timeout of [`Ctx::wait`], [`Ctx::raw`] polls and [`Cluster::quiesce`] (default 30 s).
+    /// Timeout of [`Ctx::wait`], [`Ctx::rdmatso`] polls and [`Cluster::quiesce`] (default 30 s).
     /// [`Duration::MAX`] (or any timeout beyond what the clock can represent) means no timeout:
     /// those calls then wait as long as needed (a shutdown or a dead peer still ends them).
     pub fn timeout(mut self, timeout: Duration) -> Self {

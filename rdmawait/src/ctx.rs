@@ -38,6 +38,8 @@ struct Inner {
     nic: Box<dyn ThreadNic>,
     /// Per target node: the work ids of the unpolled operations, in post order (Fig. 16).
     track: Vec<Track>,
+    /// Network operations posted (puts, gets, RMWs; fences apart), for [`Ctx::posted`].
+    posted: u64,
 }
 
 #[derive(Debug, Default)]
@@ -82,7 +84,11 @@ impl Ctx {
         Ctx {
             cluster,
             node,
-            inner: RefCell::new(Inner { nic, track }),
+            inner: RefCell::new(Inner {
+                nic,
+                track,
+                posted: 0,
+            }),
             extensions: RefCell::new(HashMap::new()),
         }
     }
@@ -229,7 +235,7 @@ impl Ctx {
     pub fn wait_timeout(&self, wid: WorkId, timeout: Duration) -> Result<()> {
         let start = Instant::now();
         let mut inner = self.inner.borrow_mut();
-        let Inner { nic, track } = &mut *inner;
+        let Inner { nic, track, .. } = &mut *inner;
         for (n, t) in track.iter_mut().enumerate() {
             while t.count(wid) > 0 {
                 let left = timeout.saturating_sub(start.elapsed());
@@ -261,18 +267,31 @@ impl Ctx {
         Ok(())
     }
 
+    /// Network operations this context has posted so far: puts, gets and remote RMWs, whatever
+    /// layer posted them (a library's internal operations included); `rfence` is not counted
+    /// (it sends nothing). For measuring what an operation costs on the network, e.g. a lock's
+    /// round trips per acquire.
+    pub fn posted(&self) -> u64 {
+        self.inner.borrow().posted
+    }
+
     /// Number of operations towards `node` posted and not yet polled.
     pub fn unpolled(&self, node: NodeId) -> Result<usize> {
         self.cluster.check_node(node)?;
         Ok(self.inner.borrow().track[node.index()].fifo.len())
     }
 
-    /// The raw layer (the paper's rdmatso): puts and gets without work ids, and `poll(n)`.
-    ///
-    /// "Raw" here is the layer below rdmawait; it is unrelated to `Lock::raw` of `loco-locks`,
-    /// which returns a lock's protocol object (acquire and release without a guard).
-    pub fn raw(&self) -> Raw<'_> {
-        Raw { ctx: self }
+    /// The layer below rdmawait, the paper's **rdmatso**: puts and gets without work ids, and
+    /// `poll(n)` (docs/model.md §2).
+    pub fn rdmatso(&self) -> RdmaTso<'_> {
+        RdmaTso { ctx: self }
+    }
+
+    /// The old name of [`Ctx::rdmatso`] (it clashed with `Lock::raw` of `loco-locks`, a lock's
+    /// protocol object).
+    #[deprecated(since = "0.1.0", note = "renamed to `Ctx::rdmatso`")]
+    pub fn raw(&self) -> RdmaTso<'_> {
+        self.rdmatso()
     }
 
     /// Posts a work request towards `target`, tagged `wid` (for layers that add operations, such
@@ -297,6 +316,9 @@ impl Ctx {
         if wr.completes() {
             inner.track[target.index()].push(wid);
         }
+        if !matches!(wr, WorkRequest::Fence) {
+            inner.posted += 1;
+        }
         Ok(())
     }
 
@@ -316,14 +338,18 @@ impl Ctx {
     }
 }
 
-/// The raw rdmatso layer of a context (docs/model.md §2): completion by polling the earliest operation of
-/// a queue pair rather than by work id.
+/// The rdmatso layer of a context (docs/model.md §2): completion by polling the earliest
+/// operation of a queue pair rather than by work id.
 #[derive(Debug, Clone, Copy)]
-pub struct Raw<'a> {
+pub struct RdmaTso<'a> {
     ctx: &'a Ctx,
 }
 
-impl Raw<'_> {
+/// The old name of [`RdmaTso`].
+#[deprecated(since = "0.1.0", note = "renamed to `RdmaTso`")]
+pub type Raw<'a> = RdmaTso<'a>;
+
+impl RdmaTso<'_> {
     /// `put(dst, src)`: RDMA WRITE of local `src` to `dst`.
     pub fn put(&self, dst: &Loc, src: &Loc) -> Result<()> {
         self.ctx.put(dst, src, WorkId::RAW)
@@ -345,7 +371,7 @@ impl Raw<'_> {
     pub fn poll_timeout(&self, node: NodeId, timeout: Duration) -> Result<()> {
         self.ctx.cluster.check_node(node)?;
         let mut inner = self.ctx.inner.borrow_mut();
-        let Inner { nic, track } = &mut *inner;
+        let Inner { nic, track, .. } = &mut *inner;
         let t = &mut track[node.index()];
         if t.fifo.is_empty() {
             return Err(Error::NothingPending { node });

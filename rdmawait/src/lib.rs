@@ -75,13 +75,15 @@ mod error;
 #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
 mod mem;
 pub mod model;
+pub mod protocol;
 pub mod testing;
 mod types;
 
 pub use backend::soft::{Schedule, SoftBackend, MAX_SOFT_MEMORY};
 pub use backend::WorkRequest;
 pub use cluster::{BackendKind, Cluster, ClusterBuilder, DEFAULT_MEMORY, DEFAULT_TIMEOUT};
-pub use ctx::{Ctx, Raw};
+#[allow(deprecated)]
+pub use ctx::{Ctx, Raw, RdmaTso};
 pub use error::{Error, Result, TimeoutKind};
 pub use types::{Loc, NodeId, WorkId, WORD};
 

@@ -7,7 +7,9 @@
 //! per-node remote-atomic locks are passed in, so the same rules drive both the soft NIC's `Chaos`
 //! schedule (over real memory) and an exhaustive explorer (over a hashable state).
 //!
-//! The CPU half (store buffers) belongs to threads, not queue pairs, and stays with the driver.
+//! The CPU half belongs to threads, not queue pairs: each thread's x86-TSO [`StoreBuffer`]
+//! (docs/model.md §4.2), through which its stores and posts reach memory and the pipes of its
+//! [`Qp`]s. The driver decides when an item leaves it.
 //!
 //! Rule numbers follow docs/model.md §4.4.
 
@@ -15,6 +17,9 @@ use std::collections::VecDeque;
 
 use crate::backend::WorkRequest;
 use crate::NodeId;
+
+mod store_buffer;
+pub use store_buffer::{Post, SbItem, StoreBuffer};
 
 /// Word-addressed memory of every node, as the NIC rules see it.
 pub trait ClusterMemory {

@@ -51,6 +51,12 @@ impl WorkId {
         WorkId(Self::INTERNAL | tag as u64)
     }
 
+    /// The id as a number (the top bit set for a library's id): for tools that keep work ids
+    /// in their own tables, such as the litmus explorer.
+    pub const fn as_u64(self) -> u64 {
+        self.0
+    }
+
     /// Whether this id is reserved for a library layer.
     pub const fn is_internal(self) -> bool {
         self.0 & Self::INTERNAL != 0

@@ -315,9 +315,9 @@ fn extreme_durations() {
             }
             assert_eq!(ctx.load(&x).unwrap(), 5);
             ctx.get(&x, &y, WorkId::new(2)).unwrap();
-            ctx.raw().poll_timeout(N1, Duration::MAX).unwrap();
+            ctx.rdmatso().poll_timeout(N1, Duration::MAX).unwrap();
             assert!(matches!(
-                ctx.raw().poll_timeout(N1, Duration::MAX),
+                ctx.rdmatso().poll_timeout(N1, Duration::MAX),
                 Err(Error::NothingPending { .. })
             ));
             ctx.wait_timeout(WorkId::new(3), Duration::ZERO).unwrap();
@@ -345,7 +345,7 @@ fn zero_timeout_consumes_nothing() {
                 Err(Error::Timeout { .. })
             ));
             assert!(matches!(
-                ctx.raw().poll_timeout(N1, Duration::ZERO),
+                ctx.rdmatso().poll_timeout(N1, Duration::ZERO),
                 Err(Error::Timeout { .. })
             ));
             assert_eq!(ctx.unpolled(N1).unwrap(), 1);
@@ -390,7 +390,10 @@ fn unknown_nodes_everywhere() {
         let ctx = c.context(N0).unwrap();
         for n in [NodeId(2), NodeId(u16::MAX)] {
             assert!(matches!(ctx.rfence(n), Err(Error::UnknownNode { .. })));
-            assert!(matches!(ctx.raw().poll(n), Err(Error::UnknownNode { .. })));
+            assert!(matches!(
+                ctx.rdmatso().poll(n),
+                Err(Error::UnknownNode { .. })
+            ));
             assert!(matches!(ctx.unpolled(n), Err(Error::UnknownNode { .. })));
             assert!(matches!(c.kill(n), Err(Error::UnknownNode { .. })));
             assert!(matches!(c.check_alive(n), Err(Error::UnknownNode { .. })));

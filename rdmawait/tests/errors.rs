@@ -40,7 +40,7 @@ fn unknown_node() {
         Err(Error::UnknownNode { .. })
     ));
     assert!(matches!(
-        ctx.raw().poll(NodeId(5)),
+        ctx.rdmatso().poll(NodeId(5)),
         Err(Error::UnknownNode { .. })
     ));
     assert!(matches!(
@@ -146,7 +146,7 @@ fn poll_with_nothing_pending_does_not_block() {
     let c = cluster();
     let ctx = c.context(N0).unwrap();
     assert!(matches!(
-        ctx.raw().poll(N1),
+        ctx.rdmatso().poll(N1),
         Err(Error::NothingPending { node: N1 })
     ));
     // A wait on an id with nothing outstanding returns at once.
@@ -242,7 +242,7 @@ fn wait_times_out_and_nothing_is_lost() {
     );
     assert_eq!(e.to_string(), "wait(d1) timed out after 20ms");
     let e = ctx
-        .raw()
+        .rdmatso()
         .poll_timeout(N1, Duration::from_millis(1))
         .unwrap_err();
     assert!(

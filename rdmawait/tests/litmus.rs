@@ -40,8 +40,8 @@ fn fig2(
 fn fig2a_put_poll_forbidden() {
     let h = histogram(|s| {
         fig2(s, |ctx, x, y| {
-            ctx.raw().put(y, x).unwrap();
-            ctx.raw().poll(N1).unwrap();
+            ctx.rdmatso().put(y, x).unwrap();
+            ctx.rdmatso().poll(N1).unwrap();
         })
     });
     assert!(!h.contains_key(&1), "{h:?}");
@@ -51,9 +51,9 @@ fn fig2a_put_poll_forbidden() {
 fn fig2b_two_puts_one_poll_allowed() {
     let h = histogram(|s| {
         fig2(s, |ctx, x, y| {
-            ctx.raw().put(y, x).unwrap();
-            ctx.raw().put(y, x).unwrap();
-            ctx.raw().poll(N1).unwrap();
+            ctx.rdmatso().put(y, x).unwrap();
+            ctx.rdmatso().put(y, x).unwrap();
+            ctx.rdmatso().poll(N1).unwrap();
         })
     });
     assert!(h.keys().all(|&y| y <= 1), "{h:?}");
@@ -70,10 +70,10 @@ fn fig2b_two_puts_one_poll_allowed() {
 fn fig2c_two_puts_two_polls_forbidden() {
     let h = histogram(|s| {
         fig2(s, |ctx, x, y| {
-            ctx.raw().put(y, x).unwrap();
-            ctx.raw().put(y, x).unwrap();
-            ctx.raw().poll(N1).unwrap();
-            ctx.raw().poll(N1).unwrap();
+            ctx.rdmatso().put(y, x).unwrap();
+            ctx.rdmatso().put(y, x).unwrap();
+            ctx.rdmatso().poll(N1).unwrap();
+            ctx.rdmatso().poll(N1).unwrap();
         })
     });
     assert_eq!(h.keys().collect::<Vec<_>>(), vec![&0], "{h:?}");

@@ -182,7 +182,7 @@ fn poll_completes_the_earliest_operation() {
     let ra = c.alloc_word(N0).unwrap();
     let rb = c.alloc_word(N0).unwrap();
     let ctx = c.context(N0).unwrap();
-    let raw = ctx.raw();
+    let raw = ctx.rdmatso();
     for round in 0..50 {
         ctx.store(&ra, 0).unwrap();
         ctx.store(&rb, 0).unwrap();

@@ -93,3 +93,44 @@ impl Rmw for Ctx {
         )
     }
 }
+
+/// The [`Machine`](loco_rdmawait::protocol::Machine) of rdmawait, with the remote RMWs: what the
+/// protocols of the locks and of the SC library are written against (see
+/// [`loco_rdmawait::protocol`]).
+pub trait RmwMachine: loco_rdmawait::protocol::Machine {
+    /// `rcas(remote, expected, new, ret=local, d)`.
+    fn rcas(
+        &mut self,
+        remote: Self::Word,
+        expected: Self::Val,
+        new: Self::Val,
+        local: Self::Word,
+        wid: WorkId,
+    ) -> std::result::Result<(), Self::Error>;
+
+    /// `rfaa(remote, add, ret=local, d)`.
+    fn rfaa(
+        &mut self,
+        remote: Self::Word,
+        add: Self::Val,
+        local: Self::Word,
+        wid: WorkId,
+    ) -> std::result::Result<(), Self::Error>;
+}
+
+impl RmwMachine for &Ctx {
+    fn rcas(
+        &mut self,
+        remote: Loc,
+        expected: u64,
+        new: u64,
+        local: Loc,
+        wid: WorkId,
+    ) -> Result<()> {
+        Rmw::rcas(*self, &remote, expected, new, &local, wid)
+    }
+
+    fn rfaa(&mut self, remote: Loc, add: u64, local: Loc, wid: WorkId) -> Result<()> {
+        Rmw::rfaa(*self, &remote, add, &local, wid)
+    }
+}

@@ -111,6 +111,7 @@ mod error;
 pub mod lincheck;
 mod object;
 pub mod port;
+pub mod protocol;
 mod sc;
 
 pub use error::{Error, LayoutError, Result};

@@ -67,6 +67,8 @@ use std::sync::Arc;
 
 use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, WorkId};
 
+pub mod protocol;
+
 /// Errors of the sv layer.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -123,6 +125,11 @@ impl SharedVar {
         ))
     }
 
+    /// The copies, by node index.
+    pub fn copies(&self) -> &[Loc] {
+        &self.copies
+    }
+
     /// The copy on the calling thread's node.
     pub fn local(&self, ctx: &Ctx) -> Result<Loc> {
         self.copy(ctx.node())
@@ -152,19 +159,14 @@ impl SharedVar {
         wid: WorkId,
     ) -> Result<()> {
         let me = ctx.node();
-        let src = self.local(ctx)?;
-        let targets = nodes
-            .into_iter()
-            .filter(|&n| n != me)
-            .map(|n| {
-                let copy = self.copy(n)?;
-                ctx.cluster().check_alive(n)?;
-                Ok(copy)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        for dst in &targets {
-            ctx.put(dst, &src, wid)?;
+        let nodes = nodes.into_iter().collect::<Vec<_>>();
+        for &n in nodes.iter().filter(|&&n| n != me) {
+            self.copy(n)?;
+            ctx.cluster().check_alive(n)?;
         }
+        // Every copy exists (checked above, and the own node's is the context's).
+        let copies = &self.copies;
+        protocol::bcast(&mut &*ctx, |n| copies[n.index()], &nodes, wid)?;
         Ok(())
     }
 }
@@ -192,8 +194,7 @@ struct GfTargets {
 /// Per-thread state: where the fence's gets land, and the cluster's dummy words.
 #[derive(Debug)]
 struct GfThread {
-    scratch: Loc,
-    targets: Arc<GfTargets>,
+    words: protocol::GfWords<Loc>,
 }
 
 fn gf_thread(ctx: &Ctx) -> Result<std::rc::Rc<GfThread>> {
@@ -206,25 +207,31 @@ fn gf_thread(ctx: &Ctx) -> Result<std::rc::Rc<GfThread>> {
             Ok(GfTargets { words })
         })?;
         let scratch = ctx.cluster().alloc_private(ctx.node(), 8)?;
-        Ok(GfThread { scratch, targets })
+        Ok(GfThread {
+            words: protocol::GfWords {
+                dummy: targets.words.clone(),
+                scratch,
+            },
+        })
     })?)
+}
+
+/// The words of `gf(nodes)` for the calling thread, after checking that every node of the set
+/// is known and alive (`UnknownNode`, `PeerDead` naming it): what a protocol that ends in a
+/// global fence (the strong lock's release) passes to [`protocol::gf`].
+pub fn gf_words(ctx: &Ctx, nodes: &[NodeId]) -> Result<protocol::GfWords<Loc>> {
+    let st = gf_thread(ctx)?;
+    for &n in nodes {
+        ctx.cluster().check_alive(n)?;
+    }
+    Ok(st.words.clone())
 }
 
 impl GlobalFence for Ctx {
     fn gf(&self, nodes: impl IntoIterator<Item = NodeId>) -> Result<()> {
-        let st = gf_thread(self)?;
         let nodes = nodes.into_iter().collect::<Vec<_>>();
-        for &n in &nodes {
-            self.cluster().check_alive(n)?;
-        }
-        if nodes.is_empty() {
-            return Ok(());
-        }
-        for &n in &nodes {
-            self.rfence(n)?;
-            self.get(&st.scratch, &st.targets.words[n.index()], GF_WORK_ID)?;
-        }
-        self.wait(GF_WORK_ID)?;
+        let words = gf_words(self, &nodes)?;
+        protocol::gf(&mut &*self, &words, &nodes)?;
         tracing::trace!(target: "loco::sv", node = %self.node(), ?nodes, "gf done");
         Ok(())
     }

@@ -59,7 +59,7 @@ pub use map::{FixedHashMap, MapOp, MapRet, PortedHashMap};
 pub use queue::{BoundedQueue, PortedQueue, QueueOp, QueueRet};
 
 use crate::object::Object;
-use crate::sc::{SC_FETCH, SC_WRITE};
+use crate::protocol::{SC_FETCH, SC_WRITE};
 use crate::{LayoutError, Result};
 
 /// A sequential data structure with a fixed-layout encoding, ready to be [`Ported`].

@@ -3,7 +3,7 @@
 //! | state (docs/model.md §4.1) | here |
 //! |---|---|
 //! | memory of every node | [`Fabric`] (real shared words) |
-//! | per thread: TSO store buffer | [`ThreadState::sb`]: stores *and* posted remote ops, in program order |
+//! | per thread: TSO store buffer | [`ThreadState::sb`], the model's [`StoreBuffer`]: stores *and* posted remote ops, in program order |
 //! | per (thread, node): pipe, remote write buffer, local write buffer | [`ThreadState::qps`], one [`Qp`] per target |
 //! | per node: remote-atomic lock | [`State::locks`] |
 //!
@@ -13,7 +13,6 @@
 //! to be stepped by others (or by [`Chaos::quiesce`]), exactly as a real NIC keeps going after
 //! the CPU has moved on.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,7 +24,7 @@ use rand_chacha::ChaCha8Rng;
 use super::{deadline, expired, Fabric};
 use crate::backend::{ThreadNic, WorkRequest};
 use crate::error::TimeoutKind;
-use crate::model::{ClusterMemory, Entry, LocalItem, Qp, Step};
+use crate::model::{ClusterMemory, Entry, LocalItem, Post, Qp, Step, StoreBuffer};
 use crate::{Error, NodeId, Result};
 
 /// Probabilities that a call takes no random step at all (so work stays pending across calls);
@@ -37,17 +36,11 @@ const P_MORE: [f64; 3] = [0.3, 0.6, 0.85];
 const P_YIELD: f64 = 0.1;
 
 #[derive(Debug)]
-enum SbItem {
-    Store { word: usize, value: u64 },
-    Post { target: usize, wr: WorkRequest },
-}
-
-#[derive(Debug)]
 struct ThreadState {
     node: usize,
     /// Whether the owning [`ChaosNic`] still exists.
     alive: bool,
-    sb: VecDeque<SbItem>,
+    sb: StoreBuffer<Post>,
     qps: Vec<Qp>,
 }
 
@@ -150,8 +143,7 @@ impl State {
                     *qp = Qp::new(qp.local_node, qp.remote_node);
                 }
             } else {
-                th.sb
-                    .retain(|i| !matches!(i, SbItem::Post { target, .. } if dead[*target]));
+                th.sb.retain_posts(|p| !dead[p.target.index()]);
                 for qp in th.qps.iter_mut().filter(|qp| dead[qp.remote_node.index()]) {
                     if holds_lock(qp) {
                         locks[qp.remote_node.index()] = false;
@@ -205,11 +197,9 @@ impl State {
     /// pipe (a remote op).
     fn flush_one(&mut self, fabric: &Fabric, t: usize) {
         let th = self.threads[t].as_mut().expect("flush of a live slot");
-        match th.sb.pop_front() {
-            Some(SbItem::Store { word, value }) => fabric.write(th.node, word, value),
-            Some(SbItem::Post { target, wr }) => th.qps[target].issue(wr, 0),
-            None => {}
-        }
+        let node = th.node;
+        th.sb
+            .flush(&mut th.qps, |word, value| fabric.write(node, word, value));
         if !th.alive && th.settled() {
             self.threads[t] = None;
         }
@@ -363,7 +353,7 @@ impl Chaos {
         let th = ThreadState {
             node,
             alive: true,
-            sb: VecDeque::new(),
+            sb: StoreBuffer::new(),
             qps: (0..nodes)
                 .map(|n| Qp::new(NodeId(node as u16), NodeId(n as u16)))
                 .collect(),
@@ -459,10 +449,8 @@ impl ThreadNic for ChaosNic {
             // later one will discard this request.
             fabric.check_alive(node)?;
             fabric.check_alive(target.index())?;
-            st.thread(id).sb.push_back(SbItem::Post {
-                target: target.index(),
-                wr,
-            });
+            // Tag 0: this NIC completes by poll order, not by tag.
+            st.thread(id).sb.post(Post { target, wr, tag: 0 });
             Ok(())
         })
     }
@@ -515,19 +503,14 @@ impl ThreadNic for ChaosNic {
         let id = self.id;
         Ok(self.chaos.call(|st, fabric| {
             let th = st.thread(id);
-            let buffered = th.sb.iter().rev().find_map(|i| match i {
-                SbItem::Store { word: w, value } if *w == word => Some(*value),
-                _ => None,
-            });
-            buffered.unwrap_or_else(|| fabric.read(th.node, word))
+            th.sb.load(word, || fabric.read(th.node, word))
         }))
     }
 
     fn store(&mut self, word: usize, value: u64) -> Result<()> {
         self.word(word)?;
         let id = self.id;
-        self.chaos
-            .call(|st, _| st.thread(id).sb.push_back(SbItem::Store { word, value }));
+        self.chaos.call(|st, _| st.thread(id).sb.store(word, value));
         Ok(())
     }
 

@@ -1,0 +1,208 @@
+//! The machine the locks run their protocols on ([`crate::protocol`]): a thread context, with
+//! every wait bounded by the call's deadline, the thread's bookkeeping of operations in flight,
+//! and each lock's own spin (with its failure paths).
+
+use loco_rdmawait::protocol::Machine;
+use loco_rdmawait::{Ctx, Loc, NodeId, WorkId};
+use loco_rdmawaitrmw::{Rmw, RmwMachine};
+
+use crate::nlock::RawNLock;
+use crate::thread::{Deadline, Spin, ThreadLock};
+use crate::wlock::RawWLock;
+use crate::{Error, Result};
+
+/// The end of a lock's spin for ticket `t`: if it failed, the ticket is abandoned first
+/// (`abandon`), unless it was skipped (passed on already) or the thread's own node is reported
+/// dead (it writes nothing more; the others skip its ticket).
+pub(crate) fn spun(ctx: &Ctx, r: Result<u64>, abandon: impl FnOnce()) -> Result<u64> {
+    match &r {
+        Err(Error::Skipped { .. }) => {}
+        Err(Error::Rdma(loco_rdmawait::Error::PeerDead { node, .. })) if *node == ctx.node() => {}
+        Err(_) => abandon(),
+        Ok(_) => {}
+    }
+    r
+}
+
+/// Whose spin loops the machine runs.
+pub(crate) enum Spinner<'a> {
+    /// The weak lock's `await_any`.
+    W(&'a RawWLock),
+    /// The node lock's `get_until`.
+    N(&'a RawNLock),
+}
+
+/// A thread context running one lock call.
+pub(crate) struct Run<'a> {
+    pub(crate) ctx: &'a Ctx,
+    pub(crate) me: &'a ThreadLock,
+    pub(crate) d: &'a Deadline,
+    /// The lock's acquire work id: a failed wait for it leaves operations in flight on the
+    /// thread's private words.
+    acq: WorkId,
+    /// The lock's release work id: its operations (not waited for by the protocol) may still
+    /// read the thread's private words until a wait for it succeeds.
+    rel: WorkId,
+    spinner: Spinner<'a>,
+    /// An FAA is posted and not yet waited for: if its wait fails, the ticket it took is
+    /// unknown, and the next call must read and abandon it.
+    faa_out: bool,
+}
+
+impl<'a> Run<'a> {
+    pub(crate) fn new(
+        ctx: &'a Ctx,
+        me: &'a ThreadLock,
+        d: &'a Deadline,
+        acq: WorkId,
+        rel: WorkId,
+        spinner: Spinner<'a>,
+    ) -> Self {
+        Run {
+            ctx,
+            me,
+            d,
+            acq,
+            rel,
+            spinner,
+            faa_out: false,
+        }
+    }
+}
+
+impl Machine for Run<'_> {
+    type Word = Loc;
+    type Val = u64;
+    type Error = Error;
+
+    fn node(&self) -> NodeId {
+        self.ctx.node()
+    }
+
+    fn node_of(&self, w: Loc) -> NodeId {
+        w.node()
+    }
+
+    fn constant(&mut self, k: u64) -> u64 {
+        k
+    }
+
+    fn plus(&mut self, v: u64, k: u64) -> u64 {
+        v.wrapping_add(k)
+    }
+
+    fn or(&mut self, v: u64, bits: u64) -> u64 {
+        v | bits
+    }
+
+    fn load(&mut self, w: Loc) -> Result<u64> {
+        Ok(self.ctx.load(&w)?)
+    }
+
+    fn store(&mut self, w: Loc, v: u64) -> Result<()> {
+        Ok(self.ctx.store(&w, v)?)
+    }
+
+    fn put(&mut self, remote: Loc, local: Loc, wid: WorkId) -> Result<()> {
+        self.ctx.put(&remote, &local, wid)?;
+        let private = [self.me.word, self.me.scratch, self.me.note].contains(&local);
+        if wid == self.rel && private {
+            self.me.unreaped.set(true);
+        }
+        Ok(())
+    }
+
+    fn get(&mut self, local: Loc, remote: Loc, wid: WorkId) -> Result<()> {
+        Ok(self.ctx.get(&local, &remote, wid)?)
+    }
+
+    fn rfence(&mut self, node: NodeId) -> Result<()> {
+        Ok(self.ctx.rfence(node)?)
+    }
+
+    fn wait(&mut self, wid: WorkId) -> Result<()> {
+        let r = self.d.wait(self.ctx, wid);
+        if wid == self.rel && r.is_ok() {
+            self.me.unreaped.set(false);
+        }
+        if wid == self.acq {
+            match &r {
+                Ok(()) => {
+                    self.me.dirty.set(false);
+                    if std::mem::take(&mut self.faa_out) {
+                        // The FAA completed: so did every earlier operation of the queue pair
+                        // to the lock's node (completions are in order), release puts included.
+                        self.me.unreaped.set(false);
+                    }
+                }
+                Err(_) => {
+                    self.me.dirty.set(true);
+                    if self.faa_out {
+                        // The ticket is taken but unknown: the next call reads and abandons it.
+                        self.me.pending_faa.set(true);
+                    }
+                }
+            }
+        }
+        r
+    }
+
+    fn await_any(&mut self, words: &[Loc], until: u64) -> Result<u64> {
+        match self.spinner {
+            Spinner::W(l) => l.spin(self.ctx, self.me, words, until, self.d),
+            Spinner::N(_) => {
+                let mut spin = Spin::new();
+                loop {
+                    for w in words {
+                        if self.ctx.load(w)? == until {
+                            return Ok(until);
+                        }
+                    }
+                    if self.d.expired() {
+                        return Err(self.d.timeout());
+                    }
+                    spin.wait(self.ctx.cluster())?;
+                }
+            }
+        }
+    }
+
+    fn get_until(&mut self, local: Loc, remote: Loc, wid: WorkId, until: u64) -> Result<u64> {
+        match self.spinner {
+            Spinner::N(l) => l.spin(self.ctx, self.me, local, remote, until, self.d),
+            Spinner::W(_) => {
+                let mut spin = Spin::new();
+                loop {
+                    self.ctx.get(&local, &remote, wid)?;
+                    self.wait(wid)?;
+                    if self.ctx.load(&local)? == until {
+                        return Ok(until);
+                    }
+                    if self.d.expired() {
+                        return Err(self.d.timeout());
+                    }
+                    spin.wait(self.ctx.cluster())?;
+                }
+            }
+        }
+    }
+}
+
+impl RmwMachine for Run<'_> {
+    fn rcas(
+        &mut self,
+        remote: Loc,
+        expected: u64,
+        new: u64,
+        local: Loc,
+        wid: WorkId,
+    ) -> Result<()> {
+        Ok(self.ctx.rcas(&remote, expected, new, &local, wid)?)
+    }
+
+    fn rfaa(&mut self, remote: Loc, add: u64, local: Loc, wid: WorkId) -> Result<()> {
+        self.ctx.rfaa(&remote, add, &local, wid)?;
+        self.faa_out = true;
+        Ok(())
+    }
+}

@@ -1,0 +1,250 @@
+//! The machine the libraries' protocols are written against: one definition of each protocol,
+//! run by the crates and checked by the explorer.
+//!
+//! Every library above rdmawait (`bcast` and `gf` in loco-sv, the three locks in loco-locks, the
+//! SC operations in loco-sc) writes its protocol once, as a generic function over a
+//! [`Machine`]: the sequence of CPU accesses, posts and waits of docs/model.md §5. Two machines
+//! run those functions:
+//! - [`Ctx`] (and the locks' own wrapper around it) **executes** them on a NIC;
+//! - the litmus explorer's lowering **records** them as the instructions it explores
+//!   (`loco-litmus`, `lower.rs`), so the explorer checks exactly the protocol the crates run.
+//!
+//! A machine has two kinds of values: [`Machine::Word`], a word of node memory (on a [`Ctx`], a
+//! [`Loc`]), and [`Machine::Val`], a value the thread computed (on a [`Ctx`], a `u64`; in the
+//! explorer, a register plus a constant, known only when the thread runs). Protocols compute
+//! with values only through [`Machine::constant`], [`Machine::plus`] and [`Machine::or`], so
+//! that the explorer can follow them symbolically.
+//!
+//! What stays outside the shared definitions is what the model has no words for: checks of
+//! the caller's input, timeouts, and the failure paths of the locks (abandoned tickets, dead
+//! holders), which run only when a thread gives up or a node dies, neither of which a litmus
+//! test can express. Each crate's docs say which of its steps are shared.
+//!
+//! The remote atomics are added by `loco-rdmawaitrmw` (`RmwMachine`), as the layers are.
+
+use std::time::Instant;
+
+use crate::{Ctx, Loc, NodeId, Result, WorkId};
+
+/// The operations of docs/model.md §1 and §2 that protocols are written in, plus the two spin
+/// loops of the locks in their blocking form.
+///
+/// Names and argument order follow the paper: `put(x, y, d)` writes the remote word `x` from
+/// the local word `y`; `get(y, x, d)` reads the remote `x` into the local `y`.
+pub trait Machine {
+    /// A word of node memory.
+    type Word: Copy;
+    /// A value computed by the thread.
+    type Val: Copy;
+    /// What an operation can fail with.
+    type Error;
+
+    /// The node of the calling thread.
+    fn node(&self) -> NodeId;
+    /// The node a word lives on.
+    fn node_of(&self, w: Self::Word) -> NodeId;
+
+    /// The constant `k`.
+    fn constant(&mut self, k: u64) -> Self::Val;
+    /// `v + k` (wrapping).
+    fn plus(&mut self, v: Self::Val, k: u64) -> Self::Val;
+    /// `v | bits`.
+    fn or(&mut self, v: Self::Val, bits: u64) -> Self::Val;
+
+    /// `load(w)`: CPU load of a word of the thread's node.
+    fn load(&mut self, w: Self::Word) -> Result<Self::Val, Self::Error>;
+    /// `store(w, v)`: CPU store to a word of the thread's node.
+    fn store(&mut self, w: Self::Word, v: Self::Val) -> Result<(), Self::Error>;
+    /// `put(remote, local, d)`.
+    fn put(
+        &mut self,
+        remote: Self::Word,
+        local: Self::Word,
+        wid: WorkId,
+    ) -> Result<(), Self::Error>;
+    /// `get(local, remote, d)`.
+    fn get(
+        &mut self,
+        local: Self::Word,
+        remote: Self::Word,
+        wid: WorkId,
+    ) -> Result<(), Self::Error>;
+    /// `rfence(n)`.
+    fn rfence(&mut self, node: NodeId) -> Result<(), Self::Error>;
+    /// `wait(d)`.
+    fn wait(&mut self, wid: WorkId) -> Result<(), Self::Error>;
+
+    /// The weak lock's spin (Fig. 10): repeats CPU loads of `words` (of the thread's node) until
+    /// one reads `until`; returns the value read.
+    fn await_any(
+        &mut self,
+        words: &[Self::Word],
+        until: Self::Val,
+    ) -> Result<Self::Val, Self::Error>;
+
+    /// The node lock's spin (Fig. 13): repeats `get(local, remote, d); wait(d)` until `local`
+    /// reads `until`; returns the value read. (The explorer lets the get's remote read fire only
+    /// when the remote word holds `until`: the same executions, without the failed rounds.)
+    fn get_until(
+        &mut self,
+        local: Self::Word,
+        remote: Self::Word,
+        wid: WorkId,
+        until: Self::Val,
+    ) -> Result<Self::Val, Self::Error>;
+}
+
+/// A thread context executes protocols directly; its spins give up after the cluster's timeout
+/// ([`Error::Timeout`](crate::Error::Timeout)).
+impl Machine for &Ctx {
+    type Word = Loc;
+    type Val = u64;
+    type Error = crate::Error;
+
+    fn node(&self) -> NodeId {
+        Ctx::node(self)
+    }
+
+    fn node_of(&self, w: Loc) -> NodeId {
+        w.node()
+    }
+
+    fn constant(&mut self, k: u64) -> u64 {
+        k
+    }
+
+    fn plus(&mut self, v: u64, k: u64) -> u64 {
+        v.wrapping_add(k)
+    }
+
+    fn or(&mut self, v: u64, bits: u64) -> u64 {
+        v | bits
+    }
+
+    fn load(&mut self, w: Loc) -> Result<u64> {
+        Ctx::load(self, &w)
+    }
+
+    fn store(&mut self, w: Loc, v: u64) -> Result<()> {
+        Ctx::store(self, &w, v)
+    }
+
+    fn put(&mut self, remote: Loc, local: Loc, wid: WorkId) -> Result<()> {
+        Ctx::put(self, &remote, &local, wid)
+    }
+
+    fn get(&mut self, local: Loc, remote: Loc, wid: WorkId) -> Result<()> {
+        Ctx::get(self, &local, &remote, wid)
+    }
+
+    fn rfence(&mut self, node: NodeId) -> Result<()> {
+        Ctx::rfence(self, node)
+    }
+
+    fn wait(&mut self, wid: WorkId) -> Result<()> {
+        Ctx::wait(self, wid)
+    }
+
+    fn await_any(&mut self, words: &[Loc], until: u64) -> Result<u64> {
+        let end = Spinning::start();
+        loop {
+            for w in words {
+                if Ctx::load(self, w)? == until {
+                    return Ok(until);
+                }
+            }
+            end.check(self)?;
+        }
+    }
+
+    fn get_until(&mut self, local: Loc, remote: Loc, wid: WorkId, until: u64) -> Result<u64> {
+        let end = Spinning::start();
+        loop {
+            Ctx::get(self, &local, &remote, wid)?;
+            Ctx::wait(self, wid)?;
+            if Ctx::load(self, &local)? == until {
+                return Ok(until);
+            }
+            end.check(self)?;
+        }
+    }
+}
+
+/// A spin of a plain context: bounded by the cluster's timeout, backing off between rounds.
+struct Spinning {
+    start: Instant,
+    backoff: crossbeam_utils::Backoff,
+}
+
+impl Spinning {
+    fn start() -> Spinning {
+        Spinning {
+            start: Instant::now(),
+            backoff: crossbeam_utils::Backoff::new(),
+        }
+    }
+
+    fn check(&self, ctx: &Ctx) -> Result<()> {
+        ctx.cluster().check_open()?;
+        let after = ctx.cluster().timeout();
+        if self.start.elapsed() >= after {
+            return Err(crate::Error::Timeout {
+                what: crate::TimeoutKind::Other("a spin loop"),
+                after,
+            });
+        }
+        self.backoff.snooze();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Cluster, Error, Schedule};
+    use std::time::Duration;
+
+    fn cluster() -> Cluster {
+        Cluster::builder()
+            .nodes(2)
+            .soft(Schedule::Threaded)
+            .timeout(Duration::from_millis(50))
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_context_runs_the_spins() -> Result<()> {
+        let c = cluster();
+        let (a, b) = (c.alloc_word(NodeId(0))?, c.alloc_word(NodeId(0))?);
+        let remote = c.alloc_word(NodeId(1))?;
+        c.poke(&b, 7)?;
+        c.poke(&remote, 9)?;
+        let ctx = c.context(NodeId(0))?;
+        let mut m = &ctx;
+        assert_eq!(m.await_any(&[a, b], 7)?, 7);
+        assert_eq!(m.get_until(a, remote, WorkId::new(1), 9)?, 9);
+        assert_eq!(ctx.load(&a)?, 9, "the get landed in the local word");
+        let v = m.constant(5);
+        let v = m.plus(v, 1);
+        assert_eq!(m.or(v, 1 << 63), (1 << 63) | 6);
+        assert_eq!(m.node_of(remote), NodeId(1));
+        Ok(())
+    }
+
+    /// A spin whose value never comes gives up after the cluster's timeout, with an error.
+    #[test]
+    fn a_spin_that_never_ends_times_out() -> Result<()> {
+        let c = cluster();
+        let a = c.alloc_word(NodeId(0))?;
+        let remote = c.alloc_word(NodeId(1))?;
+        let ctx = c.context(NodeId(0))?;
+        let mut m = &ctx;
+        assert!(matches!(m.await_any(&[a], 1), Err(Error::Timeout { .. })));
+        assert!(matches!(
+            m.get_until(a, remote, WorkId::new(1), 1),
+            Err(Error::Timeout { .. })
+        ));
+        Ok(())
+    }
+}

@@ -1,0 +1,46 @@
+//! `bcast` and `gf` written once, over a [`Machine`]: [`SharedVar::bcast`](crate::SharedVar::bcast)
+//! and [`GlobalFence::gf`](crate::GlobalFence::gf) run these functions on a thread context, the
+//! litmus explorer records them (see [`loco_rdmawait::protocol`]). Callers check their input
+//! (known, live nodes) first.
+
+use loco_rdmawait::protocol::Machine;
+use loco_rdmawait::{NodeId, WorkId};
+
+/// `bcast(s, N, d)` (docs/model.md §5.1): `put(s@n, s@me, d)` for each node n of `nodes` other
+/// than the thread's own, in the order given. `copy(n)` is the variable's copy on node n.
+pub fn bcast<M: Machine>(
+    m: &mut M,
+    copy: impl Fn(NodeId) -> M::Word,
+    nodes: &[NodeId],
+    wid: WorkId,
+) -> Result<(), M::Error> {
+    let me = m.node();
+    let src = copy(me);
+    for &n in nodes.iter().filter(|&&n| n != me) {
+        m.put(copy(n), src, wid)?;
+    }
+    Ok(())
+}
+
+/// The words of the global fence, as seen by one thread.
+#[derive(Clone, Debug)]
+pub struct GfWords<W> {
+    /// Per node (by index), the dummy word the fence's get reads there.
+    pub dummy: Vec<W>,
+    /// The thread's scratch word, where those gets land.
+    pub scratch: W,
+}
+
+/// `gf(N)` (docs/model.md §5.2): for each node n of `nodes`, `rfence(n)` and a get of n's dummy
+/// word tagged [`GF_WORK_ID`](crate::GF_WORK_ID); then `wait` for them. An empty set does
+/// nothing.
+pub fn gf<M: Machine>(m: &mut M, w: &GfWords<M::Word>, nodes: &[NodeId]) -> Result<(), M::Error> {
+    if nodes.is_empty() {
+        return Ok(());
+    }
+    for &n in nodes {
+        m.rfence(n)?;
+        m.get(w.scratch, w.dummy[n.index()], crate::GF_WORK_ID)?;
+    }
+    m.wait(crate::GF_WORK_ID)
+}
