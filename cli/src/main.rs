@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+mod bench;
 mod keygen;
 use indicatif::{ProgressBar, ProgressStyle};
 use loco_litmus::explore::satisfies;
@@ -67,6 +68,17 @@ enum Command {
     Litmus(Litmus),
     /// Print a fresh random cluster key (LOCO_CLUSTER_KEY) for multi-process verbs clusters.
     Keygen,
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(Bench),
+}
+
+/// `loco bench` subcommands.
+#[derive(Subcommand)]
+enum Bench {
+    /// Lock throughput, p50/p99 acquire latency, fairness and network operations per acquire,
+    /// per lock, node count and thread count (a table, or JSON lines with --json).
+    Locks(bench::LocksArgs),
 }
 
 /// The explorer's budget (`check`, `run`, `show`).
@@ -207,6 +219,13 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Litmus(cmd) => ExitCode::from(litmus(cmd).code()),
         Command::Keygen => keygen::main(),
+        Command::Bench(Bench::Locks(args)) => match bench::locks(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("loco bench locks: {e}");
+                ExitCode::from(5)
+            }
+        },
     }
 }
 

@@ -92,8 +92,8 @@
 //! | [`Cluster::shutdown`] | threads blocked in any acquire return `Shutdown` within a spin round |
 //! | a context is dropped | its weak/strong lock `rel` slot and private words go back (see below) |
 //!
-//! **How fast.** A waiter looks for abandoned or dead tickets once per millisecond of waiting (one extra read of a mark, and one read of a `held` word per
-//! dead node); a dead node is noticed as fast as [`Cluster::check_alive`] reports it (the soft
+//! **How fast.** A waiter looks for abandoned or dead tickets once per millisecond of waiting (one extra read of a mark, and reads of the `held` and
+//! `waiting` words of each dead node); a dead node is noticed as fast as [`Cluster::check_alive`] reports it (the soft
 //! NIC at once after [`Cluster::kill`]; the verbs backend after its failure detector).
 //! Abandoning a ticket costs the giving-up thread at most a few round trips, bounded by 0.5 s.
 //!
@@ -130,7 +130,7 @@
 //! release first waits for its hold's announcement (usually long complete), so its words come
 //! back on a plain drop after a release.
 //!
-//! //! # Implementation
+//! # Implementation
 //! Each lock runs the paper's protocol over `loco-sv` and `loco-rdmawaitrmw`, and nothing else:
 //! no process-local mutex stands in for it, so the soft backend exercises exactly what runs over
 //! verbs. Per-thread state (ticket, private words, `rel` slot) lives in the thread's [`Ctx`]. The
@@ -181,7 +181,9 @@ pub use wlock::{RawSLock, RawWLock};
 /// # When to choose it
 /// When the critical section only touches local memory with the CPU, or when you know which nodes
 /// it wrote: then fence just those (`gf(N)`) before releasing, which is cheaper than the
-/// [`SLock`]'s fence towards every node (Fig. 8d). The release itself never blocks.
+/// [`SLock`]'s fence towards every node (Fig. 8d). The release does not wait for its broadcast;
+/// it first retires its hold's announcement put (posted at the acquire, and usually complete by
+/// then: at most one round trip to the ticket node for a very short critical section).
 ///
 /// ```
 /// use loco_locks::WLock;

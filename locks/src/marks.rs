@@ -21,7 +21,7 @@ use std::time::Duration;
 use loco_rdmawait::{Ctx, Loc, NodeId, WorkId};
 use loco_rdmawaitrmw::Rmw;
 
-use crate::thread::Deadline;
+use crate::thread::{Deadline, ThreadLock};
 use crate::Result;
 
 /// How long a thread that gives a ticket up spends marking it (beyond the caller's deadline):
@@ -54,12 +54,13 @@ pub(crate) fn is_marked(
     ctx: &Ctx,
     ring: &Loc,
     r: u64,
-    scratch: &Loc,
+    me: &ThreadLock,
     wid: WorkId,
     d: &Deadline,
 ) -> Result<bool> {
+    let scratch = &me.scratch;
     ctx.get(scratch, &slot(ring, r)?, wid)?;
-    d.wait(ctx, wid)?;
+    wait(ctx, me, wid, d)?;
     Ok(ctx.load(scratch)? == r + 1)
 }
 
@@ -71,20 +72,27 @@ pub(crate) fn mark(
     ctx: &Ctx,
     ring: &Loc,
     u: u64,
-    scratch: &Loc,
+    me: &ThreadLock,
     wid: WorkId,
     d: &Deadline,
 ) -> Result<bool> {
+    let scratch = &me.scratch;
     let w = slot(ring, u)?;
     ctx.get(scratch, &w, wid)?;
-    d.wait(ctx, wid)?;
+    wait(ctx, me, wid, d)?;
     let m = ctx.load(scratch)?;
     if m == u + 1 {
         return Ok(true);
     }
     ctx.rcas(&w, m, u + 1, scratch, wid)?;
-    d.wait(ctx, wid)?;
+    wait(ctx, me, wid, d)?;
     Ok(ctx.load(scratch)? == m)
+}
+
+/// `wait(wid)`; a failure leaves the get or CAS in flight on `scratch` (`dirty`: the word is
+/// not recycled).
+fn wait(ctx: &Ctx, me: &ThreadLock, wid: WorkId, d: &Deadline) -> Result<()> {
+    d.wait(ctx, wid).inspect_err(|_| me.dirty.set(true))
 }
 
 /// Tickets given up whose marks could not be written yet (see the module docs): paid by any

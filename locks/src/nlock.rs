@@ -141,7 +141,7 @@ impl RawNLock {
         let r = marks::ticket(raw);
         let mut poison = marks::poisoned(raw);
         let mut dead = None;
-        if !marks::is_marked(ctx, &self.ab, r, &me.scratch, NL_ACQ, d)? {
+        if !marks::is_marked(ctx, &self.ab, r, me, NL_ACQ, d)? {
             // Only a dead node's thread is skipped: a live holder is waited for. Ticket r is
             // that thread's if node k announced entering with it (`held[k]`), or waiting for
             // it (`waiting[k]`, announced after a millisecond of waiting).
@@ -275,7 +275,7 @@ impl RawNLock {
             if u - r >= MARKS {
                 return Ok(false); // the ring word may still hold a live mark: owe it
             }
-            if !marks::mark(ctx, &self.ab, u, &me.scratch, NL_ACQ, d)? {
+            if !marks::mark(ctx, &self.ab, u, me, NL_ACQ, d)? {
                 return Ok(false);
             }
             // The lock may have been handed to us meanwhile: then pass it on ourselves (a waiter
@@ -329,9 +329,15 @@ impl RawNLock {
         self.cluster.check_open()?;
         self.cluster.check_alive(self.node())?;
         let w = self.words(ctx, &me)?;
-        let mut run = Run::new(ctx, &me, d, NL_ACQ, NL_REL, Spinner::N(self));
-        let (t, raw) = protocol::nlock_acquire(&mut run, &w)?;
-        Ok(self.enter(ctx, &me, t, marks::poisoned(raw)))
+        let mut run = Run::new(ctx, &me, d, NL_ACQ, NL_REL, self.node(), Spinner::N(self));
+        match protocol::nlock_acquire(&mut run, &w) {
+            Ok((t, raw)) => Ok(self.enter(ctx, &me, t, marks::poisoned(raw))),
+            // Released to us, but entering failed: pass the ticket on rather than strand it.
+            Err(e) => match run.spun() {
+                Some(t) => crate::run::spun(ctx, Err(e), || self.abandon(ctx, &me, t)),
+                None => Err(e),
+            },
+        }
     }
 
     pub(crate) fn try_acquire_deadline(&self, ctx: &Ctx, d: &Deadline) -> Result<Option<u64>> {
@@ -355,11 +361,11 @@ impl RawNLock {
             if ctx.load(&me.word)? == r {
                 // tkt was r, so rel (which read r) is still r: ours, poison bit included.
                 let w = self.words(ctx, &me)?;
-                protocol::nlock_enter(
-                    &mut Run::new(ctx, &me, d, NL_ACQ, NL_REL, Spinner::N(self)),
-                    &w,
-                    r,
-                )?;
+                let mut run = Run::new(ctx, &me, d, NL_ACQ, NL_REL, self.node(), Spinner::N(self));
+                if let Err(e) = protocol::nlock_enter(&mut run, &w, r) {
+                    // Ticket r is ours and released to: pass it on rather than strand it.
+                    return crate::run::spun(ctx, Err(e), || self.abandon(ctx, &me, r)).map(Some);
+                }
                 return Ok(Some(self.enter(ctx, &me, r, marks::poisoned(raw))));
             }
             // Taken: free only if ticket r was given up (or its holder died).
@@ -376,7 +382,7 @@ impl RawNLock {
         let w = self.words(ctx, &me)?;
         let d = Deadline::after(self.cluster.timeout());
         protocol::nlock_release(
-            &mut Run::new(ctx, &me, &d, NL_ACQ, NL_REL, Spinner::N(self)),
+            &mut Run::new(ctx, &me, &d, NL_ACQ, NL_REL, self.node(), Spinner::N(self)),
             &w,
             t,
             poison,

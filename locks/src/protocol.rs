@@ -10,8 +10,11 @@
 //! ("Failures"): a spin that gives up abandons its ticket, a waiter that finds the lock
 //! released to an abandoned ticket or to a dead holder passes it on. Those run inside the
 //! crate's implementation of the two spins ([`Machine::await_any`], [`Machine::get_until`]) and
-//! only when a thread gives up or a node dies; a litmus test can express neither. `try_acquire`
-//! is crate-only too (litmus tests have no try form).
+//! only when a thread gives up or a node dies; a litmus test can express neither. A wait longer
+//! than a millisecond also takes a slow path there (the waiter announces its ticket in
+//! `waiting[me]` and reads abandon marks): it writes only words the protocols below never read,
+//! so what they compute is unchanged. `try_acquire` is crate-only too (litmus tests have no try
+//! form).
 
 use loco_rdmawait::protocol::Machine;
 use loco_rdmawait::{NodeId, WorkId};
@@ -20,9 +23,10 @@ use loco_sv::protocol::{bcast, gf, GfWords};
 
 /// Work id of the weak lock's ticket operations (FAA, CAS, get of `tkt`).
 pub const WL_ACQ: WorkId = WorkId::internal(0x4C4B_0001);
-/// Work id of the weak lock's release broadcasts. They are not waited for at release
-/// (docs/model.md §5.3); the thread's next acquire waits for them (see [`wlock_acquire`]), so
-/// completions never pile up.
+/// Work id of the weak lock's release broadcasts and hold announcements. A release's broadcast
+/// is not waited for at release (docs/model.md §5.3): the thread's next acquire waits for it (see
+/// [`wlock_acquire`]), so completions never pile up; the hold's announcement is waited for by
+/// the release.
 pub const WL_REL: WorkId = WorkId::internal(0x4C4B_0002);
 /// Work id of the node lock's acquire operations (FAA, CAS, polling gets, marks).
 pub const NL_ACQ: WorkId = WorkId::internal(0x4C4B_0011);
@@ -68,8 +72,8 @@ pub fn wlock_acquire<M: RmwMachine>(
 }
 
 /// Entering the weak lock with ticket `t`: `store(turn, t+1); put(held[me], turn)`, the hold's
-/// announcement for waiters that find this node dead (beyond the paper; not waited for, the
-/// next acquire's `wait(WL_REL)` retires it).
+/// announcement for waiters that find this node dead (beyond the paper; not waited for here:
+/// the release's `wait(WL_REL)` retires it).
 pub fn wlock_enter<M: Machine>(
     m: &mut M,
     w: &WLockWords<M::Word>,

@@ -43,6 +43,11 @@ pub(crate) struct Run<'a> {
     /// The lock's release work id: its operations (not waited for by the protocol) may still
     /// read the thread's private words until a wait for it succeeds.
     rel: WorkId,
+    /// The node of the lock's words (the node lock's node, the weak lock's ticket node).
+    home: NodeId,
+    /// The ticket whose spin succeeded, if one did: the caller abandons it if a later step of
+    /// the acquire fails.
+    spun: Option<u64>,
     spinner: Spinner<'a>,
     /// An FAA is posted and not yet waited for: if its wait fails, the ticket it took is
     /// unknown, and the next call must read and abandon it.
@@ -50,12 +55,32 @@ pub(crate) struct Run<'a> {
 }
 
 impl<'a> Run<'a> {
+    /// `r`, unless it failed only because a node other than the thread's own and the lock's
+    /// home is dead: an operation towards a dead node has nothing left to do (its memory is
+    /// gone), so a release's broadcast or fence goes on with the live nodes.
+    fn towards_live(&self, r: loco_rdmawait::Result<()>) -> Result<()> {
+        match r {
+            Err(loco_rdmawait::Error::PeerDead { node, .. })
+                if node != self.ctx.node() && node != self.home =>
+            {
+                Ok(())
+            }
+            r => Ok(r?),
+        }
+    }
+
+    /// The ticket whose spin succeeded (the lock is released to it), if one did.
+    pub(crate) fn spun(&self) -> Option<u64> {
+        self.spun
+    }
+
     pub(crate) fn new(
         ctx: &'a Ctx,
         me: &'a ThreadLock,
         d: &'a Deadline,
         acq: WorkId,
         rel: WorkId,
+        home: NodeId,
         spinner: Spinner<'a>,
     ) -> Self {
         Run {
@@ -64,6 +89,8 @@ impl<'a> Run<'a> {
             d,
             acq,
             rel,
+            home,
+            spun: None,
             spinner,
             faa_out: false,
         }
@@ -104,7 +131,7 @@ impl Machine for Run<'_> {
     }
 
     fn put(&mut self, remote: Loc, local: Loc, wid: WorkId) -> Result<()> {
-        self.ctx.put(&remote, &local, wid)?;
+        self.towards_live(self.ctx.put(&remote, &local, wid))?;
         let private = [self.me.word, self.me.scratch, self.me.note].contains(&local);
         if wid == self.rel && private {
             self.me.unreaped.set(true);
@@ -113,15 +140,28 @@ impl Machine for Run<'_> {
     }
 
     fn get(&mut self, local: Loc, remote: Loc, wid: WorkId) -> Result<()> {
-        Ok(self.ctx.get(&local, &remote, wid)?)
+        self.towards_live(self.ctx.get(&local, &remote, wid))
     }
 
     fn rfence(&mut self, node: NodeId) -> Result<()> {
-        Ok(self.ctx.rfence(node)?)
+        self.towards_live(self.ctx.rfence(node))
     }
 
     fn wait(&mut self, wid: WorkId) -> Result<()> {
-        let r = self.d.wait(self.ctx, wid);
+        let mut r = self.d.wait(self.ctx, wid);
+        // A node other than the thread's own and the lock's home died with some of these
+        // requests towards it (a release's broadcast, a fence): they are gone, and the context
+        // has forgotten them; wait for the others. Bounded: each node is reported once.
+        for _ in 0..self.ctx.cluster().nodes() {
+            match &r {
+                Err(Error::Rdma(loco_rdmawait::Error::PeerDead { node, .. }))
+                    if *node != self.ctx.node() && *node != self.home =>
+                {
+                    r = self.d.wait(self.ctx, wid);
+                }
+                _ => break,
+            }
+        }
         if wid == self.rel && r.is_ok() {
             self.me.unreaped.set(false);
         }
@@ -149,7 +189,11 @@ impl Machine for Run<'_> {
 
     fn await_any(&mut self, words: &[Loc], until: u64) -> Result<u64> {
         match self.spinner {
-            Spinner::W(l) => l.spin(self.ctx, self.me, words, until, self.d),
+            Spinner::W(l) => {
+                let raw = l.spin(self.ctx, self.me, words, until, self.d)?;
+                self.spun = Some(until);
+                Ok(raw)
+            }
             Spinner::N(_) => {
                 let mut spin = Spin::new();
                 loop {
@@ -169,7 +213,11 @@ impl Machine for Run<'_> {
 
     fn get_until(&mut self, local: Loc, remote: Loc, wid: WorkId, until: u64) -> Result<u64> {
         match self.spinner {
-            Spinner::N(l) => l.spin(self.ctx, self.me, local, remote, until, self.d),
+            Spinner::N(l) => {
+                let raw = l.spin(self.ctx, self.me, local, remote, until, self.d)?;
+                self.spun = Some(until);
+                Ok(raw)
+            }
             Spinner::W(_) => {
                 let mut spin = Spin::new();
                 loop {

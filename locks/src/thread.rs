@@ -74,7 +74,7 @@ pub(crate) struct ThreadLock {
     pub(crate) word: Loc,
     /// A second private word: the destination of the abandon and recovery operations.
     pub(crate) scratch: Loc,
-    /// A third private word: the source of the node lock's `waiting` announcement.
+    /// A third private word: the source of a waiter's `waiting` announcement (both locks).
     pub(crate) note: Loc,
     /// The thread's slot in the `rel[*]` array (wlock); 0 for an nlock.
     pub(crate) slot: usize,
@@ -96,8 +96,9 @@ pub(crate) struct ThreadLock {
     /// Some operation of this thread whose local write targets `word` or `scratch` may still be
     /// in flight (a wait timed out): the words are not recycled.
     pub(crate) dirty: Cell<bool>,
-    /// A put that reads `word` (the node lock's release or `held` put) may not have read it yet:
-    /// the words are not recycled (see [`RawLock::leave`](crate::RawLock::leave)).
+    /// A put that reads a private word (a release or `held` put, a `waiting` announcement) may
+    /// not have read it yet: the words are not recycled (see
+    /// [`RawLock::leave`](crate::RawLock::leave)).
     pub(crate) unreaped: Cell<bool>,
     pub(crate) pool: Arc<WordPool>,
     pub(crate) on_drop: Option<Arc<dyn OnDrop>>,

@@ -32,8 +32,9 @@ const LOOK_EVERY: Duration = Duration::from_millis(1);
 ///
 /// A ticket dispenser `tkt` on a chosen node; per thread a private `turn` and a shared variable
 /// `rel[t]`. Acquire: `rfaa(tkt, 1, ret=turn, d); wait(d)`, then spin over the local copies of
-/// all `rel[*]` until one equals `turn`. Release: `store(rel[me], turn+1)` and
-/// `bcast(rel[me], all other nodes, d)`, not waited for. Both are [`protocol::wlock_acquire`]
+/// all `rel[*]` until one equals `turn`, then announce the hold (`put(held[me], turn)`).
+/// Release: `wait(d)` (the announcement), `store(rel[me], turn+1)` and `bcast(rel[me], all
+/// other live nodes, d)`, not waited for. Both are [`protocol::wlock_acquire`]
 /// and [`protocol::wlock_release`], the definitions the litmus explorer checks. See
 /// [`WLock`](crate::WLock) for the guarantee, and for what happens when threads give up, die,
 /// or come and go.
@@ -146,14 +147,26 @@ impl RawWLock {
                 .unwrap_or_else(|p| p.into_inner())
                 .pop();
             let on_drop: Arc<dyn OnDrop> = self.pool.clone();
-            let (slot, last) = match recycled {
-                Some((slot, last)) => {
-                    if let Err(e) = self.check_landed(ctx, slot, last) {
-                        self.pool.dropped(slot, last, false);
-                        return Err(e);
+            let recycled = match recycled {
+                Some((slot, last)) => match self.check_landed(ctx, slot, last) {
+                    Ok(()) => Some((slot, last)),
+                    Err(e) => {
+                        // Not usable yet (its old owner's last release has not landed
+                        // everywhere): back to the far end of the pool, and take a fresh slot.
+                        tracing::debug!(target: "loco::locks", lock = self.id, slot, error = %e,
+                            "wlock: a recycled slot is not usable yet");
+                        self.pool
+                            .free
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(0, (slot, last));
+                        None
                     }
-                    (slot, last)
-                }
+                },
+                None => None,
+            };
+            let (slot, last) = match recycled {
+                Some(r) => r,
                 None => {
                     let tmp = ThreadLock::new(ctx, usize::MAX, Vec::new(), None)?;
                     ctx.rfaa(&self.slots, 1, &tmp.word, WL_ACQ)?;
@@ -292,7 +305,15 @@ impl RawWLock {
     }
 
     fn run<'a>(&'a self, ctx: &'a Ctx, me: &'a ThreadLock, d: &'a Deadline) -> Run<'a> {
-        Run::new(ctx, me, d, WL_ACQ, WL_REL, Spinner::W(self))
+        Run::new(
+            ctx,
+            me,
+            d,
+            WL_ACQ,
+            WL_REL,
+            self.ticket_node(),
+            Spinner::W(self),
+        )
     }
 
     /// The lock is released to `r` (some copy on this node reads `raw`, ticket `r`) and nobody
@@ -303,7 +324,7 @@ impl RawWLock {
         let r = marks::ticket(raw);
         let mut poison = raw & POISON;
         let mut dead = None;
-        if !marks::is_marked(ctx, &self.ab, r, &me.scratch, WL_ACQ, d)? {
+        if !marks::is_marked(ctx, &self.ab, r, me, WL_ACQ, d)? {
             dead = self.dead_owner(ctx, me, r, d)?;
             if dead.is_none() {
                 return Ok(false);
@@ -434,7 +455,7 @@ impl RawWLock {
         let high = match Self::released_to(ctx, me, u)? {
             Ok(raw) => {
                 // Handed to us exactly as we gave up: release it without entering.
-                d.wait(ctx, WL_REL)?;
+                self.run(ctx, me, d).wait(WL_REL)?;
                 self.publish(ctx, me, (u + 1) | (raw & POISON), d)?;
                 return Ok(true);
             }
@@ -446,11 +467,11 @@ impl RawWLock {
         if u - high >= MARKS {
             return Ok(false);
         }
-        if !marks::mark(ctx, &self.ab, u, &me.scratch, WL_ACQ, d)? {
+        if !marks::mark(ctx, &self.ab, u, me, WL_ACQ, d)? {
             return Ok(false);
         }
         if let Some(raw) = Self::copy_of(ctx, me, u)? {
-            d.wait(ctx, WL_REL)?;
+            self.run(ctx, me, d).wait(WL_REL)?;
             self.publish(ctx, me, (u + 1) | (raw & POISON), d)?;
         }
         Ok(true)
@@ -486,15 +507,22 @@ impl RawWLock {
         self.settle(ctx, &me, d)?;
         self.cluster.check_alive(self.ticket_node())?;
         let w = self.words(ctx, &me)?;
-        let (t, raw) = protocol::wlock_acquire(&mut self.run(ctx, &me, d), &w, &me.rels)?;
-        Ok(self.enter(ctx, &me, t, raw))
+        let mut run = self.run(ctx, &me, d);
+        match protocol::wlock_acquire(&mut run, &w, &me.rels) {
+            Ok((t, raw)) => Ok(self.enter(ctx, &me, t, raw)),
+            // Released to us, but entering failed: pass the ticket on rather than strand it.
+            Err(e) => match run.spun() {
+                Some(t) => crate::run::spun(ctx, Err(e), || self.abandon(ctx, &me, t)),
+                None => Err(e),
+            },
+        }
     }
 
     fn try_acquire_deadline(&self, ctx: &Ctx, d: &Deadline) -> Result<Option<u64>> {
         let me = self.me(ctx)?;
         Self::check_not_held(&me)?;
         self.cluster.check_open()?;
-        d.wait(ctx, WL_REL)?;
+        self.run(ctx, &me, d).wait(WL_REL)?;
         self.settle(ctx, &me, d)?;
         for _ in 0..=MARKS {
             // The next ticket; it may enter at once if some rel copy already reads it.
@@ -532,7 +560,10 @@ impl RawWLock {
                 return Ok(None);
             }
             let w = self.words(ctx, &me)?;
-            protocol::wlock_enter(&mut self.run(ctx, &me, d), &w, v)?;
+            if let Err(e) = protocol::wlock_enter(&mut self.run(ctx, &me, d), &w, v) {
+                // Ticket v is ours and released to: pass it on rather than strand it.
+                return crate::run::spun(ctx, Err(e), || self.abandon(ctx, &me, v)).map(Some);
+            }
             return Ok(Some(self.enter(ctx, &me, v, raw)));
         }
         Ok(None)
@@ -549,7 +580,19 @@ impl RawWLock {
         let mine = |n: NodeId| copies[n.index()];
         let d = Deadline::after(self.cluster.timeout());
         if strong {
-            let fence = loco_sv::gf_words(ctx, &nodes)?;
+            // The fence's words; `gf_words` checks that the nodes are alive, and one may have
+            // died since `live_nodes`: then fence the others.
+            let mut nodes = nodes;
+            let fence = loop {
+                match loco_sv::gf_words(ctx, &nodes) {
+                    Err(loco_sv::Error::Rdma(loco_rdmawait::Error::PeerDead { node, .. }))
+                        if node != ctx.node() && node != self.ticket_node() =>
+                    {
+                        nodes.retain(|&n| n != node);
+                    }
+                    r => break r?,
+                }
+            };
             me.last_rel.set((t + 1) | if poison { POISON } else { 0 });
             let mut run = self.run(ctx, &me, &d);
             protocol::slock_release(&mut run, &fence, mine, &nodes, t, poison)?;

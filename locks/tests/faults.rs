@@ -583,3 +583,38 @@ fn a_restarted_node_uses_the_lock_again_and_no_increment_is_lost() -> Result<()>
     }
     Ok(())
 }
+
+/// Another node dies (not the lock's, not the caller's): the lock keeps working among the
+/// survivors, whether the death comes between a release and the next acquire (the release's
+/// broadcast towards it is lost) or inside a critical section (the release must not fail).
+#[test]
+fn a_lock_outlives_an_unrelated_node() -> Result<()> {
+    let mut s = vec![Schedule::Threaded];
+    s.extend((1..=4).map(|seed| Schedule::Chaos { seed }));
+    for s in s {
+        for k in 0..3 {
+            for inside in [false, true] {
+                let c = cluster(s, BOUND);
+                let l = each_off_n1(&c, 3)?.swap_remove(k);
+                let name = l.name();
+                let (l0, c0) = (l.boxed(), c.clone());
+                let r = bounded("survivor", move || -> Result<()> {
+                    let ctx = c0.context(NodeId(0))?;
+                    l0.with(&ctx, BOUND, &|| {})?;
+                    if inside {
+                        l0.with(&ctx, BOUND, &|| c0.kill(NodeId(1)).unwrap())?;
+                    } else {
+                        c0.kill(NodeId(1))?;
+                    }
+                    let (t, _) = l0.with(&ctx, BOUND, &|| {})?;
+                    let other = c0.context(NodeId(2))?;
+                    let (u, _) = l0.with(&other, BOUND, &|| {})?;
+                    assert_eq!(u, t + 1);
+                    Ok(())
+                });
+                r.unwrap_or_else(|e| panic!("{s:?} {name} (death inside: {inside}): {e}"));
+            }
+        }
+    }
+    Ok(())
+}

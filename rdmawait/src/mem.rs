@@ -4,12 +4,16 @@
 //! results), so Rust must never hold a `&mut` or a plain `&u64` to it: it is seen only as
 //! `&[AtomicU64]`, whose accesses are all atomic and so stay sound whatever the NIC does between
 //! them. [`Words`] owns such a block; the verbs backend registers [`Words::addr`] ..
-//! `addr + len_bytes` as a memory region and keeps the region in a field declared *before* the
-//! `Words` (fields drop in order: deregister first, then free).
+//! `addr + len_bytes` as a memory region, and [`Registered`] owns the block together with its
+//! registration: dropping it deregisters first and frees the block only if that succeeded. A
+//! failed deregistration leaks the block (and the registration): a NIC that may still write
+//! into memory must never see it handed back to the allocator.
 
 #![allow(unsafe_code)]
 
 use std::alloc::{self, Layout};
+use std::io;
+use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 use std::sync::atomic::AtomicU64;
 
@@ -79,10 +83,79 @@ impl Words {
 
 impl Drop for Words {
     fn drop(&mut self) {
-        // SAFETY: `ptr` was returned by `alloc_zeroed(self.layout)` and is freed only here. The
-        // owner deregisters any memory region over the block before dropping it (field order),
-        // so no NIC accesses it afterwards.
+        // SAFETY: `ptr` was returned by `alloc_zeroed(self.layout)` and is freed only here. A
+        // registered block is owned by a `Registered`, which drops it only once its memory
+        // region is deregistered (and leaks it otherwise), so no NIC accesses it afterwards.
         unsafe { alloc::dealloc(self.ptr.as_ptr().cast(), self.layout) }
+    }
+}
+
+/// A registration of memory with a NIC (a verbs memory region), as [`Registered`] ends it.
+pub(crate) trait Deregister {
+    /// Ends the registration: once this returns `Ok`, the NIC no longer accesses the memory.
+    /// Called at most once; on `Err` the registration is leaked, never dropped.
+    fn deregister(&mut self) -> io::Result<()>;
+}
+
+/// A block of memory and its registration with a NIC. Dropping it deregisters, then frees the
+/// block only if deregistration succeeded; on failure it logs and leaks both (the NIC may still
+/// write the block, so it must never be reused). Never panics in `drop`.
+///
+/// The block is generic only so that the leak-on-failure decision can be tested without a
+/// device; the verbs backend uses [`Words`].
+pub(crate) struct Registered<R: Deregister, B = Words> {
+    // Both dropped only by `Drop::drop`, and only after a successful deregistration.
+    reg: ManuallyDrop<R>,
+    block: ManuallyDrop<B>,
+    /// What the block is, for the log line of a failed deregistration.
+    what: String,
+}
+
+impl<R: Deregister, B> Registered<R, B> {
+    /// Takes ownership of `block` and of `reg`, a registration covering it (made by the caller,
+    /// which also guarantees that `block` stays at its address while `reg` exists: moving a
+    /// `Words` does not move its memory).
+    pub(crate) fn new(reg: R, block: B, what: String) -> Self {
+        Registered {
+            reg: ManuallyDrop::new(reg),
+            block: ManuallyDrop::new(block),
+            what,
+        }
+    }
+
+    /// The registration.
+    pub(crate) fn reg(&self) -> &R {
+        &self.reg
+    }
+
+    /// The block.
+    pub(crate) fn block(&self) -> &B {
+        &self.block
+    }
+}
+
+impl<R: Deregister, B> Drop for Registered<R, B> {
+    fn drop(&mut self) {
+        match self.reg.deregister() {
+            Ok(()) => {
+                // SAFETY: `reg` and `block` are dropped exactly once, here, and never used again
+                // (this is `drop`). The block goes only after the deregistration succeeded, so
+                // no NIC accesses it any more.
+                unsafe {
+                    ManuallyDrop::drop(&mut self.reg);
+                    ManuallyDrop::drop(&mut self.block);
+                }
+                tracing::debug!(target: "loco::rdmawait", what = %self.what,
+                    "registered memory deregistered and freed");
+            }
+            Err(e) => {
+                // Leaked on purpose: `reg` and `block` are `ManuallyDrop`, so returning without
+                // dropping them keeps the memory allocated (and the protection domain the
+                // registration holds alive) for the rest of the process.
+                tracing::error!(target: "loco::rdmawait", what = %self.what, error = %e,
+                    "deregistering memory failed: the memory is leaked, not freed, since the NIC may still write it");
+            }
+        }
     }
 }
 
@@ -116,5 +189,79 @@ mod tests {
     #[test]
     fn absurd_sizes_fail() {
         assert!(Words::zeroed(usize::MAX).is_err());
+    }
+
+    use std::sync::{Arc, Mutex};
+
+    type Log = Arc<Mutex<Vec<&'static str>>>;
+
+    /// A registration whose deregistration succeeds or fails as told, logging what happens.
+    struct FakeReg {
+        fail: bool,
+        log: Log,
+    }
+
+    impl Deregister for FakeReg {
+        fn deregister(&mut self) -> io::Result<()> {
+            self.log.lock().unwrap().push("deregister");
+            if self.fail {
+                Err(io::Error::from_raw_os_error(16)) // EBUSY
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    impl Drop for FakeReg {
+        fn drop(&mut self) {
+            self.log.lock().unwrap().push("registration dropped");
+        }
+    }
+
+    /// A block that logs when it is freed.
+    struct FakeBlock(Log);
+
+    impl Drop for FakeBlock {
+        fn drop(&mut self) {
+            self.0.lock().unwrap().push("block freed");
+        }
+    }
+
+    fn registered(fail: bool) -> (Registered<FakeReg, FakeBlock>, Log) {
+        let log = Log::default();
+        let reg = FakeReg {
+            fail,
+            log: log.clone(),
+        };
+        let r = Registered::new(reg, FakeBlock(log.clone()), "test block".into());
+        (r, log)
+    }
+
+    #[test]
+    fn block_is_freed_only_after_deregistration() {
+        let (r, log) = registered(false);
+        drop(r);
+        assert_eq!(
+            *log.lock().unwrap(),
+            ["deregister", "registration dropped", "block freed"]
+        );
+    }
+
+    #[test]
+    fn failed_deregistration_leaks_the_block() {
+        let (r, log) = registered(true);
+        drop(r); // must not panic
+        assert_eq!(*log.lock().unwrap(), ["deregister"]);
+    }
+
+    #[test]
+    fn failed_deregistration_does_not_panic_while_unwinding() {
+        let (r, log) = registered(true);
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            let _r = r;
+            panic!("a panic that drops registered memory");
+        }));
+        assert!(caught.is_err());
+        assert_eq!(*log.lock().unwrap(), ["deregister"]);
     }
 }

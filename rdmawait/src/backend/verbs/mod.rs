@@ -107,7 +107,12 @@
 //! # Implementation
 //! Raw verbs calls (posting, polling, attribute queries) live in this module, each `unsafe` block
 //! with its justification; registered memory is `crate::mem`, seen by Rust only as atomics.
-//! Extended completion queues are avoided: on rdma-core < 55 polling one on rxe returns stale
+//! A node's memory and its region are registered and deregistered with raw calls
+//! (`region.rs`): the block is freed only once `ibv_dereg_mr` has succeeded, and leaked (with an
+//! error in the log) if it fails. Queue pairs that can write a node's memory hold that node
+//! until they are destroyed, and are moved to the error state first (`qp.rs`), so no drop order
+//! frees memory the device may still write, and no `Drop` panics (docs/verbs-notes.md,
+//! pitfall 8). Extended completion queues are avoided: on rdma-core < 55 polling one on rxe returns stale
 //! completions (docs/verbs-notes.md, pitfall 1).
 
 #![allow(unsafe_code)]
@@ -115,6 +120,7 @@
 mod device;
 mod nic;
 mod qp;
+mod region;
 mod session;
 
 use std::fmt;
@@ -125,16 +131,15 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use sideway::ibverbs::completion::BasicCompletionQueue;
-use sideway::ibverbs::memory_region::MemoryRegion;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 
 use super::rendezvous::auth::ClusterKey;
 use super::rendezvous::peers::Peers;
 use super::{Backend, ThreadNic};
-use crate::mem::Words;
 use crate::{Cluster, Error, NodeId, Result, WORD};
 
 pub(crate) use crate::backend::rendezvous::wire::NodeInfo;
+use region::RegisteredMemory;
 pub use session::Process;
 
 /// Default send-queue depth asked for per queue pair (the device may grant more).
@@ -436,57 +441,17 @@ pub(crate) struct Shared {
 
 /// A node whose memory lives in this process: its protection domain, registered memory and the
 /// completion queue of the responder queue pairs serving other threads.
+///
+/// Every queue pair in `pd` holds an `Arc` of its node ([`qp::Qp`]), so the memory is
+/// deregistered only once no queue pair can write it any more, in whatever order the backend,
+/// its thread NICs and responders are dropped.
 pub(crate) struct LocalNode {
     id: NodeId,
-    /// Declared before `pd`: deregister (and free) before the protection domain goes.
-    mem: Memory,
+    /// Holds its own `Arc` of `pd`: deregistered before the protection domain goes.
+    mem: RegisteredMemory,
     pd: Arc<ProtectionDomain>,
     /// Responder queue pairs never post, so nothing ever arrives here; verbs needs one anyway.
     responder_cq: Arc<BasicCompletionQueue>,
-}
-
-/// A node's registered memory. The memory region is declared before the words: fields drop in
-/// declaration order, so the region is deregistered before the block is freed. The region's
-/// `Arc` never leaves this struct.
-pub(crate) struct Memory {
-    mr: Arc<MemoryRegion>,
-    words: Words,
-}
-
-impl Memory {
-    fn register(pd: &Arc<ProtectionDomain>, words: usize) -> Result<Memory> {
-        let block = Words::zeroed(words)?;
-        // SAFETY: `block` is a live allocation of `len_bytes()` bytes that stays allocated, and
-        // at the same address, until after the region is deregistered: both are owned by the
-        // returned `Memory`, whose `mr` field drops first. Rust reads and writes the block only
-        // through atomics, so the NIC writing it at any time is sound.
-        let mr = unsafe { pd.reg_mr(block.addr(), block.len_bytes(), qp::remote_access()) }
-            .map_err(|e| {
-                let mut err = verbs_source(
-                    format!("ibv_reg_mr of {} bytes failed", block.len_bytes()),
-                    e,
-                );
-                if let Error::Backend { message, .. } = &mut err {
-                    if message.contains(&format!("(os error {})", libc::ENOMEM)) {
-                        message.push_str(" (the locked-memory limit? see `ulimit -l`)");
-                    }
-                }
-                err
-            })?;
-        Ok(Memory { mr, words: block })
-    }
-
-    fn info(&self) -> NodeInfo {
-        NodeInfo {
-            addr: self.words.addr() as u64,
-            rkey: self.mr.rkey(),
-            words: self.words.len() as u64,
-        }
-    }
-
-    fn lkey(&self) -> u32 {
-        self.mr.lkey()
-    }
 }
 
 impl LocalNode {
@@ -495,7 +460,7 @@ impl LocalNode {
             .ctx
             .alloc_pd()
             .map_err(|e| verbs_source("ibv_alloc_pd failed", e))?;
-        let mem = Memory::register(&pd, words)?;
+        let mem = RegisteredMemory::register(&pd, id, words)?;
         let responder_cq = device
             .ctx
             .create_cq_builder()
@@ -733,17 +698,13 @@ fn local_word(shared: &Shared, node: NodeId, word: usize) -> Result<&AtomicU64> 
             "{node} belongs to another process; its memory cannot be accessed directly"
         ))
     })?;
-    local
-        .mem
-        .words
-        .as_slice()
-        .get(word)
-        .ok_or_else(|| Error::OutOfRange {
-            node,
-            offset: word as u64 * WORD,
-            len: WORD,
-            size: local.mem.words.len() as u64 * WORD,
-        })
+    let words = local.mem.words();
+    words.as_slice().get(word).ok_or_else(|| Error::OutOfRange {
+        node,
+        offset: word as u64 * WORD,
+        len: WORD,
+        size: words.len() as u64 * WORD,
+    })
 }
 
 pub(crate) fn verbs_error(message: impl Into<String>) -> Error {

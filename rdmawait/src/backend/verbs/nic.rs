@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use rdma_mummy_sys as sys;
 use sideway::ibverbs::completion::{BasicCompletionQueue, CompletionQueue};
-use sideway::ibverbs::queue_pair::{BasicQueuePair, QueuePair};
+use sideway::ibverbs::queue_pair::QueuePair;
 
 use super::{qp, session, verbs_error, verbs_source, LocalNode, Shared};
 use crate::backend::{ThreadNic, WorkRequest};
@@ -63,7 +63,7 @@ pub(crate) struct State {
 /// The queue pair towards one node and its bookkeeping.
 struct Link {
     target: NodeId,
-    qp: BasicQueuePair,
+    qp: qp::Qp,
     /// The responder end, when it lives in this process.
     far: Far,
     /// Send-queue entries the device granted.
@@ -100,10 +100,7 @@ struct Link {
 
 enum Far {
     /// Responder queue pair in the target node's protection domain, in this process.
-    Local {
-        _qp: BasicQueuePair,
-        _node: Arc<LocalNode>,
-    },
+    Local { _qp: qp::Qp, _node: Arc<LocalNode> },
     /// Responder queue pair in another process, released when this thread's NIC goes.
     Remote { qpn: u32 },
     /// None: the target's process was dead when the thread opened; the link only reports it.
@@ -183,7 +180,7 @@ impl VerbsNic {
     }
 
     fn words(&self) -> &[AtomicU64] {
-        self.home.mem.words.as_slice()
+        self.home.mem.words().as_slice()
     }
 
     fn word(&self, word: usize) -> Result<&AtomicU64> {
@@ -222,12 +219,12 @@ impl Link {
         // The incarnation first: if the target rejoins meanwhile, the link is born stale.
         let incarnation = shared.incarnation(target);
         let info = shared.info(target)?;
-        let (mut qp, capacity) = qp::create(device, &home.pd, cq, shared.send_depth)?;
+        let (mut qp, capacity) = qp::create(device, home, cq, shared.send_depth)?;
         let local = qp::endpoint(device, &qp, qp::random_psn());
         let mut dead = None;
         let far = match shared.local(target) {
             Some(node) => {
-                let (mut responder, _) = qp::create(device, &node.pd, &node.responder_cq, 1)?;
+                let (mut responder, _) = qp::create(device, node, &node.responder_cq, 1)?;
                 let remote = qp::endpoint(device, &responder, qp::random_psn());
                 let mut towards = remote;
                 if shared.peers.unreachable(target) {
@@ -399,7 +396,8 @@ impl State {
         }
         // The NIC's writes (READ data, atomic results) precede the completion that reports them.
         fence(SeqCst);
-        let n = n as usize;
+        // Never more than asked for; clamped anyway, as `drop` drains too and must not panic.
+        let n = (n as usize).min(POLL_BATCH);
         for wc in &wcs[..n] {
             // SAFETY: `ibv_poll_cq` returned `n`: the first `n` entries were written.
             let wc = unsafe { wc.assume_init_ref() };
@@ -569,7 +567,7 @@ impl VerbsNic {
     /// `fence`. The caller has checked the local words and made room.
     fn send(&self, link: &mut Link, enc: &Encoded, fence: bool) -> Result<()> {
         let mut sge = sys::ibv_sge {
-            addr: self.home.mem.words.addr() as u64 + enc.local as u64 * WORD,
+            addr: self.home.mem.words().addr() as u64 + enc.local as u64 * WORD,
             length: enc.length,
             lkey: self.home.mem.lkey(),
         };

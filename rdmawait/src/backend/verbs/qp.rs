@@ -1,20 +1,24 @@
-//! Reliable-connected queue pairs: creation, the RESET → INIT → RTR → RTS walk, and what two ends
-//! exchange to connect.
+//! Reliable-connected queue pairs: creation, the RESET → INIT → RTR → RTS walk, what two ends
+//! exchange to connect, and how a queue pair is stopped and destroyed ([`Qp`]).
 
+use std::mem::{ManuallyDrop, MaybeUninit};
 use std::net::Ipv6Addr;
+use std::ops::{Deref, DerefMut};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
+
+use rdma_mummy_sys as sys;
 
 use sideway::ibverbs::address::{AddressHandleAttribute, Gid};
 use sideway::ibverbs::completion::BasicCompletionQueue;
 use sideway::ibverbs::device_context::Mtu;
-use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{
     BasicQueuePair, QueuePair, QueuePairAttribute, QueuePairAttributeMask, QueuePairState,
 };
 use sideway::ibverbs::AccessFlags;
 
 use super::device::Device;
-use super::{verbs_error, verbs_source};
+use super::{verbs_error, verbs_source, LocalNode};
 use crate::Result;
 
 pub(crate) use crate::backend::rendezvous::wire::Endpoint;
@@ -36,16 +40,124 @@ pub(crate) fn remote_access() -> AccessFlags {
         | AccessFlags::RemoteAtomic
 }
 
-/// Creates an RC queue pair with `send_depth` send-queue entries (one receive entry: the backend
-/// never receives) on `cq`, moved to INIT. Returns it with the send-queue capacity the device
-/// actually granted (rxe rounds up: docs/verbs-notes.md, pitfall 6).
+/// A queue pair in the protection domain of a node of this process: it can write that node's
+/// registered memory (incoming WRITEs and atomics as a responder, READ and atomic results as a
+/// requester). So it holds the node, and with it the memory region, until it is destroyed: the
+/// region is never deregistered while the queue pair exists, whatever the drop order.
+///
+/// Dropping it first moves it to the error state (it stops touching memory even if what follows
+/// fails), then destroys it. Neither step may panic: sideway's own `Drop` asserts that
+/// `ibv_destroy_qp` succeeded, so it runs under `catch_unwind`; should the queue pair not stop
+/// or not go, it is leaked together with its completion queue and node (memory included), and
+/// the failure is logged (docs/verbs-notes.md, pitfall 8).
+pub(crate) struct Qp {
+    // Fields are dropped by hand in `Drop`, queue pair first.
+    qp: ManuallyDrop<BasicQueuePair>,
+    /// The completion queue the queue pair reports to: it may not be destroyed before the
+    /// queue pair (sideway's `Drop` of a completion queue asserts too).
+    cq: ManuallyDrop<Arc<BasicCompletionQueue>>,
+    node: ManuallyDrop<Arc<LocalNode>>,
+}
+
+impl Deref for Qp {
+    type Target = BasicQueuePair;
+
+    fn deref(&self) -> &BasicQueuePair {
+        &self.qp
+    }
+}
+
+impl DerefMut for Qp {
+    fn deref_mut(&mut self) -> &mut BasicQueuePair {
+        &mut self.qp
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        let node = self.node.id;
+        if !stop(&self.qp) {
+            tracing::error!(target: "loco::rdmawait", %node, qpn = self.qp.qp_number(),
+                "a queue pair could not be moved to the error state: it is leaked, and with it \
+                 the node's registered memory, which it might still write");
+            return;
+        }
+        // SAFETY: `qp` is dropped exactly once, here, and never used again (this is `drop`;
+        // if the drop unwinds, the leak below never touches it).
+        let destroyed = catch_unwind(AssertUnwindSafe(|| unsafe {
+            ManuallyDrop::drop(&mut self.qp)
+        }))
+        .is_ok();
+        if !destroyed {
+            tracing::error!(target: "loco::rdmawait", %node,
+                "ibv_destroy_qp failed: the queue pair (in the error state) is leaked, with its \
+                 completion queue and the node's registered memory");
+            return;
+        }
+        tracing::trace!(target: "loco::rdmawait", %node, "queue pair destroyed");
+        // SAFETY: dropped exactly once, here, after the queue pair that used them is gone.
+        unsafe {
+            ManuallyDrop::drop(&mut self.cq);
+            ManuallyDrop::drop(&mut self.node);
+        }
+    }
+}
+
+/// Moves `qp` to the error state with raw verbs calls (no conversion that could panic:
+/// docs/verbs-notes.md, pitfall 5). True if it is there, or in a state in which it never
+/// touches memory (RESET, INIT).
+fn stop(qp: &BasicQueuePair) -> bool {
+    // SAFETY: the queue pair is alive (borrowed); `attr` is a zeroed `ibv_qp_attr` (plain
+    // integers and structs of integers) with only the state set, as the mask says.
+    let ret = unsafe {
+        let mut attr = MaybeUninit::<sys::ibv_qp_attr>::zeroed().assume_init();
+        attr.qp_state = sys::ibv_qp_state::IBV_QPS_ERR;
+        sys::ibv_modify_qp(
+            qp.qp().as_ptr(),
+            &mut attr,
+            sys::ibv_qp_attr_mask::IBV_QP_STATE.0 as i32,
+        )
+    };
+    ret == 0
+        || matches!(
+            raw_state(qp),
+            Some(
+                sys::ibv_qp_state::IBV_QPS_ERR
+                    | sys::ibv_qp_state::IBV_QPS_RESET
+                    | sys::ibv_qp_state::IBV_QPS_INIT
+            )
+        )
+}
+
+/// The queue pair's state as the device reports it (`ibv_query_qp`), as the raw `ibv_qp_state`.
+fn raw_state(qp: &BasicQueuePair) -> Option<u32> {
+    // SAFETY: the queue pair is alive (borrowed); both attribute structs hold only integers,
+    // arrays and raw pointers, for which all-zero is valid, and the call fills them in.
+    unsafe {
+        let mut attr = MaybeUninit::<sys::ibv_qp_attr>::zeroed().assume_init();
+        let mut init = MaybeUninit::<sys::ibv_qp_init_attr>::zeroed().assume_init();
+        let ret = sys::ibv_query_qp(
+            qp.qp().as_ptr(),
+            &mut attr,
+            sys::ibv_qp_attr_mask::IBV_QP_STATE.0 as i32,
+            &mut init,
+        );
+        (ret == 0).then_some(attr.qp_state)
+    }
+}
+
+/// Creates an RC queue pair in `node`'s protection domain with `send_depth` send-queue entries
+/// (one receive entry: the backend never receives) on `cq`, moved to INIT. Returns it with the
+/// send-queue capacity the device actually granted (rxe rounds up: docs/verbs-notes.md,
+/// pitfall 6).
 pub(crate) fn create(
     device: &Device,
-    pd: &Arc<ProtectionDomain>,
+    node: &Arc<LocalNode>,
     cq: &Arc<BasicCompletionQueue>,
     send_depth: u32,
-) -> Result<(BasicQueuePair, usize)> {
-    let mut qp = pd
+) -> Result<(Qp, usize)> {
+    let qp = node
+        .pd
         .create_qp_builder()
         .setup_max_send_wr(send_depth)
         .setup_max_recv_wr(1)
@@ -55,6 +167,12 @@ pub(crate) fn create(
         .setup_recv_cq(cq.clone())
         .build()
         .map_err(|e| verbs_source("ibv_create_qp failed", e))?;
+    // Wrapped at once: from here on, an error destroys the queue pair before the node can go.
+    let mut qp = Qp {
+        qp: ManuallyDrop::new(qp),
+        cq: ManuallyDrop::new(cq.clone()),
+        node: ManuallyDrop::new(node.clone()),
+    };
     let (_, init) = qp
         .query(QueuePairAttributeMask::Capabilities)
         .map_err(|e| verbs_source("ibv_query_qp (capabilities) failed", e))?;
@@ -129,15 +247,13 @@ pub(crate) fn fail(qp: &mut BasicQueuePair) -> Result<()> {
 }
 
 /// Whether the device says `qp` is in an error state. Queries the device: the state sideway
-/// caches stays RTS after a remote access error (docs/verbs-notes.md, pitfall 3).
+/// caches stays RTS after a remote access error (docs/verbs-notes.md, pitfall 3); raw, since
+/// sideway's conversion of the state panics on values it does not know (pitfall 5).
 pub(crate) fn in_error(qp: &BasicQueuePair) -> bool {
-    match qp.query(QueuePairAttributeMask::State) {
-        Ok((attr, _)) => matches!(
-            attr.state(),
-            QueuePairState::Error | QueuePairState::SendQueueError
-        ),
-        Err(_) => false,
-    }
+    matches!(
+        raw_state(qp),
+        Some(sys::ibv_qp_state::IBV_QPS_ERR | sys::ibv_qp_state::IBV_QPS_SQE)
+    )
 }
 
 /// A random initial packet sequence number (24 bits).

@@ -29,7 +29,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use sideway::ibverbs::queue_pair::BasicQueuePair;
 
 use super::qp::{self, Endpoint};
 use super::{resolve, verbs_error, ProcessHandle, Shared};
@@ -50,7 +49,7 @@ const RETRY_JOIN: Duration = Duration::from_millis(100);
 
 /// Responder queue pairs serving other processes' threads, by (their node, its incarnation, our
 /// QPN).
-pub(crate) type Responders = Mutex<HashMap<(u16, u64, u32), BasicQueuePair>>;
+pub(crate) type Responders = Mutex<HashMap<(u16, u64, u32), qp::Qp>>;
 
 /// This process's membership in a verbs cluster: its node, its device, and a barrier over all
 /// processes. Get it with [`Process::of`].
@@ -538,7 +537,7 @@ fn responder(shared: &Shared, from: NodeId, inc: u64, remote: &Endpoint) -> Resu
         .local(me)
         .ok_or_else(|| verbs_error("this process's node is not local"))?;
     let device = &shared.device;
-    let (mut qp, _) = qp::create(device, &home.pd, &home.responder_cq, 1)?;
+    let (mut qp, _) = qp::create(device, home, &home.responder_cq, 1)?;
     let local = qp::endpoint(device, &qp, qp::random_psn());
     qp::connect(device, &mut qp, &local, remote, shared.transport)?;
     let mut responders = shared.responders.lock();

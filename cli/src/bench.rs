@@ -1,0 +1,362 @@
+//! `loco bench locks`: throughput, acquire latency, fairness and network cost of each lock.
+//!
+//! Every configuration (lock, nodes, threads) builds a fresh cluster, spreads the threads over
+//! the nodes round-robin, and lets each thread acquire, run a critical section that writes
+//! remote data, and release, over and over for `--secs`. The critical section puts one word to
+//! the data node (node 1, or 0 in a one-node cluster) and makes it visible as the lock
+//! promises: the weak lock fences that node (`gf`) before its release, the others need nothing
+//! more (the strong lock fences every node, the node lock and the spinlock live on the data
+//! node). Measured per configuration: critical sections per second (all threads), p50 and p99
+//! of the acquire latency, fairness (the most critical sections of a thread over the fewest),
+//! and network operations per acquire ([`Ctx::posted`], whole cycles included).
+//!
+//! Backends: the soft NIC (`Threaded`: one engine thread per cluster, so its figures say how
+//! much work a protocol does, not how it would fare on a network). The simulator with network
+//! profiles and the verbs backend come with their issues.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use loco_locks::{LockGuard, NLock, SLock, WLock};
+use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, Schedule, WorkId};
+use loco_rdmawaitrmw::Rmw;
+use loco_sv::GlobalFence;
+use serde_json::json;
+
+const D: WorkId = WorkId::new(1);
+
+/// The locks `loco bench locks` measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LockArg {
+    /// The node lock (Fig. 13) on the data node.
+    Nlock,
+    /// The weak lock (Fig. 10), ticket node 0, with `gf` towards the data node before release.
+    Wlock,
+    /// The strong lock (docs/model.md §5.4), ticket node 0.
+    Slock,
+    /// Baseline: a remote-CAS spinlock on the data node, with backoff.
+    RcasSpinlock,
+}
+
+impl BenchBackend {
+    fn name(self) -> &'static str {
+        match self {
+            BenchBackend::Soft => "soft",
+        }
+    }
+}
+
+impl LockArg {
+    fn name(self) -> &'static str {
+        match self {
+            LockArg::Nlock => "nlock",
+            LockArg::Wlock => "wlock",
+            LockArg::Slock => "slock",
+            LockArg::RcasSpinlock => "rcas-spinlock",
+        }
+    }
+}
+
+/// Where the locks run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BenchBackend {
+    /// The soft NIC, `Threaded` schedule.
+    Soft,
+}
+
+/// `loco bench locks` options.
+#[derive(Args, Debug)]
+pub struct LocksArgs {
+    /// Locks to measure.
+    #[arg(long, value_enum, value_delimiter = ',', default_values = ["nlock", "wlock", "slock", "rcas-spinlock"])]
+    lock: Vec<LockArg>,
+    /// Backend.
+    #[arg(long, value_enum, default_value = "soft")]
+    backend: BenchBackend,
+    /// Thread counts (over all nodes), e.g. `1,2,4,8`.
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 4])]
+    threads: Vec<usize>,
+    /// Node counts, e.g. `2,4`.
+    #[arg(long, value_delimiter = ',', default_values_t = [3])]
+    nodes: Vec<usize>,
+    /// Seconds per configuration.
+    #[arg(long, default_value_t = 1.0)]
+    secs: f64,
+    /// One JSON object per line and configuration instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What one configuration measured.
+struct Row {
+    lock: &'static str,
+    nodes: usize,
+    threads: usize,
+    ops_per_sec: f64,
+    p50_us: f64,
+    p99_us: f64,
+    fairness: f64,
+    net_ops_per_acquire: f64,
+}
+
+/// A lock of any kind, shared by the threads.
+#[derive(Clone)]
+enum AnyLock {
+    N(NLock),
+    W(WLock),
+    S(SLock),
+    Spin(Loc),
+}
+
+/// A thread's words: `one` and `zero` to send, `ret` for the spinlock's CAS.
+struct Words {
+    one: Loc,
+    zero: Loc,
+    ret: Loc,
+}
+
+/// Runs `loco bench locks`.
+pub fn locks(args: &LocksArgs) -> Result<(), String> {
+    if args.secs.is_nan() || args.secs <= 0.0 || args.secs > 3600.0 {
+        return Err(format!("--secs must be in (0, 3600], not {}", args.secs));
+    }
+    if let Some(&t) = args.threads.iter().find(|&&t| t == 0 || t > 256) {
+        return Err(format!("--threads must be in 1..=256, not {t}"));
+    }
+    if let Some(&n) = args.nodes.iter().find(|&&n| n == 0 || n > 64) {
+        return Err(format!("--nodes must be in 1..=64, not {n}"));
+    }
+    let secs = Duration::from_secs_f64(args.secs);
+    let configs: Vec<(LockArg, usize, usize)> = args
+        .lock
+        .iter()
+        .flat_map(|&l| {
+            args.nodes
+                .iter()
+                .flat_map(move |&n| args.threads.iter().map(move |&t| (l, n, t)))
+        })
+        .collect();
+    let bar = ProgressBar::new(configs.len() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut rows = Vec::new();
+    for (lock, nodes, threads) in configs {
+        bar.set_message(format!("{} n={nodes} t={threads}", lock.name()));
+        let row = measure(lock, nodes, threads, secs)
+            .map_err(|e| format!("{} on {nodes} nodes, {threads} threads: {e}", lock.name()))?;
+        bar.inc(1);
+        if args.json {
+            bar.suspend(|| println!("{}", json_row(&row, args.backend)));
+        }
+        rows.push(row);
+    }
+    bar.finish_and_clear();
+    if !args.json {
+        print!("{}", table(&rows));
+    }
+    Ok(())
+}
+
+fn json_row(r: &Row, backend: BenchBackend) -> serde_json::Value {
+    json!({
+        "lock": r.lock,
+        "backend": backend.name(),
+        "profile": null,
+        "threads": r.threads,
+        "nodes": r.nodes,
+        "ops_per_sec": r.ops_per_sec,
+        "p50_us": r.p50_us,
+        "p99_us": r.p99_us,
+        "fairness": r.fairness,
+        "net_ops_per_acquire": r.net_ops_per_acquire,
+    })
+}
+
+fn table(rows: &[Row]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<14} {:>5} {:>7} {:>12} {:>9} {:>9} {:>9} {:>8}",
+        "lock", "nodes", "threads", "ops/s", "p50 us", "p99 us", "fairness", "net ops"
+    );
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "{:<14} {:>5} {:>7} {:>12.0} {:>9.1} {:>9.1} {:>9.2} {:>8.2}",
+            r.lock,
+            r.nodes,
+            r.threads,
+            r.ops_per_sec,
+            r.p50_us,
+            r.p99_us,
+            r.fairness,
+            r.net_ops_per_acquire
+        );
+    }
+    let _ = writeln!(
+        s,
+        "backend soft (Threaded): work done per protocol, not network timing; net ops = network \
+         operations per acquire + critical section + release"
+    );
+    s
+}
+
+/// One configuration: a fresh cluster, `threads` threads for `secs`.
+fn measure(lock: LockArg, nodes: usize, threads: usize, secs: Duration) -> Result<Row, String> {
+    let cluster = Cluster::builder()
+        .nodes(nodes)
+        .memory_per_node(1 << 20)
+        .soft(Schedule::Threaded)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let data_node = NodeId(if nodes > 1 { 1 } else { 0 });
+    let data = cluster.alloc_word(data_node).map_err(|e| e.to_string())?;
+    let l = match lock {
+        LockArg::Nlock => NLock::new(&cluster, data_node).map(AnyLock::N),
+        LockArg::Wlock => WLock::new(&cluster, NodeId(0), threads).map(AnyLock::W),
+        LockArg::Slock => SLock::new(&cluster, NodeId(0), threads).map(AnyLock::S),
+        LockArg::RcasSpinlock => Ok(AnyLock::Spin(
+            cluster.alloc_word(data_node).map_err(|e| e.to_string())?,
+        )),
+    }
+    .map_err(|e| e.to_string())?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = Arc::new(Barrier::new(threads + 1));
+    let handles: Vec<_> = (0..threads)
+        .map(|i| {
+            let (c, l, stop, start) = (cluster.clone(), l.clone(), stop.clone(), start.clone());
+            let node = NodeId((i % nodes) as u16);
+            thread::spawn(move || -> Result<(Vec<u32>, u64), String> {
+                let ctx = c.context(node).map_err(|e| e.to_string());
+                // Every thread reaches the barrier, failed or not, so that none waits forever.
+                start.wait();
+                let ctx = ctx?;
+                let w = words(&ctx).map_err(|e| e.to_string())?;
+                let mut lat = Vec::new();
+                let before = ctx.posted();
+                while !stop.load(Ordering::Relaxed) {
+                    let t0 = Instant::now();
+                    cycle(&l, &ctx, &w, &data, data_node, || {
+                        lat.push(t0.elapsed().as_nanos().min(u32::MAX as u128) as u32)
+                    })?;
+                }
+                Ok((lat, ctx.posted() - before))
+            })
+        })
+        .collect();
+    start.wait();
+    let began = Instant::now();
+    thread::sleep(secs);
+    stop.store(true, Ordering::Relaxed);
+    let mut lat = Vec::new();
+    let mut counts = Vec::new();
+    let mut net = 0;
+    for h in handles {
+        let (l, n) = h
+            .join()
+            .map_err(|_| "a benchmark thread panicked".to_string())??;
+        counts.push(l.len());
+        lat.extend(l);
+        net += n;
+    }
+    let elapsed = began.elapsed().as_secs_f64();
+    let total = lat.len();
+    lat.sort_unstable();
+    let pct = |p: f64| -> f64 {
+        if lat.is_empty() {
+            return 0.0;
+        }
+        let i = ((lat.len() - 1) as f64 * p).round() as usize;
+        lat[i] as f64 / 1000.0
+    };
+    let (max, min) = (
+        counts.iter().copied().max().unwrap_or(0),
+        counts.iter().copied().min().unwrap_or(0),
+    );
+    Ok(Row {
+        lock: lock.name(),
+        nodes,
+        threads,
+        ops_per_sec: total as f64 / elapsed,
+        p50_us: pct(0.5),
+        p99_us: pct(0.99),
+        fairness: if min == 0 {
+            f64::INFINITY
+        } else {
+            max as f64 / min as f64
+        },
+        net_ops_per_acquire: if total == 0 {
+            0.0
+        } else {
+            net as f64 / total as f64
+        },
+    })
+}
+
+fn words(ctx: &Ctx) -> loco_rdmawait::Result<Words> {
+    let c = ctx.cluster();
+    let w = Words {
+        one: c.alloc_word(ctx.node())?,
+        zero: c.alloc_word(ctx.node())?,
+        ret: c.alloc_word(ctx.node())?,
+    };
+    ctx.store(&w.one, 1)?;
+    Ok(w)
+}
+
+/// One acquire (`acquired` is called when it returns), critical section, release.
+fn cycle(
+    l: &AnyLock,
+    ctx: &Ctx,
+    w: &Words,
+    data: &Loc,
+    data_node: NodeId,
+    acquired: impl FnOnce(),
+) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    match l {
+        AnyLock::N(l) => {
+            let g = l.acquire(ctx).map_err(|x| e(&x))?;
+            acquired();
+            ctx.put(data, &w.one, D).map_err(|x| e(&x))?;
+            LockGuard::release(g).map_err(|x| e(&x))?;
+        }
+        AnyLock::W(l) => {
+            let g = l.acquire(ctx).map_err(|x| e(&x))?;
+            acquired();
+            ctx.put(data, &w.one, D).map_err(|x| e(&x))?;
+            ctx.gf([data_node]).map_err(|x| e(&x))?;
+            LockGuard::release(g).map_err(|x| e(&x))?;
+        }
+        AnyLock::S(l) => {
+            let g = l.acquire(ctx).map_err(|x| e(&x))?;
+            acquired();
+            ctx.put(data, &w.one, D).map_err(|x| e(&x))?;
+            LockGuard::release(g).map_err(|x| e(&x))?;
+        }
+        AnyLock::Spin(word) => {
+            let backoff = crossbeam_utils::Backoff::new();
+            loop {
+                ctx.rcas(word, 0, 1, &w.ret, D).map_err(|x| e(&x))?;
+                ctx.wait(D).map_err(|x| e(&x))?;
+                if ctx.load(&w.ret).map_err(|x| e(&x))? == 0 {
+                    break;
+                }
+                backoff.snooze();
+            }
+            acquired();
+            ctx.put(data, &w.one, D).map_err(|x| e(&x))?;
+            // The release put follows the critical section's put on the same queue pair.
+            ctx.put(word, &w.zero, D).map_err(|x| e(&x))?;
+            ctx.wait(D).map_err(|x| e(&x))?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,73 @@
+//! `loco bench locks`: JSON lines with the documented fields, and clear errors for bad options.
+
+use std::process::Command;
+
+fn loco(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_loco"))
+        .args(args)
+        .output()
+        .expect("runs loco")
+}
+
+#[test]
+fn bench_locks_prints_one_json_object_per_configuration() {
+    let out = loco(&[
+        "bench",
+        "locks",
+        "--secs",
+        "0.05",
+        "--threads",
+        "1,2",
+        "--nodes",
+        "2",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON object per line"))
+        .collect();
+    assert_eq!(lines.len(), 4 * 2, "4 locks x 2 thread counts");
+    for v in &lines {
+        for field in [
+            "lock",
+            "backend",
+            "profile",
+            "threads",
+            "nodes",
+            "ops_per_sec",
+            "p50_us",
+            "p99_us",
+            "fairness",
+            "net_ops_per_acquire",
+        ] {
+            assert!(v.get(field).is_some(), "{field} missing in {v}");
+        }
+        assert_eq!(v["backend"], "soft");
+        assert_eq!(v["nodes"], 2);
+        assert!(v["ops_per_sec"].as_f64().unwrap() > 0.0, "{v}");
+        assert!(v["net_ops_per_acquire"].as_f64().unwrap() >= 2.0, "{v}");
+    }
+    let locks: Vec<&str> = lines.iter().map(|v| v["lock"].as_str().unwrap()).collect();
+    for l in ["nlock", "wlock", "slock", "rcas-spinlock"] {
+        assert!(locks.contains(&l), "{l} missing");
+    }
+}
+
+#[test]
+fn bench_locks_refuses_bad_options() {
+    for args in [
+        &["bench", "locks", "--secs", "0"][..],
+        &["bench", "locks", "--threads", "0"],
+        &["bench", "locks", "--nodes", "0"],
+        &["bench", "locks", "--lock", "mutex"],
+    ] {
+        let out = loco(args);
+        assert!(!out.status.success(), "{args:?} accepted");
+        assert!(!out.stderr.is_empty(), "{args:?}: no message");
+    }
+}
