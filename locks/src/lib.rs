@@ -87,6 +87,7 @@
 //! | a waiter's node dies | the same, for a ticket its node announced waiting for (after 1 ms of waiting); the next holder is told, conservatively |
 //! | the calling thread's own node is reported dead | its waiting acquire stops with `PeerDead` naming that node, writing nothing |
 //! | the lock's own node dies (the node lock's node, the weak or strong lock's ticket node) | every acquire fails with [`PeerDead`](loco_rdmawait::Error::PeerDead) naming it |
+//! | the lock's own node restarts ([`Cluster::incarnation`] changes) | its words are gone: the lock is refused from then on (`PeerDead` naming it, in acquire, in a wait, and in a release, which writes nothing: a hold from before the restart ends there); make the lock again |
 //! | another node dies (weak or strong lock) | releases publish to the live nodes only (and the strong lock fences only those): the lock keeps working among them |
 //! | a guard is dropped while its thread panics | the release is **poisoned**: the next holder is told ([`LockGuard::was_poisoned`]) |
 //! | [`Cluster::shutdown`] | threads blocked in any acquire return `Shutdown` within a spin round |
@@ -111,6 +112,11 @@
 //!   the lock's node (the ticket node of a weak or strong lock) cannot be told from a slow live
 //!   holder: waiters give up with `Timeout`. The announcement lands within one round trip of
 //!   entering.
+//! - A holder's ticket is skipped only while its node is seen dead: if the node restarts and
+//!   rejoins before a waiter has looked, that ticket blocks (waiters time out).
+//! - After another node restarts, a weak or strong lock's copies there read 0 until the next
+//!   release reaches it: a thread of that node may time out (its ticket is then passed on).
+//!   The `rel` slots of the dead incarnation's threads are not handed back.
 //! - A ticket given up while [`MARKS`] (16) or more tickets before it are still
 //!   unserved cannot be marked at once; the mark is **owed**, kept in the lock handle, and paid
 //!   by the next thread of the same process that calls the lock or waits for it. If no thread of

@@ -19,7 +19,7 @@ use loco_rdmawaitrmw::Rmw;
 use crate::marks::{self, MARKS, POISON};
 use crate::protocol::{self, NLockWords, NL_ACQ, NL_REL};
 use crate::run::{Run, Spinner};
-use crate::thread::{next_lock_id, thread_lock, Deadline, Spin, ThreadLock};
+use crate::thread::{next_lock_id, thread_lock, Deadline, Home, Spin, ThreadLock};
 use crate::{Error, RawLock, Result};
 
 /// How often a stalled waiter looks for an abandoned or dead ticket (a round trip to n, plus one
@@ -44,6 +44,7 @@ pub struct RawNLock {
     waiting: Loc,
     ab: Loc,
     debts: marks::Debts,
+    home: Home,
 }
 
 impl RawNLock {
@@ -63,6 +64,7 @@ impl RawNLock {
             waiting,
             ab,
             debts: Default::default(),
+            home: Home::new(cluster, node)?,
         })
     }
 
@@ -225,6 +227,7 @@ impl RawNLock {
                 return Err(Error::Skipped { ticket: t });
             }
             self.cluster.check_alive(self.node())?;
+            self.home.check(&self.cluster)?;
             // A thread of a node reported dead stops here (as its process would have), leaving
             // its ticket for the others to skip.
             self.cluster.check_alive(ctx.node())?;
@@ -253,6 +256,10 @@ impl RawNLock {
     /// Gives ticket `u` up: if the lock is already released to it, pass it on at once;
     /// otherwise leave its abandon mark (see [`marks::Debts::abandon`]).
     fn abandon(&self, ctx: &Ctx, me: &ThreadLock, u: u64) {
+        // A ticket of a home that restarted means nothing in its fresh words: nothing to mark.
+        if self.home.check(&self.cluster).is_err() {
+            return;
+        }
         self.debts.abandon(self.id, "nlock", ctx.node(), u, |d| {
             self.try_abandon(ctx, me, u, d)
         });
@@ -260,6 +267,9 @@ impl RawNLock {
 
     /// Marks the tickets given up earlier in this process that could not be marked then.
     fn pay_debts(&self, ctx: &Ctx, me: &ThreadLock) {
+        if self.home.check(&self.cluster).is_err() {
+            return;
+        }
         self.debts.pay(|u, d| self.try_abandon(ctx, me, u, d));
     }
 
@@ -328,6 +338,7 @@ impl RawNLock {
         self.settle(ctx, &me, d)?;
         self.cluster.check_open()?;
         self.cluster.check_alive(self.node())?;
+        self.home.check(&self.cluster)?;
         let w = self.words(ctx, &me)?;
         let mut run = Run::new(ctx, &me, d, NL_ACQ, NL_REL, self.node(), Spinner::N(self));
         match protocol::nlock_acquire(&mut run, &w) {
@@ -346,6 +357,7 @@ impl RawNLock {
         self.settle(ctx, &me, d)?;
         self.cluster.check_open()?;
         self.cluster.check_alive(self.node())?;
+        self.home.check(&self.cluster)?;
         // At most one pass per abandoned ticket ahead; bounded by the ring.
         for _ in 0..=MARKS {
             let raw = self.read_rel(ctx, &me, &me.word, d)?;
@@ -379,6 +391,12 @@ impl RawNLock {
     pub(crate) fn release_with(&self, ctx: &Ctx, poison: bool) -> Result<()> {
         let me = self.me(ctx)?;
         let t = me.held.get().ok_or(Error::NotHeld)?;
+        if let Err(e) = self.home.check(&self.cluster) {
+            // The hold went with the home's words: writing `rel` now would corrupt the fresh lock.
+            me.held.set(None);
+            me.poisoned.set(false);
+            return Err(e);
+        }
         let w = self.words(ctx, &me)?;
         let d = Deadline::after(self.cluster.timeout());
         protocol::nlock_release(

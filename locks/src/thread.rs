@@ -15,6 +15,49 @@ use crate::{Error, Result};
 
 static NEXT_LOCK: AtomicU64 = AtomicU64::new(1);
 
+/// The incarnation of a lock's home node (the node lock's node, the weak lock's ticket node)
+/// when the lock was made: a home that restarted since has lost the lock's words, and the lock
+/// is refused from then on (a thread that waits or holds across the restart must not write
+/// into the fresh words, where its old ticket means nothing).
+#[derive(Debug)]
+pub(crate) struct Home {
+    node: NodeId,
+    /// 0 until the backend knows the node's incarnation (a verbs peer not joined yet).
+    incarnation: AtomicU64,
+}
+
+impl Home {
+    pub(crate) fn new(cluster: &Cluster, node: NodeId) -> Result<Home> {
+        Ok(Home {
+            node,
+            incarnation: AtomicU64::new(cluster.incarnation(node)?),
+        })
+    }
+
+    /// `PeerDead` naming the home if it restarted since the lock was made.
+    pub(crate) fn check(&self, cluster: &Cluster) -> Result<()> {
+        let now = cluster.incarnation(self.node)?;
+        let made =
+            match self
+                .incarnation
+                .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => now,
+                Err(made) => made,
+            };
+        if now != made {
+            return Err(Error::Rdma(loco_rdmawait::Error::PeerDead {
+                node: self.node,
+                reason: format!(
+                    "restarted since the lock was made (incarnation {made}, now {now}): the \
+                     lock's words are gone; make the lock again"
+                ),
+            }));
+        }
+        Ok(())
+    }
+}
+
 /// A process-unique id for a new lock (the key of its per-thread state).
 pub(crate) fn next_lock_id() -> u64 {
     NEXT_LOCK.fetch_add(1, Ordering::Relaxed)

@@ -22,7 +22,7 @@ use loco_sv::SharedVar;
 use crate::marks::{self, MARKS, POISON};
 use crate::protocol::{self, WL_ACQ, WL_REL};
 use crate::run::{Run, Spinner};
-use crate::thread::{next_lock_id, thread_lock, Deadline, OnDrop, Spin, ThreadLock};
+use crate::thread::{next_lock_id, thread_lock, Deadline, Home, OnDrop, Spin, ThreadLock};
 use crate::{Error, RawLock, Result};
 
 /// How often a stalled waiter looks for an abandoned ticket (a round trip to the ticket node).
@@ -50,6 +50,7 @@ pub struct RawWLock {
     rel: Vec<SharedVar>,
     pool: Arc<SlotPool>,
     debts: marks::Debts,
+    home: Home,
 }
 
 /// `rel` slots handed back by dropped contexts (process-local), with the last value their
@@ -123,6 +124,7 @@ impl RawWLock {
             rel,
             pool: Arc::default(),
             debts: Default::default(),
+            home: Home::new(cluster, ticket_node)?,
         })
     }
 
@@ -416,6 +418,7 @@ impl RawWLock {
                         // A thread of a node reported dead stops (as its process would have).
                         self.cluster.check_alive(ctx.node())?;
                         self.cluster.check_alive(self.ticket_node())?;
+                        self.home.check(&self.cluster)?;
                         if !announced {
                             // Slow path only: a waiter that dies from now on can be skipped.
                             ctx.store(&me.note, t + 1)?;
@@ -441,6 +444,10 @@ impl RawWLock {
 
     /// Gives ticket `u` up (see [`marks::Debts::abandon`]).
     fn abandon(&self, ctx: &Ctx, me: &ThreadLock, u: u64) {
+        // A ticket of a home that restarted means nothing in its fresh words: nothing to mark.
+        if self.home.check(&self.cluster).is_err() {
+            return;
+        }
         self.debts.abandon(self.id, "wlock", ctx.node(), u, |d| {
             self.try_abandon(ctx, me, u, d)
         });
@@ -448,6 +455,9 @@ impl RawWLock {
 
     /// Marks the tickets given up earlier in this process that could not be marked then.
     fn pay_debts(&self, ctx: &Ctx, me: &ThreadLock) {
+        if self.home.check(&self.cluster).is_err() {
+            return;
+        }
         self.debts.pay(|u, d| self.try_abandon(ctx, me, u, d));
     }
 
@@ -506,6 +516,7 @@ impl RawWLock {
         self.cluster.check_open()?;
         self.settle(ctx, &me, d)?;
         self.cluster.check_alive(self.ticket_node())?;
+        self.home.check(&self.cluster)?;
         let w = self.words(ctx, &me)?;
         let mut run = self.run(ctx, &me, d);
         match protocol::wlock_acquire(&mut run, &w, &me.rels) {
@@ -524,6 +535,7 @@ impl RawWLock {
         self.cluster.check_open()?;
         self.run(ctx, &me, d).wait(WL_REL)?;
         self.settle(ctx, &me, d)?;
+        self.home.check(&self.cluster)?;
         for _ in 0..=MARKS {
             // The next ticket; it may enter at once if some rel copy already reads it.
             ctx.get(&me.word, &self.tkt, WL_ACQ)?;
@@ -575,6 +587,12 @@ impl RawWLock {
         let me = self.me(ctx)?;
         // Checked first: a thread that does not hold the lock must not even fence.
         let t = me.held.get().ok_or(Error::NotHeld)?;
+        if let Err(e) = self.home.check(&self.cluster) {
+            // The hold went with the home's words: publishing now would corrupt the fresh lock.
+            me.held.set(None);
+            me.poisoned.set(false);
+            return Err(e);
+        }
         let nodes = self.live_nodes();
         let copies = self.rel[me.slot].copies();
         let mine = |n: NodeId| copies[n.index()];

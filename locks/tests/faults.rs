@@ -618,3 +618,43 @@ fn a_lock_outlives_an_unrelated_node() -> Result<()> {
     }
     Ok(())
 }
+
+/// The lock's own node (the node lock's node, the weak lock's ticket node) restarts: its words
+/// come back zeroed, so the lock is refused from then on with `PeerDead` naming that node, and a
+/// holder from before the restart does not write its release into the fresh words (where its
+/// old ticket would let a later thread in beside a new holder).
+#[test]
+fn a_lock_whose_home_restarted_is_refused() -> Result<()> {
+    for s in [Schedule::Threaded, Schedule::Chaos { seed: 9 }] {
+        for k in 0..3 {
+            let c = cluster(s, BOUND);
+            // Homes: n2 (node lock), n2 (weak), n0 (strong): restart that node.
+            let home = [NodeId(2), NodeId(2), NodeId(0)][k];
+            let l = each_off_n1(&c, 3)?.swap_remove(k);
+            let name = l.name();
+            let holder_node = if home == NodeId(0) {
+                NodeId(1)
+            } else {
+                NodeId(0)
+            };
+            let holder = c.context(holder_node)?;
+            l.hold_forever(&holder)?;
+            c.quiesce()?;
+            c.kill(home)?;
+            c.restart(home)?;
+            let r = l.release(&holder);
+            assert!(
+                matches!(&r, Err(Error::Rdma(loco_rdmawait::Error::PeerDead { node, .. })) if *node == home),
+                "{s:?} {name}: {r:?}"
+            );
+            c.quiesce()?;
+            let other = c.context(NodeId(1 + (holder_node.index() as u16 + 1) % 2))?;
+            let r = l.with(&other, BOUND, &|| {});
+            assert!(
+                matches!(&r, Err(Error::Rdma(loco_rdmawait::Error::PeerDead { node, .. })) if *node == home),
+                "{s:?} {name}: {r:?}"
+            );
+        }
+    }
+    Ok(())
+}
