@@ -189,17 +189,7 @@ example_killed_peer() {
     t_kill=$(now)
     wait "${pids[2]}" 2>/dev/null || true
     for i in 0 1; do
-        st=0
-        for _ in $(seq 150); do
-            kill -0 "${pids[$i]}" 2>/dev/null || break
-            sleep 0.1
-        done
-        if kill -0 "${pids[$i]}" 2>/dev/null; then
-            echo "   n$i still running 15 s after the kill"
-            kill -9 "${pids[$i]}" 2>/dev/null || true
-            rc=1
-        fi
-        wait "${pids[$i]}" || st=$?
+        reap "${pids[$i]}" 15 "n$i (after the kill)" || rc=1
         if [ "$st" -ne 2 ] || ! grep -q 'peer n2 is not responding' "$dir/$i"; then
             echo "   n$i: exit $st, expected 2 with 'peer n2 is not responding'"
             rc=1
@@ -215,6 +205,25 @@ example_killed_peer() {
 # ----- fault injection (examples/fault_node): 3 keyed processes, n2 the victim -------------
 
 unix_ms() { date +%s%3N; }
+
+# reap PID SECS LABEL: waits up to SECS seconds for PID to exit, then kills it. Sets `st` to its
+# exit status; returns 1 (after saying so) if it had to be killed.
+reap() {
+    local pid=$1 secs=$2 label=$3
+    for _ in $(seq $((secs * 10))); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    st=0
+    if kill -0 "$pid" 2>/dev/null; then
+        echo "   $label: still running $secs s later"
+        kill -9 "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+        st=137
+        return 1
+    fi
+    wait "$pid" || st=$?
+}
 
 # fault_run AT SIGNAL [EXTRA [AFTER [ARGS...]]]: starts n0..n2 (victim n2 stopping at AT; ARGS
 # go to every process), waits for "n2: at AT", sends SIGNAL to n2 (and runs the function EXTRA
@@ -250,17 +259,7 @@ fault_run() {
     t_kill=$(unix_ms)
     kill "-$sig" "${pids[2]}" 2>/dev/null || true
     for i in 0 1; do
-        st=0
-        for _ in $(seq 600); do
-            kill -0 "${pids[$i]}" 2>/dev/null || break
-            sleep 0.1
-        done
-        if kill -0 "${pids[$i]}" 2>/dev/null; then
-            echo "   n$i still running 60 s after the fault"
-            kill -9 "${pids[$i]}" 2>/dev/null || true
-            rc=1
-        fi
-        wait "${pids[$i]}" || st=$?
+        reap "${pids[$i]}" 60 "n$i (after the fault)" || rc=1
         if [ "$st" -ne 0 ] || ! grep -q "^n$i: survivor check OK" "$dir/$i"; then
             echo "   n$i: exit $st, expected 0 with 'survivor check OK'"
             rc=1
@@ -369,17 +368,7 @@ fault_rejoin() {
         --victim 2 --at rejoin --restarted --timeout 10 >"$dir/2b" 2>&1 &
     pids[2]=$!
     for i in 0 1 2; do
-        st=0
-        for _ in $(seq 600); do
-            kill -0 "${pids[$i]}" 2>/dev/null || break
-            sleep 0.1
-        done
-        if kill -0 "${pids[$i]}" 2>/dev/null; then
-            echo "   n$i still running 60 s after the restart"
-            kill -9 "${pids[$i]}" 2>/dev/null || true
-            rc=1
-        fi
-        wait "${pids[$i]}" || st=$?
+        reap "${pids[$i]}" 60 "n$i (after the restart)" || rc=1
         [ "$st" -eq 0 ] || { echo "   n$i: exit $st, expected 0"; rc=1; }
     done
     for i in 0 1; do
