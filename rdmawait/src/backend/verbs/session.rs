@@ -47,6 +47,13 @@ const MAX_RESPONDERS_PER_PEER: usize = 4096;
 /// Pause before a join refused for now (`Retry`) is tried again.
 const RETRY_JOIN: Duration = Duration::from_millis(100);
 
+/// How long a join refused for now (`Retry`: the peer still sees an earlier incarnation of us
+/// alive) is tried again: the peer declares that incarnation dead within its peer timeout, so
+/// twice ours and a second of slack. Past that, another live process holds our node id.
+fn retry_for(peer_timeout: Duration) -> Duration {
+    peer_timeout.saturating_mul(2) + Duration::from_secs(1)
+}
+
 /// Responder queue pairs serving other processes' threads, by (their node, its incarnation, our
 /// QPN).
 pub(crate) type Responders = Mutex<HashMap<(u16, u64, u32), qp::Qp>>;
@@ -168,6 +175,7 @@ impl Session {
         let redial = Arc::new(Redial {
             key: config.key.clone(),
             peers: peers.to_vec(),
+            peer_timeout,
         });
         let on_join = Box::new(move |stream: TcpStream, from: u16, inc: u64| {
             serve(&sh, stream, NodeId(from), inc, peer_timeout, &st, &redial);
@@ -197,7 +205,15 @@ impl Session {
         for (i, peer) in peers.iter().enumerate() {
             let node = NodeId(i as u16);
             if node != me {
-                join(shared, &config.key, node, peer, None)?; // `session` drops: all stopped
+                // On error, `session` drops: all stopped.
+                join(
+                    shared,
+                    &config.key,
+                    node,
+                    peer,
+                    None,
+                    retry_for(peer_timeout),
+                )?;
             }
         }
         tracing::debug!(target: "loco::rdmawait", %me, "rendezvous complete");
@@ -248,18 +264,21 @@ impl Drop for Session {
 struct Redial {
     key: ClusterKey,
     peers: Vec<String>,
+    peer_timeout: Duration,
 }
 
 /// Connects to `peer`'s listener (retrying while it starts, or while it has not declared our
 /// previous incarnation dead yet), proves the key, checks its proof, then exchanges memory and
 /// keeps the connection as our client connection to `node`. `rejoin`: the incarnation of
-/// `node` that rejoined us, which must be the one that answers (we dial it back).
+/// `node` that rejoined us, which must be the one that answers (we dial it back). `retry_for`:
+/// how long a `Retry` answer is tried again (see [`retry_for`]).
 fn join(
     shared: &Shared,
     key: &ClusterKey,
     node: NodeId,
     peer: &str,
     rejoin: Option<u64>,
+    retry_for: Duration,
 ) -> Result<()> {
     let me = shared
         .me
@@ -295,6 +314,7 @@ fn join(
         to: node.0,
         incarnation: shared.incarnation,
     };
+    let mut first_retry: Option<Instant> = None;
     let (stream, theirs) = loop {
         let (mut stream, theirs) =
             gate::dial(addr, deadline, key, dial, shared.timeout).map_err(failed)?;
@@ -329,7 +349,10 @@ fn join(
                 }
                 break (stream, theirs);
             }
-            Msg::Retry { reason } if Instant::now() < deadline => {
+            Msg::Retry { reason }
+                if Instant::now() < deadline
+                    && first_retry.get_or_insert_with(Instant::now).elapsed() < retry_for =>
+            {
                 tracing::debug!(target: "loco::rdmawait", %node, %reason, "join refused for now; retrying");
                 std::thread::sleep(RETRY_JOIN);
             }
@@ -403,7 +426,8 @@ fn serve(
     if rejoin {
         // Its old connection from us died with it: dial the new incarnation back.
         let peer = redial.peers.get(from.index()).map_or("", String::as_str);
-        match join(shared, &redial.key, from, peer, Some(inc)) {
+        let retry = retry_for(redial.peer_timeout);
+        match join(shared, &redial.key, from, peer, Some(inc), retry) {
             Ok(()) => {
                 peers.rejoined(from, inc, epoch);
             }
