@@ -79,8 +79,9 @@
 //! - **Rejoin**: every process draws a random incarnation at start, proven in the handshake. A
 //!   process started again under the same node id (same `LOCO_NODE_ID`, `LOCO_PEERS` and key)
 //!   is admitted as a new incarnation once the others have declared the old one dead (at once
-//!   after `kill -9`, within the peer timeout otherwise; until then its join is retried, up to
-//!   its timeout); a second process with the id of a live one stays refused as a duplicate.
+//!   after `kill -9`, within the peer timeout otherwise; until then its join is retried, for at
+//!   most twice the peer timeout and a second); a second process with the id of a live one is
+//!   then refused as a duplicate.
 //!   The others record its new memory (address, rkey), dial it back, and report it alive
 //!   again; [`Cluster::incarnation`] changes. Its barrier count continues from theirs.
 //! - **What survives a restart**: nothing of the dead incarnation's memory: the new process
