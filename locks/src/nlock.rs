@@ -73,6 +73,10 @@ impl RawNLock {
         self.tkt.node()
     }
 
+    fn run<'a>(&'a self, ctx: &'a Ctx, me: &'a ThreadLock, d: &'a Deadline) -> Run<'a> {
+        Run::new(ctx, me, d, Spinner::N(self))
+    }
+
     /// The lock's words as the calling thread uses them.
     fn words(&self, ctx: &Ctx, me: &ThreadLock) -> Result<NLockWords<Loc>> {
         Ok(NLockWords {
@@ -340,7 +344,7 @@ impl RawNLock {
         self.cluster.check_alive(self.node())?;
         self.home.check(&self.cluster)?;
         let w = self.words(ctx, &me)?;
-        let mut run = Run::new(ctx, &me, d, NL_ACQ, NL_REL, self.node(), Spinner::N(self));
+        let mut run = self.run(ctx, &me, d);
         match protocol::nlock_acquire(&mut run, &w) {
             Ok((t, raw)) => Ok(self.enter(ctx, &me, t, marks::poisoned(raw))),
             // Released to us, but entering failed: pass the ticket on rather than strand it.
@@ -373,7 +377,7 @@ impl RawNLock {
             if ctx.load(&me.word)? == r {
                 // tkt was r, so rel (which read r) is still r: ours, poison bit included.
                 let w = self.words(ctx, &me)?;
-                let mut run = Run::new(ctx, &me, d, NL_ACQ, NL_REL, self.node(), Spinner::N(self));
+                let mut run = self.run(ctx, &me, d);
                 if let Err(e) = protocol::nlock_enter(&mut run, &w, r) {
                     // Ticket r is ours and released to: pass it on rather than strand it.
                     return crate::run::spun(ctx, Err(e), || self.abandon(ctx, &me, r)).map(Some);
@@ -399,12 +403,7 @@ impl RawNLock {
         }
         let w = self.words(ctx, &me)?;
         let d = Deadline::after(self.cluster.timeout());
-        protocol::nlock_release(
-            &mut Run::new(ctx, &me, &d, NL_ACQ, NL_REL, self.node(), Spinner::N(self)),
-            &w,
-            t,
-            poison,
-        )?;
+        protocol::nlock_release(&mut self.run(ctx, &me, &d), &w, t, poison)?;
         me.held.set(None);
         me.poisoned.set(false);
         me.unreaped.set(true);

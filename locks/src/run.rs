@@ -7,7 +7,8 @@ use loco_rdmawait::{Ctx, Loc, NodeId, WorkId};
 use loco_rdmawaitrmw::{Rmw, RmwMachine};
 
 use crate::nlock::RawNLock;
-use crate::thread::{Deadline, Spin, ThreadLock};
+use crate::protocol::{NL_ACQ, NL_REL, WL_ACQ, WL_REL};
+use crate::thread::{Deadline, ThreadLock};
 use crate::wlock::RawWLock;
 use crate::{Error, Result};
 
@@ -24,12 +25,22 @@ pub(crate) fn spun(ctx: &Ctx, r: Result<u64>, abandon: impl FnOnce()) -> Result<
     r
 }
 
-/// Whose spin loops the machine runs.
+/// Whose protocol the machine runs: its work ids, its home node, and its spin.
 pub(crate) enum Spinner<'a> {
     /// The weak lock's `await_any`.
     W(&'a RawWLock),
     /// The node lock's `get_until`.
     N(&'a RawNLock),
+}
+
+impl Spinner<'_> {
+    /// (acquire work id, release work id, home node).
+    fn ids(&self) -> (WorkId, WorkId, NodeId) {
+        match self {
+            Spinner::W(l) => (WL_ACQ, WL_REL, l.ticket_node()),
+            Spinner::N(l) => (NL_ACQ, NL_REL, l.node()),
+        }
+    }
 }
 
 /// A thread context running one lock call.
@@ -55,16 +66,18 @@ pub(crate) struct Run<'a> {
 }
 
 impl<'a> Run<'a> {
-    /// `r`, unless it failed only because a node other than the thread's own and the lock's
-    /// home is dead: an operation towards a dead node has nothing left to do (its memory is
-    /// gone), so a release's broadcast or fence goes on with the live nodes.
+    /// Whether `node` is neither the thread's own nor the lock's home: its death leaves the lock
+    /// usable (what was sent towards it is simply gone).
+    fn elsewhere(&self, node: NodeId) -> bool {
+        node != self.ctx.node() && node != self.home
+    }
+
+    /// `r`, unless it failed only because a node [`elsewhere`](Self::elsewhere) is dead: an
+    /// operation towards a dead node has nothing left to do (its memory is gone), so a
+    /// release's broadcast or fence goes on with the live nodes.
     fn towards_live(&self, r: loco_rdmawait::Result<()>) -> Result<()> {
         match r {
-            Err(loco_rdmawait::Error::PeerDead { node, .. })
-                if node != self.ctx.node() && node != self.home =>
-            {
-                Ok(())
-            }
+            Err(loco_rdmawait::Error::PeerDead { node, .. }) if self.elsewhere(node) => Ok(()),
             r => Ok(r?),
         }
     }
@@ -78,11 +91,9 @@ impl<'a> Run<'a> {
         ctx: &'a Ctx,
         me: &'a ThreadLock,
         d: &'a Deadline,
-        acq: WorkId,
-        rel: WorkId,
-        home: NodeId,
         spinner: Spinner<'a>,
     ) -> Self {
+        let (acq, rel, home) = spinner.ids();
         Run {
             ctx,
             me,
@@ -155,7 +166,7 @@ impl Machine for Run<'_> {
         for _ in 0..self.ctx.cluster().nodes() {
             match &r {
                 Err(Error::Rdma(loco_rdmawait::Error::PeerDead { node, .. }))
-                    if *node != self.ctx.node() && *node != self.home =>
+                    if self.elsewhere(*node) =>
                 {
                     r = self.d.wait(self.ctx, wid);
                 }
@@ -194,20 +205,8 @@ impl Machine for Run<'_> {
                 self.spun = Some(until);
                 Ok(raw)
             }
-            Spinner::N(_) => {
-                let mut spin = Spin::new();
-                loop {
-                    for w in words {
-                        if self.ctx.load(w)? == until {
-                            return Ok(until);
-                        }
-                    }
-                    if self.d.expired() {
-                        return Err(self.d.timeout());
-                    }
-                    spin.wait(self.ctx.cluster())?;
-                }
-            }
+            // No node-lock protocol spins this way: the context's plain spin.
+            Spinner::N(_) => Ok(Machine::await_any(&mut self.ctx, words, until)?),
         }
     }
 
@@ -218,20 +217,14 @@ impl Machine for Run<'_> {
                 self.spun = Some(until);
                 Ok(raw)
             }
-            Spinner::W(_) => {
-                let mut spin = Spin::new();
-                loop {
-                    self.ctx.get(&local, &remote, wid)?;
-                    self.wait(wid)?;
-                    if self.ctx.load(&local)? == until {
-                        return Ok(until);
-                    }
-                    if self.d.expired() {
-                        return Err(self.d.timeout());
-                    }
-                    spin.wait(self.ctx.cluster())?;
-                }
-            }
+            // No weak-lock protocol spins this way: the context's plain spin.
+            Spinner::W(_) => Ok(Machine::get_until(
+                &mut self.ctx,
+                local,
+                remote,
+                wid,
+                until,
+            )?),
         }
     }
 }

@@ -307,15 +307,7 @@ impl RawWLock {
     }
 
     fn run<'a>(&'a self, ctx: &'a Ctx, me: &'a ThreadLock, d: &'a Deadline) -> Run<'a> {
-        Run::new(
-            ctx,
-            me,
-            d,
-            WL_ACQ,
-            WL_REL,
-            self.ticket_node(),
-            Spinner::W(self),
-        )
+        Run::new(ctx, me, d, Spinner::W(self))
     }
 
     /// The lock is released to `r` (some copy on this node reads `raw`, ticket `r`) and nobody
