@@ -194,7 +194,7 @@ struct GfTargets {
 /// Per-thread state: where the fence's gets land, and the cluster's dummy words.
 #[derive(Debug)]
 struct GfThread {
-    words: protocol::GfWords<Loc>,
+    words: std::rc::Rc<protocol::GfWords<Loc>>,
 }
 
 fn gf_thread(ctx: &Ctx) -> Result<std::rc::Rc<GfThread>> {
@@ -208,18 +208,19 @@ fn gf_thread(ctx: &Ctx) -> Result<std::rc::Rc<GfThread>> {
         })?;
         let scratch = ctx.cluster().alloc_private(ctx.node(), 8)?;
         Ok(GfThread {
-            words: protocol::GfWords {
+            words: std::rc::Rc::new(protocol::GfWords {
                 dummy: targets.words.clone(),
                 scratch,
-            },
+            }),
         })
     })?)
 }
 
 /// The words of `gf(nodes)` for the calling thread, after checking that every node of the set
 /// is known and alive (`UnknownNode`, `PeerDead` naming it): what a protocol that ends in a
-/// global fence (the strong lock's release) passes to [`protocol::gf`].
-pub fn gf_words(ctx: &Ctx, nodes: &[NodeId]) -> Result<protocol::GfWords<Loc>> {
+/// global fence (the strong lock's release) passes to [`protocol::gf`]. Made once per thread;
+/// each call hands out the same words.
+pub fn gf_words(ctx: &Ctx, nodes: &[NodeId]) -> Result<std::rc::Rc<protocol::GfWords<Loc>>> {
     let st = gf_thread(ctx)?;
     for &n in nodes {
         ctx.cluster().check_alive(n)?;
