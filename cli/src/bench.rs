@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use loco_locks::{LockGuard, NLock, SLock, WLock};
+use loco_locks::{Lock, LockGuard, NLock, RawLock, SLock, WLock};
 use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, Schedule, WorkId};
 use loco_rdmawaitrmw::Rmw;
 use loco_sv::GlobalFence;
@@ -245,7 +245,8 @@ fn measure(lock: LockArg, nodes: usize, threads: usize, secs: Duration) -> Resul
                     let t0 = Instant::now();
                     cycle(&l, &ctx, &w, &data, data_node, || {
                         lat.push(t0.elapsed().as_nanos().min(u32::MAX as u128) as u32)
-                    })?;
+                    })
+                    .map_err(|e| e.to_string())?;
                 }
                 Ok((lat, ctx.posted() - before))
             })
@@ -311,6 +312,9 @@ fn words(ctx: &Ctx) -> loco_rdmawait::Result<Words> {
     Ok(w)
 }
 
+/// Any error of the layers a cycle calls.
+type CycleError = Box<dyn std::error::Error>;
+
 /// One acquire (`acquired` is called when it returns), critical section, release.
 fn cycle(
     l: &AnyLock,
@@ -319,44 +323,43 @@ fn cycle(
     data: &Loc,
     data_node: NodeId,
     acquired: impl FnOnce(),
-) -> Result<(), String> {
-    let e = |e: &dyn std::fmt::Display| e.to_string();
+) -> Result<(), CycleError> {
+    let put = || ctx.put(data, &w.one, D);
     match l {
-        AnyLock::N(l) => {
-            let g = l.acquire(ctx).map_err(|x| e(&x))?;
-            acquired();
-            ctx.put(data, &w.one, D).map_err(|x| e(&x))?;
-            LockGuard::release(g).map_err(|x| e(&x))?;
-        }
-        AnyLock::W(l) => {
-            let g = l.acquire(ctx).map_err(|x| e(&x))?;
-            acquired();
-            ctx.put(data, &w.one, D).map_err(|x| e(&x))?;
-            ctx.gf([data_node]).map_err(|x| e(&x))?;
-            LockGuard::release(g).map_err(|x| e(&x))?;
-        }
-        AnyLock::S(l) => {
-            let g = l.acquire(ctx).map_err(|x| e(&x))?;
-            acquired();
-            ctx.put(data, &w.one, D).map_err(|x| e(&x))?;
-            LockGuard::release(g).map_err(|x| e(&x))?;
-        }
+        AnyLock::N(l) => locked(l, ctx, acquired, || Ok(put()?)),
+        AnyLock::W(l) => locked(l, ctx, acquired, || {
+            put()?;
+            Ok(ctx.gf([data_node])?)
+        }),
+        AnyLock::S(l) => locked(l, ctx, acquired, || Ok(put()?)),
         AnyLock::Spin(word) => {
             let backoff = crossbeam_utils::Backoff::new();
             loop {
-                ctx.rcas(word, 0, 1, &w.ret, D).map_err(|x| e(&x))?;
-                ctx.wait(D).map_err(|x| e(&x))?;
-                if ctx.load(&w.ret).map_err(|x| e(&x))? == 0 {
+                ctx.rcas(word, 0, 1, &w.ret, D)?;
+                ctx.wait(D)?;
+                if ctx.load(&w.ret)? == 0 {
                     break;
                 }
                 backoff.snooze();
             }
             acquired();
-            ctx.put(data, &w.one, D).map_err(|x| e(&x))?;
+            put()?;
             // The release put follows the critical section's put on the same queue pair.
-            ctx.put(word, &w.zero, D).map_err(|x| e(&x))?;
-            ctx.wait(D).map_err(|x| e(&x))?;
+            ctx.put(word, &w.zero, D)?;
+            Ok(ctx.wait(D)?)
         }
     }
-    Ok(())
+}
+
+/// `acquire; acquired(); section(); release` on a loco lock.
+fn locked<R: RawLock + 'static>(
+    l: &Lock<R>,
+    ctx: &Ctx,
+    acquired: impl FnOnce(),
+    section: impl FnOnce() -> Result<(), CycleError>,
+) -> Result<(), CycleError> {
+    let g = l.acquire(ctx)?;
+    acquired();
+    section()?;
+    Ok(LockGuard::release(g)?)
 }
