@@ -84,6 +84,30 @@ fn watch(children: &mut [Child]) -> mpsc::Receiver<(usize, String)> {
     rx
 }
 
+/// Collects the children's lines into `log` (as `{who}{i}: line`) until `n` of them satisfy
+/// `done`; panics with the log, saying `what` never happened, after 60 s.
+fn await_lines(
+    rx: &mpsc::Receiver<(usize, String)>,
+    log: &mut Vec<String>,
+    who: &str,
+    n: usize,
+    done: impl Fn(&str) -> bool,
+    what: &str,
+) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut seen = 0;
+    while seen < n {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((i, l)) => {
+                seen += usize::from(done(&l));
+                log.push(format!("{who}{i}: {l}"));
+            }
+            Err(_) => panic!("{what}:\n{}", log.join("\n")),
+        }
+    }
+}
+
 /// Waits for a child's exit status, killing it after `limit`.
 fn wait_exit(child: &mut Child, limit: Duration) -> Option<i32> {
     let start = Instant::now();
@@ -138,18 +162,8 @@ fn a_killed_peer_fails_the_others_within_bounded_time() {
     let mut children: Vec<Child> = (0..3).map(|i| spawn("long", i, &peers)).collect();
     let rx = watch(&mut children);
     let mut log = Vec::new();
-    let mut ready = 0;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while ready < 3 {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok((i, l)) => {
-                ready += usize::from(l.ends_with("ready"));
-                log.push(format!("n{i}: {l}"));
-            }
-            Err(_) => panic!("children never got ready:\n{}", log.join("\n")),
-        }
-    }
+    let ready = |l: &str| l.ends_with("ready");
+    await_lines(&rx, &mut log, "n", 3, ready, "children never got ready");
     std::thread::sleep(Duration::from_millis(300)); // let them work
     children[2].kill().unwrap();
     let killed = Instant::now();
@@ -191,16 +205,15 @@ fn a_duplicate_node_id_is_refused() {
     ];
     let rx = watch(&mut members);
     let mut log = Vec::new();
-    let mut joined = 0;
-    while joined < 2 {
-        match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok((i, l)) => {
-                joined += usize::from(l.contains("joined as"));
-                log.push(format!("member{i}: {l}"));
-            }
-            Err(_) => panic!("the members never joined:\n{}", log.join("\n")),
-        }
-    }
+    let joined = |l: &str| l.contains("joined as");
+    await_lines(
+        &rx,
+        &mut log,
+        "member",
+        2,
+        joined,
+        "the members never joined",
+    );
     // Same id, its own listening port: n0 refuses its hello.
     let other = peers.split(',').next().unwrap().to_string() + "," + &self::peers(1);
     let mut dup = spawn("join-only", 1, &other);
@@ -274,18 +287,8 @@ fn a_silent_peer_is_found_dead_by_heartbeats() {
         .collect();
     let rx = watch(&mut children);
     let mut log = Vec::new();
-    let mut ready = 0;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while ready < 3 {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok((i, l)) => {
-                ready += usize::from(l.ends_with("ready"));
-                log.push(format!("n{i}: {l}"));
-            }
-            Err(_) => panic!("children never got ready:\n{}", log.join("\n")),
-        }
-    }
+    let ready = |l: &str| l.ends_with("ready");
+    await_lines(&rx, &mut log, "n", 3, ready, "children never got ready");
     std::thread::sleep(Duration::from_millis(300));
     let pid = children[2].id().to_string();
     let stopped = Command::new("kill").args(["-STOP", &pid]).status().unwrap();
