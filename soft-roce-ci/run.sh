@@ -225,6 +225,16 @@ reap() {
     wait "$pid" || st=$?
 }
 
+# start_fault_node PEERS I AT OUT [ARGS...]: starts examples/fault_node as node I in the
+# background (victim n2, stopping at AT; the fault scenarios' key and 2 s peer timeout), its
+# output into OUT; `$!` is its pid.
+start_fault_node() {
+    local peers=$1 i=$2 at=$3 out=$4
+    shift 4
+    LOCO_CLUSTER_KEY=$LOCO_FAULT_KEY LOCO_PEER_TIMEOUT_MS=2000 "${LOCO_FAULT_BIN:?}" --node "$i" \
+        --peers "$peers" --victim 2 --at "$at" --timeout 10 "$@" >"$out" 2>&1 &
+}
+
 # fault_run AT SIGNAL [EXTRA [AFTER [ARGS...]]]: starts n0..n2 (victim n2 stopping at AT; ARGS
 # go to every process), waits for "n2: at AT", sends SIGNAL to n2 (and runs the function EXTRA
 # before that, if given), then checks that n0 and n1 exit 0 with "survivor check OK" and print
@@ -233,13 +243,11 @@ reap() {
 fault_run() {
     local at=$1 sig=$2 extra=${3:-} after=${4:-} peers dir i pids=() t_kill rc=0 st t line
     local more=("${@:5}")
-    local ex=${LOCO_FAULT_BIN:?}
     peers=$(example_peers)
     dir=$(mktemp -d)
     echo "-- fault_node: n2 at $at, kill -$sig"
     for i in 0 1 2; do
-        LOCO_CLUSTER_KEY=$LOCO_FAULT_KEY LOCO_PEER_TIMEOUT_MS=2000 "$ex" --node "$i" --peers "$peers" \
-            --victim 2 --at "$at" --work-ms 60000 --timeout 10 "${more[@]+"${more[@]}"}" >"$dir/$i" 2>&1 &
+        start_fault_node "$peers" "$i" "$at" "$dir/$i" --work-ms 60000 "${more[@]+"${more[@]}"}"
         pids+=($!)
     done
     local after_pid=
@@ -341,13 +349,11 @@ resume_after_check() {
 # lock-protected increments of a counter on n0 in new contexts: n0 checks that none was lost.
 fault_rejoin() {
     local peers dir i pids=() rc=0 st t_kill t_start t line
-    local ex=${LOCO_FAULT_BIN:?}
     peers=$(example_peers)
     dir=$(mktemp -d)
     echo "-- fault_node: n2 killed in a critical section, then started again (rejoin)"
     for i in 0 1 2; do
-        LOCO_CLUSTER_KEY=$LOCO_FAULT_KEY LOCO_PEER_TIMEOUT_MS=2000 "$ex" --node "$i" --peers "$peers" \
-            --victim 2 --at rejoin --work-ms 60000 --timeout 10 >"$dir/$i" 2>&1 &
+        start_fault_node "$peers" "$i" rejoin "$dir/$i" --work-ms 60000
         pids+=($!)
     done
     for _ in $(seq 600); do
@@ -364,8 +370,7 @@ fault_rejoin() {
     done
     t_start=$(unix_ms)
     echo "   survivors recovered and waiting $((t_start - t_kill)) ms after kill -9; starting n2 again"
-    LOCO_CLUSTER_KEY=$LOCO_FAULT_KEY LOCO_PEER_TIMEOUT_MS=2000 "$ex" --node 2 --peers "$peers" \
-        --victim 2 --at rejoin --restarted --timeout 10 >"$dir/2b" 2>&1 &
+    start_fault_node "$peers" 2 rejoin "$dir/2b" --restarted
     pids[2]=$!
     for i in 0 1 2; do
         reap "${pids[$i]}" 60 "n$i (after the restart)" || rc=1
