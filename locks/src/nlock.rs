@@ -395,12 +395,7 @@ impl RawNLock {
     pub(crate) fn release_with(&self, ctx: &Ctx, poison: bool) -> Result<()> {
         let me = self.me(ctx)?;
         let t = me.held.get().ok_or(Error::NotHeld)?;
-        if let Err(e) = self.home.check(&self.cluster) {
-            // The hold went with the home's words: writing `rel` now would corrupt the fresh lock.
-            me.held.set(None);
-            me.poisoned.set(false);
-            return Err(e);
-        }
+        self.home.check_release(&self.cluster, &me)?;
         let w = self.words(ctx, &me)?;
         let d = Deadline::after(self.cluster.timeout());
         protocol::nlock_release(&mut self.run(ctx, &me, &d), &w, t, poison)?;

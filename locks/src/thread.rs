@@ -34,6 +34,15 @@ impl Home {
         })
     }
 
+    /// [`Home::check`] before a release by `me`: if the home restarted, the hold went with its
+    /// words, so it ends here (writing the release now would corrupt the fresh lock).
+    pub(crate) fn check_release(&self, cluster: &Cluster, me: &ThreadLock) -> Result<()> {
+        self.check(cluster).inspect_err(|_| {
+            me.held.set(None);
+            me.poisoned.set(false);
+        })
+    }
+
     /// `PeerDead` naming the home if it restarted since the lock was made.
     pub(crate) fn check(&self, cluster: &Cluster) -> Result<()> {
         let now = cluster.incarnation(self.node)?;

@@ -579,36 +579,19 @@ impl RawWLock {
         let me = self.me(ctx)?;
         // Checked first: a thread that does not hold the lock must not even fence.
         let t = me.held.get().ok_or(Error::NotHeld)?;
-        if let Err(e) = self.home.check(&self.cluster) {
-            // The hold went with the home's words: publishing now would corrupt the fresh lock.
-            me.held.set(None);
-            me.poisoned.set(false);
-            return Err(e);
-        }
+        self.home.check_release(&self.cluster, &me)?;
         let nodes = self.live_nodes();
         let copies = self.rel[me.slot].copies();
         let mine = |n: NodeId| copies[n.index()];
         let d = Deadline::after(self.cluster.timeout());
+        me.last_rel.set((t + 1) | if poison { POISON } else { 0 });
+        let mut run = self.run(ctx, &me, &d);
         if strong {
-            // The fence's words; `gf_words` checks that the nodes are alive, and one may have
-            // died since `live_nodes`: then fence the others.
-            let mut nodes = nodes;
-            let fence = loop {
-                match loco_sv::gf_words(ctx, &nodes) {
-                    Err(loco_sv::Error::Rdma(loco_rdmawait::Error::PeerDead { node, .. }))
-                        if node != ctx.node() && node != self.ticket_node() =>
-                    {
-                        nodes.retain(|&n| n != node);
-                    }
-                    r => break r?,
-                }
-            };
-            me.last_rel.set((t + 1) | if poison { POISON } else { 0 });
-            let mut run = self.run(ctx, &me, &d);
+            // The fence's words only (no node to check): a node that dies after `live_nodes` is
+            // dropped from the fence by the machine, as from the broadcast.
+            let fence = loco_sv::gf_words(ctx, &[])?;
             protocol::slock_release(&mut run, &fence, mine, &nodes, t, poison)?;
         } else {
-            me.last_rel.set((t + 1) | if poison { POISON } else { 0 });
-            let mut run = self.run(ctx, &me, &d);
             protocol::wlock_release(&mut run, mine, &nodes, t, poison)?;
         }
         me.held.set(None);
