@@ -78,18 +78,34 @@ pub struct LocksArgs {
     /// Backend.
     #[arg(long, value_enum, default_value = "soft")]
     backend: BenchBackend,
-    /// Thread counts (over all nodes), e.g. `1,2,4,8`.
-    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 4])]
+    /// Thread counts (over all nodes, 1-256), e.g. `1,2,4,8`.
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 4], value_parser = count::<256>)]
     threads: Vec<usize>,
-    /// Node counts, e.g. `2,4`.
-    #[arg(long, value_delimiter = ',', default_values_t = [3])]
+    /// Node counts (1-64), e.g. `2,4`.
+    #[arg(long, value_delimiter = ',', default_values_t = [3], value_parser = count::<64>)]
     nodes: Vec<usize>,
-    /// Seconds per configuration.
-    #[arg(long, default_value_t = 1.0)]
+    /// Seconds per configuration (more than 0, at most 3600).
+    #[arg(long, default_value_t = 1.0, value_parser = seconds)]
     secs: f64,
     /// One JSON object per line and configuration instead of the table.
     #[arg(long)]
     json: bool,
+}
+
+/// A count in `1..=MAX` (command-line parser).
+fn count<const MAX: usize>(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=MAX).contains(&n) => Ok(n),
+        _ => Err(format!("expected a whole number from 1 to {MAX}")),
+    }
+}
+
+/// A duration in seconds in `(0, 3600]` (command-line parser).
+fn seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x > 0.0 && x <= 3600.0 => Ok(x),
+        _ => Err("expected seconds, more than 0 and at most 3600".to_string()),
+    }
 }
 
 /// What one configuration measured.
@@ -122,15 +138,6 @@ struct Words {
 
 /// Runs `loco bench locks`.
 pub fn locks(args: &LocksArgs) -> Result<(), String> {
-    if args.secs.is_nan() || args.secs <= 0.0 || args.secs > 3600.0 {
-        return Err(format!("--secs must be in (0, 3600], not {}", args.secs));
-    }
-    if let Some(&t) = args.threads.iter().find(|&&t| t == 0 || t > 256) {
-        return Err(format!("--threads must be in 1..=256, not {t}"));
-    }
-    if let Some(&n) = args.nodes.iter().find(|&&n| n == 0 || n > 64) {
-        return Err(format!("--nodes must be in 1..=64, not {n}"));
-    }
     let secs = Duration::from_secs_f64(args.secs);
     let configs: Vec<(LockArg, usize, usize)> = args
         .lock

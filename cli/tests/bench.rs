@@ -64,10 +64,12 @@ fn bench_locks_refuses_bad_options() {
         &["bench", "locks", "--secs", "0"][..],
         &["bench", "locks", "--threads", "0"],
         &["bench", "locks", "--nodes", "0"],
+        &["bench", "locks", "--secs", "NaN"],
+        &["bench", "locks", "--threads", "257"],
         &["bench", "locks", "--lock", "mutex"],
     ] {
         let out = loco(args);
-        assert!(!out.status.success(), "{args:?} accepted");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: not a command-line error");
         assert!(!out.stderr.is_empty(), "{args:?}: no message");
     }
 }
