@@ -69,7 +69,11 @@ fn bench_locks_refuses_bad_options() {
         &["bench", "locks", "--lock", "mutex"],
     ] {
         let out = loco(args);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: not a command-line error");
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: not a command-line error"
+        );
         assert!(!out.stderr.is_empty(), "{args:?}: no message");
     }
 }
