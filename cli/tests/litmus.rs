@@ -64,6 +64,10 @@ fn check_reproduces_every_verdict() {
     assert_eq!(rows.len(), files.len());
     for r in &rows {
         assert_eq!(r["matches"], true, "{r:#}");
+        // Every shipped test finishes in every execution: its threads release what they
+        // acquire, so a stuck state is a waiter that never gets in (a ticket given up and never
+        // passed on, say).
+        assert_eq!(r["stuck"], 0, "a stuck execution: {r:#}");
         assert!(r["states"].as_u64().unwrap() > 0);
         assert!(r["outcomes"].as_u64().unwrap() > 0);
         eprintln!(

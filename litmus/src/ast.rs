@@ -281,6 +281,9 @@ pub enum Op {
     Acquire(LockId),
     /// `release(l)`.
     Release(LockId),
+    /// `giveup(l)`: takes a ticket of the lock and gives it up without entering (an acquire
+    /// that timed out), as `loco-locks` does.
+    GiveUp(LockId),
     /// `r = read_sc(x)`.
     ReadSc {
         /// Destination register.
@@ -336,6 +339,7 @@ impl Op {
             Op::Gf(_) => "gf",
             Op::Acquire(_) => "acquire",
             Op::Release(_) => "release",
+            Op::GiveUp(_) => "giveup",
             Op::ReadSc { .. } => "read_sc",
             Op::WriteSc { .. } => "write_sc",
             Op::CasSc { .. } => "cas_sc",

@@ -19,16 +19,26 @@
 use loco_rdmawait::model::{ClusterMemory, Entry, LocalItem, Post, Qp, SbItem, Step, StoreBuffer};
 use loco_rdmawait::{NodeId, WorkRequest};
 
-use crate::lower::{Instr, Program};
+use crate::lower::{Instr, Program, Ring};
 use crate::reduce::Owners;
 
-/// The nlock spin's guarded get: its remote read may fire only when `remote` holds `value`.
+/// The nlock spin's guarded get: its remote read may fire only when `remote` holds `value`,
+/// or (with `ring`) a ticket whose abandon mark is set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Guard {
     target: usize,
     local: usize,
     remote: usize,
     value: u64,
+    ring: Option<Ring>,
+}
+
+impl Guard {
+    /// Whether the get may fire in `mem` (the target node's memory).
+    fn open(&self, mem: &[u64]) -> bool {
+        let v = mem[self.remote];
+        v == self.value || self.ring.is_some_and(|r| r.marked(mem, v))
+    }
 }
 
 /// One thread.
@@ -168,6 +178,7 @@ impl State {
                 let mem = &self.mem[code.node];
                 words.iter().any(|&w| th.load(mem, w) == v)
             }
+            Instr::Branch { .. } | Instr::Jump { .. } => true,
         }
     }
 
@@ -208,7 +219,9 @@ impl State {
                     | Instr::Post { .. }
                     | Instr::Mfence
                     | Instr::Poll { .. }
-                    | Instr::Wait { .. } => true,
+                    | Instr::Wait { .. }
+                    | Instr::Branch { .. }
+                    | Instr::Jump { .. } => true,
                     Instr::Load { .. } | Instr::Cas { .. } | Instr::Await { .. } => false,
                 };
                 if eager && reduce {
@@ -246,7 +259,7 @@ impl State {
                                 if let Some(g) = th.guard {
                                     let guarded =
                                         g.target == n && g.local == *local && g.remote == *remote;
-                                    if guarded && self.mem[n][g.remote] != g.value {
+                                    if guarded && !g.open(&self.mem[n]) {
                                         continue;
                                     }
                                 }
@@ -297,6 +310,7 @@ impl State {
         let code = &prog.threads[t];
         let node = code.node;
         let th = &mut self.threads[t];
+        let mut next = th.pc + 1;
         match &code.instrs[th.pc] {
             Instr::Load { reg, word } => th.regs[*reg] = th.load(&self.mem[node], *word),
             Instr::Store { word, val } => {
@@ -328,7 +342,8 @@ impl State {
                         target: *target,
                         local,
                         remote,
-                        value: g.eval(&th.regs),
+                        value: g.until.eval(&th.regs),
+                        ring: g.ring,
                     });
                 }
                 th.sb.post(Post {
@@ -348,8 +363,14 @@ impl State {
                     qp.take_notices(k);
                 }
             }
+            Instr::Branch { a, test, b, target } => {
+                if test.holds(a.eval(&th.regs), b.eval(&th.regs)) {
+                    next = *target;
+                }
+            }
+            Instr::Jump { target } => next = *target,
         }
-        th.pc += 1;
+        th.pc = next;
     }
 }
 

@@ -318,15 +318,15 @@ fn replay(prog: &Program, test: &Test, actions: &[Action]) -> Vec<String> {
     let mut out = Vec::with_capacity(actions.len());
     for &a in actions {
         let line = describe(prog, test, &s, a);
+        let executed = match a {
+            Action::Exec { thread } => prog.threads[thread].instrs.get(s.threads[thread].pc),
+            _ => None,
+        };
         s.apply(prog, a);
-        let line = match a {
-            Action::Exec { thread } => match &prog.threads[thread].instrs[s.threads[thread].pc - 1]
-            {
-                Instr::Load { reg, .. } | Instr::Cas { reg, .. } => {
-                    format!("{line}  -> {}", s.threads[thread].regs[*reg])
-                }
-                _ => line,
-            },
+        let line = match (a, executed) {
+            (Action::Exec { thread }, Some(Instr::Load { reg, .. } | Instr::Cas { reg, .. })) => {
+                format!("{line}  -> {}", s.threads[thread].regs[*reg])
+            }
             _ => line,
         };
         out.push(line);
@@ -688,6 +688,7 @@ expect forbidden
             let fast = explore(&t).unwrap();
             let keys = |e: &Exploration| e.outcomes.keys().cloned().collect::<Vec<_>>();
             assert_eq!(keys(&fast), keys(&slow), "{}", t.name);
+            assert_eq!(fast.stuck > 0, slow.stuck > 0, "{}: stuck states", t.name);
             assert!(fast.states <= slow.states);
             n += 1;
         }

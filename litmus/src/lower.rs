@@ -14,7 +14,7 @@
 use std::convert::Infallible;
 
 use loco_locks::protocol as locks;
-use loco_rdmawait::protocol::Machine;
+use loco_rdmawait::protocol::{Cond, Help, Machine, Test as Cmp};
 use loco_rdmawait::{WorkId, WorkRequest};
 use loco_rdmawaitrmw::RmwMachine;
 use loco_sc::protocol as sc;
@@ -70,10 +70,12 @@ pub(crate) mod tags {
     }
 }
 
-/// A value computed at run time: a register (or 0) plus a constant, with some bits set.
+/// A value computed at run time: a register (or 0), masked, plus a constant, with some bits
+/// set: `((reg & and) + add) | or`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Val {
     pub reg: Option<usize>,
+    pub and: u64,
     pub add: u64,
     pub or: u64,
 }
@@ -89,6 +91,7 @@ impl Val {
     fn constant(k: u64) -> Val {
         Val {
             reg: None,
+            and: !0,
             add: k,
             or: 0,
         }
@@ -97,22 +100,30 @@ impl Val {
     fn reg(reg: usize) -> Val {
         Val {
             reg: Some(reg),
+            and: !0,
             add: 0,
             or: 0,
         }
     }
 
     pub fn eval(&self, regs: &[u64]) -> u64 {
-        self.reg.map_or(0, |r| regs[r]).wrapping_add(self.add) | self.or
+        (self.reg.map_or(0, |r| regs[r]) & self.and).wrapping_add(self.add) | self.or
     }
 }
 
 impl std::fmt::Display for Val {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let reg = |f: &mut std::fmt::Formatter<'_>, r: usize| match self.and {
+            u64::MAX => write!(f, "r{r}"),
+            m => write!(f, "(r{r}&{m:#x})"),
+        };
         match (self.reg, self.add) {
             (None, k) => write!(f, "{k}")?,
-            (Some(r), 0) => write!(f, "r{r}")?,
-            (Some(r), k) => write!(f, "r{r}+{k}")?,
+            (Some(r), 0) => reg(f, r)?,
+            (Some(r), k) => {
+                reg(f, r)?;
+                write!(f, "+{k}")?
+            }
         }
         if self.or != 0 {
             write!(f, "|{:#x}", self.or)?;
@@ -198,12 +209,12 @@ pub(crate) enum Instr {
     /// CPU fence (needs an empty store buffer).
     Mfence,
     /// Posts a remote operation towards `target` (enters the store buffer). `guard`: the nlock
-    /// spin's get, whose remote read may fire only when the remote word equals this value.
+    /// spin's get, whose remote read may fire only when the remote word is as the guard says.
     Post {
         target: usize,
         op: PostOp,
         tag: u32,
-        guard: Option<Val>,
+        guard: Option<SpinGuard>,
     },
     /// `poll(n)`.
     Poll { target: usize },
@@ -211,6 +222,40 @@ pub(crate) enum Instr {
     Wait { tag: u32 },
     /// The wlock spin: blocks until a CPU load of one of `words` reads `val`.
     Await { words: Vec<usize>, val: Val },
+    /// A protocol's branch: jumps (forward) to `target` if `a` and `b` pass `test`.
+    Branch {
+        a: Val,
+        test: Cmp,
+        b: Val,
+        target: usize,
+    },
+    /// An unconditional forward jump (the end of a branch's other arm).
+    Jump { target: usize },
+}
+
+/// When the nlock spin's get may fire: once the remote word holds `until`, or (with `ring`)
+/// a ticket whose abandon mark is set, which the spin then passes on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct SpinGuard {
+    pub until: Val,
+    pub ring: Option<Ring>,
+}
+
+/// A lock's ring of abandon marks as laid out: `len` words from `base` (on the lock's node)
+/// of the protocol's `modulus` (the rest of the ring is never written in a test).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Ring {
+    pub base: usize,
+    pub len: usize,
+    pub modulus: u64,
+}
+
+impl Ring {
+    /// Whether ticket `r`'s mark is set in `mem` (the lock node's memory).
+    pub fn marked(&self, mem: &[u64], r: u64) -> bool {
+        let slot = (r % self.modulus) as usize;
+        slot < self.len && mem[self.base + slot] == r.wrapping_add(1)
+    }
 }
 
 /// Where an instruction comes from, for traces.
@@ -294,13 +339,17 @@ enum LockWords {
         strong: bool,
     },
     /// nlock@n: `tkt` and `rel` on n, a private `loc` word per thread, and the `held[k]`
-    /// announcement words on n (per node of the test; loco-locks' `held` array).
+    /// announcement words on n (per node of the test; loco-locks' `held` array). If some thread
+    /// gives a ticket up: the ring of abandon marks on n (`ab`: first word, words laid out) and
+    /// a `scratch` word per thread.
     Node {
         node: usize,
         tkt: usize,
         rel: usize,
         loc: Vec<Option<usize>>,
         held: Vec<Option<usize>>,
+        ab: Option<(usize, usize)>,
+        scratch: Vec<Option<usize>>,
     },
 }
 
@@ -366,7 +415,11 @@ pub(crate) fn lower(test: &Test) -> Program {
     let mut locks = Vec::new();
     for (i, l) in test.locks.iter().enumerate() {
         let id = LockId(i);
-        let used = users(&|op| matches!(op, Op::Acquire(x) | Op::Release(x) if *x == id));
+        let used = users(
+            &|op| matches!(op, Op::Acquire(x) | Op::Release(x) | Op::GiveUp(x) if *x == id),
+        );
+        let tickets = count(test, &|op| matches!(op, Op::Acquire(x) | Op::GiveUp(x) if *x == id));
+        let gives = count(test, &|op| matches!(op, Op::GiveUp(x) if *x == id));
         let w = match l.kind {
             LockKind::WLock | LockKind::SLock => {
                 let tkt = lay.alloc(lowest, format!("tkt_{}", l.name), 0);
@@ -395,7 +448,10 @@ pub(crate) fn lower(test: &Test) -> Program {
                     strong: l.kind == LockKind::SLock,
                 }
             }
-            LockKind::NLock(node) => nlock_words(&mut lay, test, node.index(), &l.name, &used),
+            LockKind::NLock(node) => {
+                let ring = (gives > 0).then_some(tickets);
+                nlock_words(&mut lay, test, node.index(), &l.name, &used, ring)
+            }
         };
         locks.push(w);
     }
@@ -412,6 +468,7 @@ pub(crate) fn lower(test: &Test) -> Program {
             s.node.index(),
             &format!("sc_{}", s.name),
             &used,
+            None,
         ));
         let scratch = test
             .threads
@@ -471,13 +528,38 @@ pub(crate) fn lower(test: &Test) -> Program {
     }
 }
 
-fn nlock_words(lay: &mut Layout, test: &Test, node: usize, name: &str, used: &[bool]) -> LockWords {
+/// How many statements of the test's threads pass `pred`.
+fn count(test: &Test, pred: &dyn Fn(&Op) -> bool) -> usize {
+    test.threads
+        .iter()
+        .flat_map(|t| &t.body)
+        .filter(|s| pred(&s.op))
+        .count()
+}
+
+/// A node lock's words; `ring`: if some thread gives a ticket up, how many tickets the test
+/// takes (the ring of abandon marks is laid out for them, at most `MARKS` words).
+fn nlock_words(
+    lay: &mut Layout,
+    test: &Test,
+    node: usize,
+    name: &str,
+    used: &[bool],
+    ring: Option<usize>,
+) -> LockWords {
     let tkt = lay.alloc(node, format!("tkt_{name}"), 0);
     let rel = lay.alloc(node, format!("rel_{name}"), 0);
-    // The abandon marks (`ab[K]`) are not laid out: no litmus thread gives a ticket up, so they
-    // stay 0 and the waiters' reads of them never change the outcome (the failure paths of
-    // `loco_locks::protocol` are not lowered).
     let held = held_words(lay, test, node, name, used);
+    // Without give-ups no mark is ever set: the ring and the scratch words are not laid out
+    // (the spins look at marks only in tests that give tickets up).
+    let ab = ring.map(|tickets| {
+        let len = tickets.min(locks::MARKS as usize);
+        let base = lay.words[node];
+        for i in 0..len {
+            lay.alloc(node, format!("ab_{name}[{i}]"), 0);
+        }
+        (base, len)
+    });
     let loc = test
         .threads
         .iter()
@@ -486,24 +568,44 @@ fn nlock_words(lay: &mut Layout, test: &Test, node: usize, name: &str, used: &[b
             used[t].then(|| lay.alloc(th.node.index(), format!("loc_{name}[{}]", th.name), 0))
         })
         .collect();
+    let scratch = test
+        .threads
+        .iter()
+        .enumerate()
+        .map(|(t, th)| {
+            (used[t] && ring.is_some())
+                .then(|| lay.alloc(th.node.index(), format!("scratch_{name}[{}]", th.name), 0))
+        })
+        .collect();
     LockWords::Node {
         node,
         tkt,
         rel,
         loc,
         held,
+        ab,
+        scratch,
     }
 }
 
-/// A word of node memory, as the lowering's [`Machine`] names it.
+/// A word of node memory, as the lowering's [`Machine`] names it: `word`, or with `idx` the
+/// word `word + idx` of an array of `span` words laid out from `word` (the index known only
+/// when the thread runs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Word {
     node: usize,
     word: usize,
+    span: usize,
+    idx: Option<Val>,
 }
 
 fn word(node: usize, word: usize) -> Word {
-    Word { node, word }
+    Word {
+        node,
+        word,
+        span: 1,
+        idx: None,
+    }
 }
 
 /// A lock's `held[k]` words on `node`, one per node k of the lock's users.
@@ -534,6 +636,9 @@ fn held_words(
 struct Emit<'a> {
     code: Code,
     stmt: usize,
+    /// How many rounds the node lock's spin being lowered may spend passing abandoned tickets
+    /// on: the test's give-ups of that lock (each round passes a different ticket on).
+    rounds: usize,
     /// The statement being lowered, as written: the prefix of every instruction's origin.
     text: String,
     names: &'a [Vec<String>],
@@ -568,9 +673,79 @@ impl Emit<'_> {
             .unwrap_or_else(|| format!("w{}@n{}", w.word, w.node))
     }
 
+    /// Emits `f` for the word `w`: for an indexed word, once per word of its array, each
+    /// behind a branch on the index (a switch).
+    fn at(&mut self, w: Word, f: impl Fn(&mut Self, Word)) {
+        let Some(i) = w.idx else {
+            return f(self, w);
+        };
+        let mut ends = Vec::new();
+        for k in 0..w.span {
+            let skip = self.code.instrs.len();
+            self.lib(
+                Instr::Branch {
+                    a: i,
+                    test: Cmp::Ne,
+                    b: Val::constant(k as u64),
+                    target: usize::MAX,
+                },
+                format!("if {i} != {k} goto"),
+            );
+            f(self, word(w.node, w.word + k));
+            ends.push(self.code.instrs.len());
+            self.lib(Instr::Jump { target: usize::MAX }, "goto".into());
+            self.patch(skip);
+        }
+        for j in ends {
+            self.patch(j);
+        }
+    }
+
+    /// Points the jump at `j` to the next instruction to be emitted.
+    fn patch(&mut self, j: usize) {
+        let here = self.code.instrs.len();
+        match &mut self.code.instrs[j] {
+            Instr::Branch { target, .. } | Instr::Jump { target } => *target = here,
+            i => unreachable!("patching {i:?}"),
+        }
+        let o = &mut self.code.origins[j].what;
+        o.push_str(&format!(" {here}"));
+    }
+
     fn tag(&self, wid: WorkId) -> (u32, String) {
         let tag = tags::of(wid);
         (tag, tags::name(tag, self.test))
+    }
+
+    /// The spin's get of `remote` into `local`, fired only as `until` and `ring` say.
+    fn guarded_get(
+        &mut self,
+        local: Word,
+        remote: Word,
+        wid: WorkId,
+        until: Val,
+        ring: Option<Ring>,
+    ) {
+        let (tag, name) = self.tag(wid);
+        let or_marked = if ring.is_some() { " or marked" } else { "" };
+        let what = format!(
+            "get({}, {}) once {} = {until}{or_marked} [{name}]",
+            self.name(local),
+            self.name(remote),
+            self.name(remote)
+        );
+        self.lib(
+            Instr::Post {
+                target: remote.node,
+                op: PostOp::Get {
+                    local: local.word,
+                    remote: remote.word,
+                },
+                tag,
+                guard: Some(SpinGuard { until, ring }),
+            },
+            what,
+        );
     }
 
     fn post(&mut self, target: usize, op: PostOp, wid: WorkId, what: String) {
@@ -629,6 +804,58 @@ impl Machine for Emit<'_> {
         }
     }
 
+    fn and(&mut self, v: Val, mask: u64) -> Val {
+        if v.reg.is_none() {
+            return Val::constant(v.eval(&[]) & mask);
+        }
+        // `((r & a) + k) | o` masked is not of the form again; protocols mask what they loaded.
+        debug_assert!(v.add == 0 && v.or == 0, "mask of a computed value");
+        Val {
+            and: v.and & mask,
+            ..v
+        }
+    }
+
+    fn index(&mut self, base: Word, i: Val, len: u64) -> Result<Word, Infallible> {
+        debug_assert!(len.is_power_of_two(), "a ring of {len} words");
+        let i = self.and(i, len - 1);
+        Ok(Word {
+            idx: Some(i),
+            ..base
+        })
+    }
+
+    /// `if c goto then; otherwise; goto end; then: ...; end:` (forward jumps only).
+    fn branch(
+        &mut self,
+        c: Cond<Val>,
+        then: impl FnOnce(&mut Self) -> Result<(), Infallible>,
+        otherwise: impl FnOnce(&mut Self) -> Result<(), Infallible>,
+    ) -> Result<(), Infallible> {
+        let op = match c.test {
+            Cmp::Eq => "==".to_string(),
+            Cmp::Ne => "!=".to_string(),
+            Cmp::Behind(k) => format!("behind({k})"),
+        };
+        let j = self.code.instrs.len();
+        self.lib(
+            Instr::Branch {
+                a: c.a,
+                test: c.test,
+                b: c.b,
+                target: usize::MAX,
+            },
+            format!("if {} {op} {} goto", c.a, c.b),
+        );
+        otherwise(self)?;
+        let k = self.code.instrs.len();
+        self.lib(Instr::Jump { target: usize::MAX }, "goto".into());
+        self.patch(j);
+        then(self)?;
+        self.patch(k);
+        Ok(())
+    }
+
     fn load(&mut self, w: Word) -> Result<Val, Infallible> {
         let r = self.reg();
         let what = format!("r{r} := load({})", self.name(w));
@@ -655,22 +882,26 @@ impl Machine for Emit<'_> {
     }
 
     fn put(&mut self, remote: Word, local: Word, wid: WorkId) -> Result<(), Infallible> {
-        let what = format!("put({}, {})", self.name(remote), self.name(local));
-        let op = PostOp::Put {
-            local: local.word,
-            remote: remote.word,
-        };
-        self.post(remote.node, op, wid, what);
+        self.at(remote, |e, remote| {
+            let what = format!("put({}, {})", e.name(remote), e.name(local));
+            let op = PostOp::Put {
+                local: local.word,
+                remote: remote.word,
+            };
+            e.post(remote.node, op, wid, what);
+        });
         Ok(())
     }
 
     fn get(&mut self, local: Word, remote: Word, wid: WorkId) -> Result<(), Infallible> {
-        let what = format!("get({}, {})", self.name(local), self.name(remote));
-        let op = PostOp::Get {
-            local: local.word,
-            remote: remote.word,
-        };
-        self.post(remote.node, op, wid, what);
+        self.at(remote, |e, remote| {
+            let what = format!("get({}, {})", e.name(local), e.name(remote));
+            let op = PostOp::Get {
+                local: local.word,
+                remote: remote.word,
+            };
+            e.post(remote.node, op, wid, what);
+        });
         Ok(())
     }
 
@@ -703,33 +934,48 @@ impl Machine for Emit<'_> {
         Ok(until)
     }
 
+    /// With `help`, [`Emit::rounds`] rounds of `get; wait` whose get fires once the remote
+    /// word reads `until` or a marked ticket, each passing a marked ticket on (`help.pass_on`)
+    /// or leaving the spin; then the plain guarded round. A round that reads neither changes
+    /// nothing, and is left out; each helping round passes a different ticket on, so the test's
+    /// give-ups bound their number.
     fn get_until(
         &mut self,
         local: Word,
         remote: Word,
         wid: WorkId,
         until: Val,
+        help: Option<Help<'_, Self>>,
     ) -> Result<Val, Infallible> {
-        let (tag, name) = self.tag(wid);
-        let what = format!(
-            "get({}, {}) once {} = {until} [{name}]",
-            self.name(local),
-            self.name(remote),
-            self.name(remote)
-        );
-        self.lib(
-            Instr::Post {
-                target: remote.node,
-                op: PostOp::Get {
-                    local: local.word,
-                    remote: remote.word,
-                },
-                tag,
-                guard: Some(until),
-            },
-            what,
-        );
+        let mut ends = Vec::new();
+        if let Some(h) = help {
+            let ring = Ring {
+                base: h.marks.word,
+                len: h.marks.span,
+                modulus: h.len,
+            };
+            for _ in 0..self.rounds {
+                self.guarded_get(local, remote, wid, until, Some(ring));
+                self.wait(wid)?;
+                let raw = self.load(local)?;
+                ends.push(self.code.instrs.len());
+                self.lib(
+                    Instr::Branch {
+                        a: raw,
+                        test: Cmp::Eq,
+                        b: until,
+                        target: usize::MAX,
+                    },
+                    format!("if {raw} == {until} (entered) goto"),
+                );
+                (h.pass_on)(self, raw)?;
+            }
+        }
+        self.guarded_get(local, remote, wid, until, None);
         self.wait(wid)?;
+        for j in ends {
+            self.patch(j);
+        }
         Ok(until)
     }
 }
@@ -743,18 +989,20 @@ impl RmwMachine for Emit<'_> {
         local: Word,
         wid: WorkId,
     ) -> Result<(), Infallible> {
-        let what = format!(
-            "rcas({}, {expected}, {new}, {})",
-            self.name(remote),
-            self.name(local)
-        );
-        let op = PostOp::Rcas {
-            remote: remote.word,
-            expected,
-            new,
-            local: local.word,
-        };
-        self.post(remote.node, op, wid, what);
+        self.at(remote, |e, remote| {
+            let what = format!(
+                "rcas({}, {expected}, {new}, {})",
+                e.name(remote),
+                e.name(local)
+            );
+            let op = PostOp::Rcas {
+                remote: remote.word,
+                expected,
+                new,
+                local: local.word,
+            };
+            e.post(remote.node, op, wid, what);
+        });
         Ok(())
     }
 
@@ -803,6 +1051,7 @@ impl Lowering<'_> {
                 regs: th.regs.len(),
             },
             stmt: 0,
+            rounds: 0,
             text: String::new(),
             names: &self.lay.names,
             test: self.test,
@@ -962,11 +1211,24 @@ impl Lowering<'_> {
                     }
                     node @ LockWords::Node { .. } => {
                         let w = node_lock(node, t, me);
-                        done(locks::nlock_acquire(e, &w)).0
+                        e.rounds = count(self.test, &|op| matches!(op, Op::GiveUp(x) if x == l));
+                        let t = done(locks::nlock_acquire(e, &w)).0;
+                        e.rounds = 0;
+                        t
                     }
                 };
                 held[l.0] = Some(ticket);
             }
+            Op::GiveUp(l) => match &self.locks[l.0] {
+                node @ LockWords::Node { .. } => {
+                    let w = node_lock(node, t, me);
+                    let u = done(locks::nlock_take(e, &w));
+                    // The mark is never owed in a test: it takes fewer than MARKS tickets, and
+                    // only one thread writes each ring word.
+                    done(locks::nlock_give_up(e, &w, u, |_| Ok(())));
+                }
+                LockWords::Ticket { .. } => unreachable!("the parser takes giveup of node locks only"),
+            },
             Op::Release(l) => {
                 let ticket = held[l.0].take().unwrap_or(Val::constant(0));
                 match &self.locks[l.0] {
@@ -1113,12 +1375,23 @@ fn node_lock(lock: &LockWords, t: usize, me: usize) -> locks::NLockWords<Word> {
             rel,
             ref loc,
             ref held,
-        } => locks::NLockWords {
-            tkt: word(node, tkt),
-            rel: word(node, rel),
-            held: word(node, held[me].expect("held word of a user's node")),
-            loc: word(me, loc[t].expect("loc word of a user")),
-        },
+            ab,
+            ref scratch,
+        } => {
+            let loc = word(me, loc[t].expect("loc word of a user"));
+            locks::NLockWords {
+                tkt: word(node, tkt),
+                rel: word(node, rel),
+                held: word(node, held[me].expect("held word of a user's node")),
+                // Without give-ups, neither is ever named (no round of the spin helps).
+                ab: ab.map_or(word(node, tkt), |(base, len)| Word {
+                    span: len,
+                    ..word(node, base)
+                }),
+                loc,
+                scratch: scratch[t].map_or(loc, |w| word(me, w)),
+            }
+        }
         LockWords::Ticket { .. } => unreachable!("a node lock's words"),
     }
 }

@@ -82,7 +82,11 @@ impl Owners {
                         }
                         PostOp::Fence => {}
                     },
-                    Instr::Mfence | Instr::Poll { .. } | Instr::Wait { .. } => {}
+                    Instr::Mfence
+                    | Instr::Poll { .. }
+                    | Instr::Wait { .. }
+                    | Instr::Branch { .. }
+                    | Instr::Jump { .. } => {}
                 }
             }
         }
@@ -173,7 +177,11 @@ fn instr_names(i: &Instr, me: usize, w: usize, writes_only: bool) -> bool {
             }
             PostOp::Fence => false,
         },
-        Instr::Mfence | Instr::Poll { .. } | Instr::Wait { .. } => false,
+        Instr::Mfence
+        | Instr::Poll { .. }
+        | Instr::Wait { .. }
+        | Instr::Branch { .. }
+        | Instr::Jump { .. } => false,
     }
 }
 
@@ -303,6 +311,8 @@ impl Owners {
             match i {
                 Instr::Wait { tag: g } if *g == tag => return true,
                 Instr::Post { target: g, .. } if *g == target => return false,
+                // A jump may skip the wait: give up the reduction (only give-up tests jump).
+                Instr::Branch { .. } | Instr::Jump { .. } => return false,
                 _ => {}
             }
         }
@@ -325,7 +335,10 @@ impl Owners {
             if blocks(i) {
                 return true;
             }
-            if instr_names(i, code.node, w, writes_only) {
+            // A jump may skip the blocking instruction: give up the reduction.
+            if instr_names(i, code.node, w, writes_only)
+                || matches!(i, Instr::Branch { .. } | Instr::Jump { .. })
+            {
                 return false;
             }
         }

@@ -24,6 +24,10 @@ use loco_sv::{GlobalFence, SharedVar};
 use crate::ast::{LockKind, Observable, Op, Test, Value, Var};
 use crate::explore::Outcome;
 
+/// How long a `giveup(l)` waits for the lock before giving its ticket up: long enough for the
+/// FAA to complete on a loaded machine most of the time, short next to a run.
+const GIVE_UP_AFTER: Duration = Duration::from_millis(2);
+
 /// Default wait/poll timeout of a run's cluster ([`RunConfig::timeout`]).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -623,6 +627,19 @@ fn exec(ctx: &Ctx, env: &Env, regs: &mut [u64], op: &Op) -> Result<(), OpError> 
             env.locks[l.0].raw().acquire(ctx)?;
         }
         Op::Release(l) => env.locks[l.0].raw().release(ctx)?,
+        Op::GiveUp(l) => {
+            let raw = env.locks[l.0].raw();
+            // An acquire whose deadline passes while it waits gives its ticket up. One that got
+            // in first hands the lock on at once, which the test cannot tell apart.
+            match raw.acquire_until(ctx, Instant::now() + GIVE_UP_AFTER) {
+                Ok(_) => raw.release(ctx)?,
+                Err(loco_locks::Error::Timeout { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+            // A ticket whose FAA was still in flight is given up here (else by the thread's
+            // next call of the lock, and the thread has none).
+            raw.leave(ctx)?;
+        }
         Op::ReadSc { reg, sc } => regs[reg.0] = ctx.read_sc(&env.scs[sc.0])?,
         Op::WriteSc { sc, val: v } => ctx.write_sc(&env.scs[sc.0], val(v, regs))?,
         Op::CasSc {

@@ -29,10 +29,7 @@ use crate::Result;
 /// [`Debts`]).
 pub(crate) const ABANDON_BUDGET: Duration = Duration::from_millis(500);
 
-/// Words in a lock's ring of abandon marks.
-pub(crate) const MARKS: u64 = 16;
-
-pub(crate) use crate::protocol::POISON;
+pub(crate) use crate::protocol::{MARKS, POISON};
 
 /// The ticket part of a released-to value.
 pub(crate) fn ticket(raw: u64) -> u64 {

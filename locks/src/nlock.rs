@@ -83,7 +83,9 @@ impl RawNLock {
             tkt: self.tkt,
             rel: self.rel,
             held: self.held.word(ctx.node().index() as u64)?,
+            ab: self.ab,
             loc: me.word,
+            scratch: me.scratch,
         })
     }
 
@@ -145,45 +147,38 @@ impl RawNLock {
     /// changed (by us or anyone), i.e. whether to read it again.
     fn pass_on(&self, ctx: &Ctx, me: &ThreadLock, raw: u64, d: &Deadline) -> Result<bool> {
         let r = marks::ticket(raw);
-        let mut poison = marks::poisoned(raw);
-        let mut dead = None;
-        if !marks::is_marked(ctx, &self.ab, r, me, NL_ACQ, d)? {
-            // Only a dead node's thread is skipped: a live holder is waited for. Ticket r is
-            // that thread's if node k announced entering with it (`held[k]`), or waiting for
-            // it (`waiting[k]`, announced after a millisecond of waiting).
-            'nodes: for k in self.cluster.node_ids() {
-                if self.cluster.is_alive(k) {
-                    continue;
-                }
-                for words in [&self.held, &self.waiting] {
-                    ctx.get(&me.scratch, &words.word(k.index() as u64)?, NL_ACQ)?;
-                    Self::wait_acq(ctx, me, d)?;
-                    if marks::ticket(ctx.load(&me.scratch)?) == r + 1 {
-                        dead = Some(k);
-                        break 'nodes;
-                    }
-                }
-            }
-            if dead.is_none() {
-                return Ok(false);
-            }
-            poison = true;
+        let w = self.words(ctx, me)?;
+        // A marked ticket: the protocol's step, which the explorer checks.
+        if protocol::nlock_pass_on(&mut self.run(ctx, me, d), &w, raw)? == r + 1 {
+            tracing::debug!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r,
+                "nlock: passed an abandoned ticket on");
+            return Ok(true);
         }
-        let new = (r + 1) | if poison { POISON } else { 0 };
-        ctx.rcas(&self.rel, raw, new, &me.scratch, NL_ACQ)?;
-        Self::wait_acq(ctx, me, d)?;
-        let old = ctx.load(&me.scratch)?;
-        if old == raw {
-            match dead {
-                Some(k) => {
-                    tracing::warn!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r, dead = %k,
-                    "nlock: skipped the ticket of a dead holder; the next holder is told (poisoned)")
-                }
-                None => {
-                    tracing::debug!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r,
-                    "nlock: passed an abandoned ticket on")
+        // Only a dead node's thread is skipped: a live holder is waited for. Ticket r is that
+        // thread's if node k announced entering with it (`held[k]`), or waiting for it
+        // (`waiting[k]`, announced after a millisecond of waiting).
+        let mut dead = None;
+        'nodes: for k in self.cluster.node_ids() {
+            if self.cluster.is_alive(k) {
+                continue;
+            }
+            for words in [&self.held, &self.waiting] {
+                ctx.get(&me.scratch, &words.word(k.index() as u64)?, NL_ACQ)?;
+                Self::wait_acq(ctx, me, d)?;
+                if marks::ticket(ctx.load(&me.scratch)?) == r + 1 {
+                    dead = Some(k);
+                    break 'nodes;
                 }
             }
+        }
+        let Some(k) = dead else {
+            return Ok(false);
+        };
+        ctx.rcas(&self.rel, raw, (r + 1) | POISON, &me.scratch, NL_ACQ)?;
+        Self::wait_acq(ctx, me, d)?;
+        if ctx.load(&me.scratch)? == raw {
+            tracing::warn!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r, dead = %k,
+                "nlock: skipped the ticket of a dead holder; the next holder is told (poisoned)");
         }
         Ok(true)
     }
@@ -277,46 +272,18 @@ impl RawNLock {
         self.debts.pay(|u, d| self.try_abandon(ctx, me, u, d));
     }
 
+    /// Gives ticket `u` up with the protocol's step ([`protocol::nlock_give_up`]); returns
+    /// whether it is done (false: the mark is owed).
     fn try_abandon(&self, ctx: &Ctx, me: &ThreadLock, u: u64, d: &Deadline) -> Result<bool> {
         // Earlier operations (a timed-out poll) first: their local writes target `loc`.
         Self::wait_acq(ctx, me, d)?;
-        let raw = self.read_rel(ctx, me, &me.scratch, d)?;
-        let r = marks::ticket(raw);
-        if r.wrapping_sub(u) < 1 << 62 && r != u {
-            return Ok(true); // already passed
-        }
-        if r != u {
-            if u - r >= MARKS {
-                return Ok(false); // the ring word may still hold a live mark: owe it
-            }
-            if !marks::mark(ctx, &self.ab, u, me, NL_ACQ, d)? {
-                return Ok(false);
-            }
-            // The lock may have been handed to us meanwhile: then pass it on ourselves (a waiter
-            // that saw the mark may race us; one CAS wins, the other fails).
-            let raw = self.read_rel(ctx, me, &me.scratch, d)?;
-            if marks::ticket(raw) != u {
-                return Ok(true);
-            }
-            return self.pass_over(ctx, me, raw, u, d);
-        }
-        // Handed to us exactly as we gave up: release it without entering.
-        self.pass_over(ctx, me, raw, u, d)
-    }
-
-    /// `rcas(rel, raw, u+1 | poison)`: ticket `u`, released to, is passed on unused.
-    fn pass_over(
-        &self,
-        ctx: &Ctx,
-        me: &ThreadLock,
-        raw: u64,
-        u: u64,
-        d: &Deadline,
-    ) -> Result<bool> {
-        let new = (u + 1) | (raw & POISON);
-        ctx.rcas(&self.rel, raw, new, &me.scratch, NL_ACQ)?;
-        Self::wait_acq(ctx, me, d)?;
-        Ok(true)
+        let w = self.words(ctx, me)?;
+        let owed = std::cell::Cell::new(false);
+        protocol::nlock_give_up(&mut self.run(ctx, me, d), &w, u, |_| {
+            owed.set(true);
+            Ok(())
+        })?;
+        Ok(!owed.get())
     }
 
     /// Pays what earlier calls left behind: the ticket of this thread's FAA that timed out, the

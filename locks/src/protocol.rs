@@ -5,18 +5,22 @@
 //! context; the litmus explorer's lowering runs the same functions to produce the instructions
 //! it explores. A change here changes both.
 //!
+//! Giving a ticket up is shared too: [`nlock_give_up`] (a thread whose acquire fails after
+//! its FAA marks its ticket abandoned, or passes the lock on if it was handed to it) and
+//! [`nlock_pass_on`] (a waiter that finds the lock released to a marked ticket passes it on),
+//! with the ring of marks of [`mark`]. A litmus test gives a ticket up with `giveup(l)`.
+//!
 //! What the crate adds around them, and the explorer does not see: checking the caller's use
-//! (`AlreadyHeld`, `NotHeld`), deadlines, and the failure paths of docs on the lock types
-//! ("Failures"): a spin that gives up abandons its ticket, a waiter that finds the lock
-//! released to an abandoned ticket or to a dead holder passes it on. Those run inside the
-//! crate's implementation of the two spins ([`Machine::await_any`], [`Machine::get_until`]) and
-//! only when a thread gives up or a node dies; a litmus test can express neither. A wait longer
-//! than a millisecond also takes a slow path there (the waiter announces its ticket in
-//! `waiting[me]` and reads abandon marks): it writes only words the protocols below never read,
-//! so what they compute is unchanged. `try_acquire` is crate-only too (litmus tests have no try
-//! form).
+//! (`AlreadyHeld`, `NotHeld`), deadlines, when a spin looks for marks (after a millisecond of
+//! waiting; the explorer: whenever one is set), marks owed because the ring was full, and
+//! dead nodes: a waiter that finds the lock released to a dead holder passes it on (poisoned).
+//! Those run inside the crate's implementation of the two spins ([`Machine::await_any`],
+//! [`Machine::get_until`]) and only when a thread gives up or a node dies. A wait longer than a
+//! millisecond also announces the waiter's ticket in `waiting[me]`: a word the protocols below
+//! never read, so what they compute is unchanged. `try_acquire` is crate-only too (litmus tests
+//! have no try form).
 
-use loco_rdmawait::protocol::Machine;
+use loco_rdmawait::protocol::{Cond, Help, Machine};
 use loco_rdmawait::{NodeId, WorkId};
 use loco_rdmawaitrmw::RmwMachine;
 use loco_sv::protocol::{bcast, gf, GfWords};
@@ -37,6 +41,55 @@ pub const NL_REL: WorkId = WorkId::internal(0x4C4B_0012);
 /// The bit of a released-to value (`rel`) that says the critical section before it did not
 /// finish (a guard dropped during a panic, or a dead holder skipped).
 pub const POISON: u64 = 1 << 63;
+
+/// Words in a lock's ring of abandon marks: ticket `u`'s mark is `ab[u mod MARKS] = u + 1`.
+pub const MARKS: u64 = 16;
+
+/// The ticket part of a released-to value (without the poison bit).
+fn ticket<M: Machine>(m: &mut M, raw: M::Val) -> M::Val {
+    m.and(raw, !POISON)
+}
+
+/// `get(scratch, src); wait(wid); load(scratch)`.
+fn read<M: Machine>(
+    m: &mut M,
+    scratch: M::Word,
+    src: M::Word,
+    wid: WorkId,
+) -> Result<M::Val, M::Error> {
+    m.get(scratch, src, wid)?;
+    m.wait(wid)?;
+    m.load(scratch)
+}
+
+/// Marks ticket `u` abandoned in the ring `ab` (on the lock's node), then runs `marked`:
+/// `m := ab[u mod K]` (a get); unless it already reads `u+1`, `rcas(ab[u mod K], m, u+1)`, which
+/// fails only if another thread wrote the word meanwhile: then `owe` runs instead of `marked`
+/// (the mark is owed, paid later by the crate).
+///
+/// The caller has checked that the lock is released to some `r` with `u - K < r < u`: every
+/// other ticket of the same ring word is then `<= u - K < r`, done, and its mark stale. Marks
+/// are written only with remote RMWs, so they are atomic against each other, and a stale RMW
+/// (one whose wait timed out) can only fail, being a CAS from the exact value read.
+pub fn mark<M: RmwMachine>(
+    m: &mut M,
+    ab: M::Word,
+    scratch: M::Word,
+    u: M::Val,
+    wid: WorkId,
+    marked: impl Fn(&mut M) -> Result<(), M::Error>,
+    owe: impl FnOnce(&mut M) -> Result<(), M::Error>,
+) -> Result<(), M::Error> {
+    let slot = m.index(ab, u, MARKS)?;
+    let seen = read(m, scratch, slot, wid)?;
+    let next = m.plus(u, 1);
+    m.branch(Cond::eq(seen, next), &marked, |m| {
+        m.rcas(slot, seen, next, scratch, wid)?;
+        m.wait(wid)?;
+        let old = m.load(scratch)?;
+        m.branch(Cond::eq(old, seen), &marked, owe)
+    })
+}
 
 /// A weak lock's words as one thread uses them.
 #[derive(Clone, Copy, Debug)]
@@ -151,25 +204,40 @@ pub struct NLockWords<W> {
     pub rel: W,
     /// `held[k]` of the thread's node k, on the lock's node: where a thread announces its hold.
     pub held: W,
+    /// The ring of [`MARKS`] abandon marks, on the lock's node (its first word).
+    pub ab: W,
     /// The thread's private word, on its node.
     pub loc: W,
+    /// The thread's scratch word, on its node: the give-up and pass-on steps read into it.
+    pub scratch: W,
 }
 
 /// The node lock's acquire (docs/model.md §5.5, Fig. 13): `rfaa(tkt, 1, loc); wait; t :=
-/// load(loc)`; `get(loc, rel); wait` until it reads `t`; `store(loc, t+1)` (for the release's
-/// put) and `put(held[me], loc)` (the hold's announcement, for waiters that find this node dead;
-/// not waited for). Returns `t` and the value of `rel` that let it in.
+/// load(loc)` ([`nlock_take`]); `get(loc, rel); wait` until it reads `t`, passing on marked
+/// tickets it finds released to ([`nlock_pass_on`]); `store(loc, t+1)` (for the release's put)
+/// and `put(held[me], loc)` (the hold's announcement, for waiters that find this node dead; not
+/// waited for). Returns `t` and the value of `rel` that let it in.
 pub fn nlock_acquire<M: RmwMachine>(
     m: &mut M,
     w: &NLockWords<M::Word>,
 ) -> Result<(M::Val, M::Val), M::Error> {
+    let t = nlock_take(m, w)?;
+    let help = Help {
+        marks: w.ab,
+        len: MARKS,
+        pass_on: &mut |m: &mut M, raw| nlock_pass_on(m, w, raw),
+    };
+    let raw = m.get_until(w.loc, w.rel, NL_ACQ, t, Some(help))?;
+    nlock_enter(m, w, t)?;
+    Ok((t, raw))
+}
+
+/// Taking a node-lock ticket: `rfaa(tkt, 1, loc); wait; t := load(loc)`.
+pub fn nlock_take<M: RmwMachine>(m: &mut M, w: &NLockWords<M::Word>) -> Result<M::Val, M::Error> {
     let one = m.constant(1);
     m.rfaa(w.tkt, one, w.loc, NL_ACQ)?;
     m.wait(NL_ACQ)?;
-    let t = m.load(w.loc)?;
-    let raw = m.get_until(w.loc, w.rel, NL_ACQ, t)?;
-    nlock_enter(m, w, t)?;
-    Ok((t, raw))
+    m.load(w.loc)
 }
 
 /// Entering the node lock with ticket `t`: `store(loc, t+1)` (for the release's put) and
@@ -182,6 +250,76 @@ pub fn nlock_enter<M: Machine>(
     let v = m.plus(t, 1);
     m.store(w.loc, v)?;
     m.put(w.held, w.loc, NL_REL)
+}
+
+/// A waiter found the node lock released to `raw` (ticket `r`, not its own): if `ab[r mod K]`
+/// reads `r + 1` (ticket `r` was given up), pass the lock on with `rcas(rel, raw, raw + 1)`
+/// (the poison bit kept). Returns the mark read. One CAS wins among the threads that try,
+/// and only while `rel` still reads `raw`: the lock is released to each ticket once.
+pub fn nlock_pass_on<M: RmwMachine>(
+    m: &mut M,
+    w: &NLockWords<M::Word>,
+    raw: M::Val,
+) -> Result<M::Val, M::Error> {
+    let r = ticket(m, raw);
+    let slot = m.index(w.ab, r, MARKS)?;
+    let seen = read(m, w.scratch, slot, NL_ACQ)?;
+    let next = m.plus(r, 1);
+    m.branch(
+        Cond::eq(seen, next),
+        |m| nlock_pass_over(m, w, raw),
+        |_| Ok(()),
+    )?;
+    Ok(seen)
+}
+
+/// `rcas(rel, raw, raw + 1); wait`: the ticket `rel` is released to (in `raw`) is passed on
+/// unused, the poison bit kept.
+fn nlock_pass_over<M: RmwMachine>(
+    m: &mut M,
+    w: &NLockWords<M::Word>,
+    raw: M::Val,
+) -> Result<(), M::Error> {
+    let new = m.plus(raw, 1);
+    m.rcas(w.rel, raw, new, w.scratch, NL_ACQ)?;
+    m.wait(NL_ACQ)
+}
+
+/// Gives node-lock ticket `u` up (the thread took it with [`nlock_take`] and will not enter):
+/// `raw := rel` (a get); if the lock is released to `u`, pass it on at once
+/// ([`nlock_pass_over`]); if it is released to an earlier ticket, mark `u` ([`mark`]), then read
+/// `rel` again and pass it on if it was handed to `u` meanwhile (a waiter that saw the mark may
+/// race us: one CAS wins). If `rel` is past `u`, somebody passed it on already. `owe` runs
+/// when the mark cannot be written now: `u` is [`MARKS`] or more tickets ahead, or the ring
+/// word changed under the CAS.
+pub fn nlock_give_up<M: RmwMachine>(
+    m: &mut M,
+    w: &NLockWords<M::Word>,
+    u: M::Val,
+    owe: impl Fn(&mut M) -> Result<(), M::Error>,
+) -> Result<(), M::Error> {
+    let raw = read(m, w.scratch, w.rel, NL_ACQ)?;
+    let r = ticket(m, raw);
+    let marked = |m: &mut M| {
+        let raw = read(m, w.scratch, w.rel, NL_ACQ)?;
+        let r = ticket(m, raw);
+        m.branch(Cond::eq(r, u), |m| nlock_pass_over(m, w, raw), |_| Ok(()))
+    };
+    m.branch(
+        Cond::eq(r, u),
+        |m| nlock_pass_over(m, w, raw),
+        |m| {
+            m.branch(
+                Cond::behind(r, u, 1),
+                |m| {
+                    m.branch(Cond::behind(r, u, MARKS), &owe, |m| {
+                        mark(m, w.ab, w.scratch, u, NL_ACQ, marked, &owe)
+                    })
+                },
+                |_| Ok(()),
+            )
+        },
+    )
 }
 
 /// The node lock's release of ticket `t` (Fig. 13): `rfence(n); put(rel, loc)`, not waited for.

@@ -2,7 +2,7 @@
 //! every wait bounded by the call's deadline, the thread's bookkeeping of operations in flight,
 //! and each lock's own spin (with its failure paths).
 
-use loco_rdmawait::protocol::Machine;
+use loco_rdmawait::protocol::{Cond, Help, Machine};
 use loco_rdmawait::{Ctx, Loc, NodeId, WorkId};
 use loco_rdmawaitrmw::{Rmw, RmwMachine};
 
@@ -133,6 +133,27 @@ impl Machine for Run<'_> {
         v | bits
     }
 
+    fn and(&mut self, v: u64, mask: u64) -> u64 {
+        v & mask
+    }
+
+    fn index(&mut self, base: Loc, i: u64, len: u64) -> Result<Loc> {
+        Ok(base.word(i % len.max(1))?)
+    }
+
+    fn branch(
+        &mut self,
+        c: Cond<u64>,
+        then: impl FnOnce(&mut Self) -> Result<()>,
+        otherwise: impl FnOnce(&mut Self) -> Result<()>,
+    ) -> Result<()> {
+        if c.test.holds(c.a, c.b) {
+            then(self)
+        } else {
+            otherwise(self)
+        }
+    }
+
     fn load(&mut self, w: Loc) -> Result<u64> {
         Ok(self.ctx.load(&w)?)
     }
@@ -210,9 +231,19 @@ impl Machine for Run<'_> {
         }
     }
 
-    fn get_until(&mut self, local: Loc, remote: Loc, wid: WorkId, until: u64) -> Result<u64> {
+    /// The node lock's spin runs its own slow path, which passes marked tickets on with the
+    /// same step as `help` ([`crate::protocol::nlock_pass_on`]) and skips dead holders too.
+    fn get_until(
+        &mut self,
+        local: Loc,
+        remote: Loc,
+        wid: WorkId,
+        until: u64,
+        help: Option<Help<'_, Self>>,
+    ) -> Result<u64> {
         match self.spinner {
             Spinner::N(l) => {
+                drop(help);
                 let raw = l.spin(self.ctx, self.me, local, remote, until, self.d)?;
                 self.spun = Some(until);
                 Ok(raw)
@@ -224,6 +255,7 @@ impl Machine for Run<'_> {
                 remote,
                 wid,
                 until,
+                None,
             )?),
         }
     }

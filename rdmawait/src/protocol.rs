@@ -12,19 +12,91 @@
 //! A machine has two kinds of values: [`Machine::Word`], a word of node memory (on a [`Ctx`], a
 //! [`Loc`]), and [`Machine::Val`], a value the thread computed (on a [`Ctx`], a `u64`; in the
 //! explorer, a register plus a constant, known only when the thread runs). Protocols compute
-//! with values only through [`Machine::constant`], [`Machine::plus`] and [`Machine::or`], so
-//! that the explorer can follow them symbolically.
+//! with values only through [`Machine::constant`], [`Machine::plus`], [`Machine::or`] and
+//! [`Machine::and`], pick a word of an array with [`Machine::index`], and decide with
+//! [`Machine::branch`], so that the explorer can follow them symbolically (it lowers a branch
+//! to a forward jump: protocols have no loops of their own, only the two spins below).
 //!
 //! What stays outside the shared definitions is what the model has no words for: checks of
-//! the caller's input, timeouts, and the failure paths of the locks (abandoned tickets, dead
-//! holders), which run only when a thread gives up or a node dies, neither of which a litmus
-//! test can express. Each crate's docs say which of its steps are shared.
+//! the caller's input, timeouts, dead nodes, and the bookkeeping of tickets whose marks are
+//! owed. Giving a lock ticket up and passing an abandoned ticket on are shared (a litmus test
+//! gives a ticket up with `giveup(l)`). Each crate's docs say which of its steps are shared.
 //!
 //! The remote atomics are added by `loco-rdmawaitrmw` (`RmwMachine`), as the layers are.
 
 use std::time::Instant;
 
 use crate::{Ctx, Loc, NodeId, Result, WorkId};
+
+/// How a [`Cond`] compares its two values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Test {
+    /// `a == b`.
+    Eq,
+    /// `a != b`.
+    Ne,
+    /// `a` is at least `k` places before `b` in ticket order: `b - a` (wrapping) is in
+    /// `k..2^62` (tickets are compared this way, so that a counter that wraps still orders).
+    Behind(u64),
+}
+
+impl Test {
+    /// Whether the test holds of `a` and `b`.
+    pub fn holds(self, a: u64, b: u64) -> bool {
+        match self {
+            Test::Eq => a == b,
+            Test::Ne => a != b,
+            Test::Behind(k) => (k..1 << 62).contains(&b.wrapping_sub(a)),
+        }
+    }
+}
+
+/// A condition a protocol branches on ([`Machine::branch`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Cond<V> {
+    /// The left value.
+    pub a: V,
+    /// The comparison.
+    pub test: Test,
+    /// The right value.
+    pub b: V,
+}
+
+impl<V> Cond<V> {
+    /// `a == b`.
+    pub fn eq(a: V, b: V) -> Self {
+        Cond {
+            a,
+            test: Test::Eq,
+            b,
+        }
+    }
+
+    /// `a` is at least `k` tickets before `b` ([`Test::Behind`]).
+    pub fn behind(a: V, b: V, k: u64) -> Self {
+        Cond {
+            a,
+            test: Test::Behind(k),
+            b,
+        }
+    }
+}
+
+/// What a lock's spin does for a ticket it finds given up: `marks` is the lock's ring of
+/// abandon marks (`marks[r mod len]` reads `r + 1` once ticket `r` is given up), `pass_on` the
+/// protocol's step for a released-to value `raw` whose ticket may be marked; it returns the
+/// mark it read. A machine calls `pass_on` when it finds the lock released to a ticket other
+/// than its own and decides to look (the crates: on their slow path; the explorer: whenever the
+/// mark is set).
+pub struct Help<'a, M: Machine> {
+    /// The first word of the ring of abandon marks.
+    pub marks: M::Word,
+    /// Words in the ring (a power of two).
+    pub len: u64,
+    /// The step for a released-to value.
+    #[allow(clippy::type_complexity)]
+    pub pass_on: &'a mut dyn FnMut(&mut M, M::Val) -> std::result::Result<M::Val, M::Error>,
+}
 
 /// The operations of docs/model.md §1 and §2 that protocols are written in, plus the two spin
 /// loops of the locks in their blocking form.
@@ -50,6 +122,24 @@ pub trait Machine {
     fn plus(&mut self, v: Self::Val, k: u64) -> Self::Val;
     /// `v | bits`.
     fn or(&mut self, v: Self::Val, bits: u64) -> Self::Val;
+    /// `v & mask`.
+    fn and(&mut self, v: Self::Val, mask: u64) -> Self::Val;
+    /// The word `base + (i mod len)` of an array of `len` words (`len` a power of two).
+    fn index(
+        &mut self,
+        base: Self::Word,
+        i: Self::Val,
+        len: u64,
+    ) -> Result<Self::Word, Self::Error>;
+    /// Runs `then` if `c` holds, `otherwise` if not.
+    fn branch(
+        &mut self,
+        c: Cond<Self::Val>,
+        then: impl FnOnce(&mut Self) -> Result<(), Self::Error>,
+        otherwise: impl FnOnce(&mut Self) -> Result<(), Self::Error>,
+    ) -> Result<(), Self::Error>
+    where
+        Self: Sized;
 
     /// `load(w)`: CPU load of a word of the thread's node.
     fn load(&mut self, w: Self::Word) -> Result<Self::Val, Self::Error>;
@@ -83,15 +173,20 @@ pub trait Machine {
     ) -> Result<Self::Val, Self::Error>;
 
     /// The node lock's spin (Fig. 13): repeats `get(local, remote, d); wait(d)` until `local`
-    /// reads `until`; returns the value read. (The explorer lets the get's remote read fire only
-    /// when the remote word holds `until`: the same executions, without the failed rounds.)
+    /// reads `until`; returns the value read. With `help`, a round that reads another value
+    /// may pass it on ([`Help`]). (The explorer lets the get's remote read fire only when the
+    /// remote word holds `until`, or a value whose mark is set: the same executions, without
+    /// the rounds that change nothing.)
     fn get_until(
         &mut self,
         local: Self::Word,
         remote: Self::Word,
         wid: WorkId,
         until: Self::Val,
-    ) -> Result<Self::Val, Self::Error>;
+        help: Option<Help<'_, Self>>,
+    ) -> Result<Self::Val, Self::Error>
+    where
+        Self: Sized;
 }
 
 /// A thread context executes protocols directly; its spins give up after the cluster's timeout
@@ -119,6 +214,27 @@ impl Machine for &Ctx {
 
     fn or(&mut self, v: u64, bits: u64) -> u64 {
         v | bits
+    }
+
+    fn and(&mut self, v: u64, mask: u64) -> u64 {
+        v & mask
+    }
+
+    fn index(&mut self, base: Loc, i: u64, len: u64) -> Result<Loc> {
+        base.word(i % len.max(1))
+    }
+
+    fn branch(
+        &mut self,
+        c: Cond<u64>,
+        then: impl FnOnce(&mut Self) -> Result<()>,
+        otherwise: impl FnOnce(&mut Self) -> Result<()>,
+    ) -> Result<()> {
+        if c.test.holds(c.a, c.b) {
+            then(self)
+        } else {
+            otherwise(self)
+        }
     }
 
     fn load(&mut self, w: Loc) -> Result<u64> {
@@ -157,13 +273,24 @@ impl Machine for &Ctx {
         }
     }
 
-    fn get_until(&mut self, local: Loc, remote: Loc, wid: WorkId, until: u64) -> Result<u64> {
+    fn get_until(
+        &mut self,
+        local: Loc,
+        remote: Loc,
+        wid: WorkId,
+        until: u64,
+        mut help: Option<Help<'_, Self>>,
+    ) -> Result<u64> {
         let end = Spinning::start();
         loop {
             Ctx::get(self, &local, &remote, wid)?;
             Ctx::wait(self, wid)?;
-            if Ctx::load(self, &local)? == until {
+            let v = Ctx::load(self, &local)?;
+            if v == until {
                 return Ok(until);
+            }
+            if let Some(h) = &mut help {
+                (h.pass_on)(self, v)?;
             }
             end.check(self)?;
         }

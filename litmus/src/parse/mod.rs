@@ -147,7 +147,7 @@ pub enum ParseErrorKind {
 /// Every operation of docs/litmus-format.md, in its table's order.
 pub const OPERATIONS: &[&str] = &[
     "load", "store", "cas", "mfence", "put", "get", "rcas", "rfaa", "wait", "poll", "rfence",
-    "bcast", "gf", "acquire", "release", "read_sc", "write_sc", "cas_sc", "faa_sc",
+    "bcast", "gf", "acquire", "release", "giveup", "read_sc", "write_sc", "cas_sc", "faa_sc",
 ];
 
 /// Largest input the parser reads, in bytes (the project's tests are under 1 KiB).

@@ -419,6 +419,26 @@ impl Parser {
                 self.held.remove(i);
                 Op::Release(l)
             }
+            "giveup" => {
+                let l = self.lock(&a[0], "giveup")?;
+                if !matches!(self.locks[l.0].0.kind, LockKind::NLock(_)) {
+                    return Err(self.wrong(
+                        &self.locks[l.0].0.name,
+                        a[0].1,
+                        "`giveup` is defined for node locks (`nlock`) only".into(),
+                    ));
+                }
+                if let Some(&(_, at)) = self.held.iter().find(|h| h.0 == l) {
+                    return Err((
+                        a[0].1,
+                        ParseErrorKind::LockDiscipline(format!(
+                            "`{}` is held here (acquired at line {}): give a ticket up only of a lock the thread does not hold",
+                            self.locks[l.0].0.name, at.line
+                        )),
+                    ));
+                }
+                Op::GiveUp(l)
+            }
             "read_sc" => Op::ReadSc {
                 reg: reg(),
                 sc: self.sc(&a[0], "read_sc")?,
@@ -474,6 +494,7 @@ fn usage(op: &str) -> (usize, &'static str) {
         "gf" => (1, "gf(<nodes>)"),
         "acquire" => (1, "acquire(<l>)"),
         "release" => (1, "release(<l>)"),
+        "giveup" => (1, "giveup(<l>)"),
         "read_sc" => (1, "<r> = read_sc(<x>)"),
         "write_sc" => (2, "write_sc(<x>, <v>)"),
         "cas_sc" => (3, "<r> = cas_sc(<x>, <expected>, <new>)"),
