@@ -17,6 +17,7 @@
 //! | per (thread, node): pipe, `Br`, `Bl` | [`ThreadState::qps`], one [`Qp`] per node |
 
 use loco_rdmawait::model::{ClusterMemory, Entry, LocalItem, Post, Qp, SbItem, Step, StoreBuffer};
+use loco_rdmawait::protocol::Test;
 use loco_rdmawait::{NodeId, WorkRequest};
 
 use crate::lower::{Instr, Program, Ring};
@@ -112,6 +113,41 @@ impl ClusterMemory for Mem<'_> {
 }
 
 impl ThreadState {
+    /// Runs the thread's register-only instructions at `pc` (branches, jumps, selects): they
+    /// touch nothing another thread or the NIC can see, so they take no transition of their
+    /// own: a thread's `pc` rests only on instructions that do. (Forward jumps only: this ends.)
+    fn run_local(&mut self, code: &crate::lower::Code) {
+        while let Some(i) = code.instrs.get(self.pc) {
+            self.pc = match i {
+                Instr::Branch { a, test, b, target } => {
+                    if test.holds(a.eval(&self.regs), b.eval(&self.regs)) {
+                        *target
+                    } else {
+                        self.pc + 1
+                    }
+                }
+                Instr::Jump { target } => *target,
+                Instr::Select {
+                    reg,
+                    a,
+                    test,
+                    b,
+                    then,
+                    otherwise,
+                } => {
+                    let pick = if test.holds(a.eval(&self.regs), b.eval(&self.regs)) {
+                        then
+                    } else {
+                        otherwise
+                    };
+                    self.regs[*reg] = pick.eval(&self.regs);
+                    self.pc + 1
+                }
+                _ => return,
+            };
+        }
+    }
+
     /// x86-TSO load: the newest own buffered store to `word`, else memory.
     fn load(&self, mem: &[u64], word: usize) -> u64 {
         self.sb.load(word, || mem[word])
@@ -135,14 +171,18 @@ impl State {
             threads: prog
                 .threads
                 .iter()
-                .map(|c| ThreadState {
-                    pc: 0,
-                    regs: vec![0; c.regs],
-                    sb: StoreBuffer::new(),
-                    qps: (0..nodes)
-                        .map(|n| Qp::new(node_id(c.node), node_id(n)))
-                        .collect(),
-                    guard: None,
+                .map(|c| {
+                    let mut th = ThreadState {
+                        pc: 0,
+                        regs: vec![0; c.regs],
+                        sb: StoreBuffer::new(),
+                        qps: (0..nodes)
+                            .map(|n| Qp::new(node_id(c.node), node_id(n)))
+                            .collect(),
+                        guard: None,
+                    };
+                    th.run_local(c);
+                    th
                 })
                 .collect(),
         }
@@ -173,12 +213,27 @@ impl State {
                 !th.sb.posts().any(|p| p.tag == *tag)
                     && th.qps.iter().all(|q| q.wait_ready(*tag).is_some())
             }
-            Instr::Await { words, val } => {
+            Instr::Await { words, val, ring } => {
                 let v = val.eval(&th.regs);
                 let mem = &self.mem[code.node];
-                words.iter().any(|&w| th.load(mem, w) == v)
+                if words.iter().any(|&w| th.load(mem, w) == v) {
+                    return true;
+                }
+                // The highest value read (in ticket order, as the crate's scan), if marked.
+                let Some((node, ring)) = ring else {
+                    return false;
+                };
+                let high = words.iter().map(|&w| th.load(mem, w)).reduce(|h, x| {
+                    if Test::Behind(1).holds(h, x) {
+                        x
+                    } else {
+                        h
+                    }
+                });
+                high.is_some_and(|h| ring.marked(&self.mem[*node], h))
             }
-            Instr::Branch { .. } | Instr::Jump { .. } => true,
+            // Never at `pc` (see `run_local`).
+            Instr::Branch { .. } | Instr::Jump { .. } | Instr::Select { .. } => false,
         }
     }
 
@@ -221,7 +276,8 @@ impl State {
                     | Instr::Poll { .. }
                     | Instr::Wait { .. }
                     | Instr::Branch { .. }
-                    | Instr::Jump { .. } => true,
+                    | Instr::Jump { .. }
+                    | Instr::Select { .. } => true,
                     Instr::Load { .. } | Instr::Cas { .. } | Instr::Await { .. } => false,
                 };
                 if eager && reduce {
@@ -310,7 +366,7 @@ impl State {
         let code = &prog.threads[t];
         let node = code.node;
         let th = &mut self.threads[t];
-        let mut next = th.pc + 1;
+        let next = th.pc + 1;
         match &code.instrs[th.pc] {
             Instr::Load { reg, word } => th.regs[*reg] = th.load(&self.mem[node], *word),
             Instr::Store { word, val } => {
@@ -363,14 +419,12 @@ impl State {
                     qp.take_notices(k);
                 }
             }
-            Instr::Branch { a, test, b, target } => {
-                if test.holds(a.eval(&th.regs), b.eval(&th.regs)) {
-                    next = *target;
-                }
+            Instr::Branch { .. } | Instr::Jump { .. } | Instr::Select { .. } => {
+                unreachable!("register-only instructions run with the one before")
             }
-            Instr::Jump { target } => next = *target,
         }
         th.pc = next;
+        th.run_local(code);
     }
 }
 

@@ -220,8 +220,22 @@ pub(crate) enum Instr {
     Poll { target: usize },
     /// `wait(d)` in its atomic form.
     Wait { tag: u32 },
-    /// The wlock spin: blocks until a CPU load of one of `words` reads `val`.
-    Await { words: Vec<usize>, val: Val },
+    /// The wlock spin: blocks until a CPU load of one of `words` reads `val`, or (with `ring`:
+    /// its node and the ring) until the highest of them is a ticket whose abandon mark is set.
+    Await {
+        words: Vec<usize>,
+        val: Val,
+        ring: Option<(usize, Ring)>,
+    },
+    /// `reg := a test b ? then : otherwise`.
+    Select {
+        reg: usize,
+        a: Val,
+        test: Cmp,
+        b: Val,
+        then: Val,
+        otherwise: Val,
+    },
     /// A protocol's branch: jumps (forward) to `target` if `a` and `b` pass `test`.
     Branch {
         a: Val,
@@ -329,7 +343,8 @@ impl Layout {
 enum LockWords {
     /// wlock/slock: ticket dispenser on `tkt_node`, with the `held[k]` announcement words (per
     /// node of the test; loco-locks' `held` array); per thread index its `turn` word (on its
-    /// node) and `rel[t]` copies (on every node of the test).
+    /// node) and `rel[t]` copies (on every node of the test). If some thread gives a ticket up:
+    /// the ring of abandon marks on `tkt_node` and a `scratch` word per thread.
     Ticket {
         tkt_node: usize,
         tkt: usize,
@@ -337,6 +352,8 @@ enum LockWords {
         turn: Vec<Option<usize>>,
         rel: Vec<Option<Vec<Option<usize>>>>,
         strong: bool,
+        ab: Option<(usize, usize)>,
+        scratch: Vec<Option<usize>>,
     },
     /// nlock@n: `tkt` and `rel` on n, a private `loc` word per thread, and the `held[k]`
     /// announcement words on n (per node of the test; loco-locks' `held` array). If some thread
@@ -415,15 +432,19 @@ pub(crate) fn lower(test: &Test) -> Program {
     let mut locks = Vec::new();
     for (i, l) in test.locks.iter().enumerate() {
         let id = LockId(i);
-        let used = users(
-            &|op| matches!(op, Op::Acquire(x) | Op::Release(x) | Op::GiveUp(x) if *x == id),
+        let used =
+            users(&|op| matches!(op, Op::Acquire(x) | Op::Release(x) | Op::GiveUp(x) if *x == id));
+        let tickets = count(
+            test,
+            &|op| matches!(op, Op::Acquire(x) | Op::GiveUp(x) if *x == id),
         );
-        let tickets = count(test, &|op| matches!(op, Op::Acquire(x) | Op::GiveUp(x) if *x == id));
         let gives = count(test, &|op| matches!(op, Op::GiveUp(x) if *x == id));
         let w = match l.kind {
             LockKind::WLock | LockKind::SLock => {
                 let tkt = lay.alloc(lowest, format!("tkt_{}", l.name), 0);
                 let held = held_words(&mut lay, test, lowest, &l.name, &used);
+                let ab = (gives > 0).then(|| ring_words(&mut lay, lowest, &l.name, tickets));
+                let scratch = scratch_words(&mut lay, test, &l.name, &used, gives > 0);
                 let mut turn = vec![None; test.threads.len()];
                 let mut rel = vec![None; test.threads.len()];
                 for (t, th) in test.threads.iter().enumerate() {
@@ -446,6 +467,8 @@ pub(crate) fn lower(test: &Test) -> Program {
                     turn,
                     rel,
                     strong: l.kind == LockKind::SLock,
+                    ab,
+                    scratch,
                 }
             }
             LockKind::NLock(node) => {
@@ -552,14 +575,7 @@ fn nlock_words(
     let held = held_words(lay, test, node, name, used);
     // Without give-ups no mark is ever set: the ring and the scratch words are not laid out
     // (the spins look at marks only in tests that give tickets up).
-    let ab = ring.map(|tickets| {
-        let len = tickets.min(locks::MARKS as usize);
-        let base = lay.words[node];
-        for i in 0..len {
-            lay.alloc(node, format!("ab_{name}[{i}]"), 0);
-        }
-        (base, len)
-    });
+    let ab = ring.map(|tickets| ring_words(lay, node, name, tickets));
     let loc = test
         .threads
         .iter()
@@ -568,15 +584,7 @@ fn nlock_words(
             used[t].then(|| lay.alloc(th.node.index(), format!("loc_{name}[{}]", th.name), 0))
         })
         .collect();
-    let scratch = test
-        .threads
-        .iter()
-        .enumerate()
-        .map(|(t, th)| {
-            (used[t] && ring.is_some())
-                .then(|| lay.alloc(th.node.index(), format!("scratch_{name}[{}]", th.name), 0))
-        })
-        .collect();
+    let scratch = scratch_words(lay, test, name, used, ring.is_some());
     LockWords::Node {
         node,
         tkt,
@@ -586,6 +594,35 @@ fn nlock_words(
         ab,
         scratch,
     }
+}
+
+/// A lock's ring of abandon marks on `node`, laid out for a test that takes `tickets` tickets
+/// (at most `MARKS` words): its first word and length.
+fn ring_words(lay: &mut Layout, node: usize, name: &str, tickets: usize) -> (usize, usize) {
+    let len = tickets.min(locks::MARKS as usize);
+    let base = lay.words[node];
+    for i in 0..len {
+        lay.alloc(node, format!("ab_{name}[{i}]"), 0);
+    }
+    (base, len)
+}
+
+/// Per thread, its scratch word for a lock (a user's, and only if `some`).
+fn scratch_words(
+    lay: &mut Layout,
+    test: &Test,
+    name: &str,
+    used: &[bool],
+    some: bool,
+) -> Vec<Option<usize>> {
+    test.threads
+        .iter()
+        .enumerate()
+        .map(|(t, th)| {
+            (used[t] && some)
+                .then(|| lay.alloc(th.node.index(), format!("scratch_{name}[{}]", th.name), 0))
+        })
+        .collect()
 }
 
 /// A word of node memory, as the lowering's [`Machine`] names it: `word`, or with `idx` the
@@ -717,6 +754,25 @@ impl Emit<'_> {
         (tag, tags::name(tag, self.test))
     }
 
+    /// The wlock spin's wait: until one of `words` reads `until` (or the highest is marked in
+    /// `ring`).
+    fn await_words(&mut self, words: &[Word], until: Val, ring: Option<(usize, Ring)>) {
+        let or_marked = if ring.is_some() { " (or marked)" } else { "" };
+        let what = match words {
+            [w] => format!("await {} = {until}{or_marked}", self.name(*w)),
+            _ => format!("await one of {} words = {until}{or_marked}", words.len()),
+        };
+        let words = words.iter().map(|w| w.word).collect();
+        self.lib(
+            Instr::Await {
+                words,
+                val: until,
+                ring,
+            },
+            what,
+        );
+    }
+
     /// The spin's get of `remote` into `local`, fired only as `until` and `ring` say.
     fn guarded_get(
         &mut self,
@@ -826,6 +882,25 @@ impl Machine for Emit<'_> {
     }
 
     /// `if c goto then; otherwise; goto end; then: ...; end:` (forward jumps only).
+    fn select(&mut self, c: Cond<Val>, then: Val, otherwise: Val) -> Val {
+        let reg = self.reg();
+        self.lib(
+            Instr::Select {
+                reg,
+                a: c.a,
+                test: c.test,
+                b: c.b,
+                then,
+                otherwise,
+            },
+            format!(
+                "r{reg} := {} {:?} {} ? {then} : {otherwise}",
+                c.a, c.test, c.b
+            ),
+        );
+        Val::reg(reg)
+    }
+
     fn branch(
         &mut self,
         c: Cond<Val>,
@@ -924,13 +999,44 @@ impl Machine for Emit<'_> {
         Ok(())
     }
 
-    fn await_any(&mut self, words: &[Word], until: Val) -> Result<Val, Infallible> {
-        let what = match words {
-            [w] => format!("await {} = {until}", self.name(*w)),
-            _ => format!("await one of {} words = {until}", words.len()),
-        };
-        let words = words.iter().map(|w| w.word).collect();
-        self.lib(Instr::Await { words, val: until }, what);
+    /// With `help`, [`Emit::rounds`] rounds that wait until some word reads `until` or the
+    /// highest is a marked ticket, then scan the words as the crate does
+    /// ([`locks::wlock_scan`]) and leave the spin or pass the highest on (`help.pass_on`); then
+    /// the plain await. As for [`Machine::get_until`], the rounds left out change nothing, and
+    /// each helping round passes a different ticket on.
+    fn await_any(
+        &mut self,
+        words: &[Word],
+        until: Val,
+        help: Option<Help<'_, Self>>,
+    ) -> Result<Val, Infallible> {
+        let mut ends = Vec::new();
+        if let Some(h) = help {
+            let ring = Ring {
+                base: h.marks.word,
+                len: h.marks.span,
+                modulus: h.len,
+            };
+            for _ in 0..self.rounds {
+                self.await_words(words, until, Some((h.marks.node, ring)));
+                let (hit, high) = locks::wlock_scan(self, words, until)?;
+                ends.push(self.code.instrs.len());
+                self.lib(
+                    Instr::Branch {
+                        a: hit,
+                        test: Cmp::Ne,
+                        b: Val::constant(locks::NONE),
+                        target: usize::MAX,
+                    },
+                    format!("if {hit} != none (entered) goto"),
+                );
+                (h.pass_on)(self, high)?;
+            }
+        }
+        self.await_words(words, until, None);
+        for j in ends {
+            self.patch(j);
+        }
         Ok(until)
     }
 
@@ -1189,25 +1295,16 @@ impl Lowering<'_> {
             }
             Op::Acquire(l) => {
                 let ticket = match &self.locks[l.0] {
-                    LockWords::Ticket {
-                        tkt_node,
-                        tkt,
-                        held,
-                        turn,
-                        rel,
-                        ..
-                    } => {
-                        let w = locks::WLockWords {
-                            tkt: word(*tkt_node, *tkt),
-                            held: word(*tkt_node, held[me].expect("held word of a user's node")),
-                            turn: word(me, turn[t].expect("turn word of a user")),
+                    lock @ LockWords::Ticket { .. } => {
+                        let (w, copies, mine) = self.ticket_lock(lock, t, me);
+                        let publish = locks::Publish {
+                            mine: &mine,
+                            nodes: &self.test.nodes,
                         };
-                        let copies: Vec<Word> = rel
-                            .iter()
-                            .flatten()
-                            .map(|c| word(me, c[me].expect("rel copy")))
-                            .collect();
-                        done(locks::wlock_acquire(e, &w, &copies)).0
+                        e.rounds = count(self.test, &|op| matches!(op, Op::GiveUp(x) if x == l));
+                        let t = done(locks::wlock_acquire(e, &w, &copies, publish)).0;
+                        e.rounds = 0;
+                        t
                     }
                     node @ LockWords::Node { .. } => {
                         let w = node_lock(node, t, me);
@@ -1227,7 +1324,17 @@ impl Lowering<'_> {
                     // only one thread writes each ring word.
                     done(locks::nlock_give_up(e, &w, u, |_| Ok(())));
                 }
-                LockWords::Ticket { .. } => unreachable!("the parser takes giveup of node locks only"),
+                lock @ LockWords::Ticket { .. } => {
+                    let (w, copies, mine) = self.ticket_lock(lock, t, me);
+                    let publish = locks::Publish {
+                        mine: &mine,
+                        nodes: &self.test.nodes,
+                    };
+                    // Its previous release has read its source (as the acquire starts).
+                    done(e.wait(locks::WL_REL));
+                    let u = done(locks::wlock_take(e, &w));
+                    done(locks::wlock_give_up(e, &w, &copies, publish, u, |_| Ok(())));
+                }
             },
             Op::Release(l) => {
                 let ticket = held[l.0].take().unwrap_or(Val::constant(0));
@@ -1286,6 +1393,55 @@ impl Lowering<'_> {
             }
             _ => {}
         }
+    }
+
+    /// A weak or strong lock's words for thread `t` of node `me`: its words, its node's copies
+    /// of every `rel[*]`, and its own slot's copy on each node.
+    #[allow(clippy::type_complexity)]
+    fn ticket_lock<'l>(
+        &self,
+        lock: &'l LockWords,
+        t: usize,
+        me: usize,
+    ) -> (
+        locks::WLockWords<Word>,
+        Vec<Word>,
+        impl Fn(loco_rdmawait::NodeId) -> Word + 'l,
+    ) {
+        let LockWords::Ticket {
+            tkt_node,
+            tkt,
+            held,
+            turn,
+            rel,
+            ab,
+            scratch,
+            ..
+        } = lock
+        else {
+            unreachable!("a weak or strong lock's words")
+        };
+        let turn = word(me, turn[t].expect("turn word of a user"));
+        let w = locks::WLockWords {
+            tkt: word(*tkt_node, *tkt),
+            held: word(*tkt_node, held[me].expect("held word of a user's node")),
+            // Without give-ups, neither is ever named (no round of the spin helps).
+            ab: ab.map_or(word(*tkt_node, *tkt), |(base, len)| Word {
+                span: len,
+                ..word(*tkt_node, base)
+            }),
+            turn,
+            scratch: scratch[t].map_or(turn, |w| word(me, w)),
+        };
+        let copies: Vec<Word> = rel
+            .iter()
+            .flatten()
+            .map(|c| word(me, c[me].expect("rel copy")))
+            .collect();
+        let own = rel[t].as_ref().expect("rel words of a user");
+        let mine =
+            move |n: loco_rdmawait::NodeId| word(n.index(), own[n.index()].expect("rel copy"));
+        (w, copies, mine)
     }
 
     fn word(&self, l: LocId) -> usize {
@@ -1498,6 +1654,92 @@ expect allowed
                 ..
             }
         ));
+    }
+
+    const GIVEUP: &str = "litmus g
+lock n : nlock @n1
+lock w : wlock
+loc x @n0
+thread t0 @n0 {
+  r0 = load(x)
+  acquire(n)
+  release(n)
+  acquire(w)
+  release(w)
+}
+thread t1 @n1 {
+  giveup(n)
+  giveup(n)
+  giveup(w)
+}
+exists t0:r0 = 0
+expect allowed
+";
+
+    /// Without give-ups nothing branches and no spin helps; with them, each waiter's spin has
+    /// one helping round per give-up of that lock, guarded on the lock's ring of marks.
+    #[test]
+    fn spins_help_once_per_giveup_of_their_lock() {
+        let jumps = |c: &Code| {
+            c.instrs
+                .iter()
+                .filter(|i| matches!(i, Instr::Branch { .. } | Instr::Jump { .. }))
+                .count()
+        };
+        assert_eq!(jumps(&lowered(LOCKS).threads[0]), 0);
+        let p = lowered(GIVEUP);
+        let t0 = &p.threads[0];
+        let helping_gets = t0
+            .instrs
+            .iter()
+            .filter(|i| {
+                matches!(
+                    i,
+                    Instr::Post {
+                        guard: Some(SpinGuard { ring: Some(_), .. }),
+                        ..
+                    }
+                )
+            })
+            .count();
+        assert_eq!(helping_gets, 2, "two give-ups of n");
+        let helping_awaits = t0
+            .instrs
+            .iter()
+            .filter(|i| matches!(i, Instr::Await { ring: Some(_), .. }))
+            .count();
+        assert_eq!(helping_awaits, 1, "one give-up of w");
+        // Every jump of either thread goes forward, at most to the end.
+        for c in &p.threads {
+            for (k, i) in c.instrs.iter().enumerate() {
+                if let Instr::Branch { target, .. } | Instr::Jump { target } = i {
+                    assert!(*target > k && *target <= c.instrs.len(), "{k}: {i:?}");
+                }
+            }
+        }
+        // The give-up passes the node lock on with a CAS on `rel`, and marks with one on the
+        // ring (a switch over the three tickets the test takes).
+        let t1 = &p.threads[1];
+        let rcas_to = |name: &str| {
+            t1.instrs
+                .iter()
+                .zip(&t1.origins)
+                .filter(|(i, o)| {
+                    matches!(
+                        i,
+                        Instr::Post {
+                            op: PostOp::Rcas { .. },
+                            ..
+                        }
+                    ) && o.stmt == 0
+                        && o.what.contains(&format!("rcas({name}"))
+                })
+                .count()
+        };
+        // Handed to it at once; or after marking, whether the mark was already there or the
+        // CAS set it (the step after marking is emitted in both arms).
+        assert_eq!(rcas_to("rel_n"), 3);
+        assert_eq!(rcas_to("ab_n["), 3);
     }
 
     #[test]

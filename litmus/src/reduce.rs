@@ -70,11 +70,22 @@ impl Owners {
                     Instr::Load { word, .. }
                     | Instr::Store { word, .. }
                     | Instr::Cas { word, .. } => mark(me, *word, t),
-                    Instr::Await { words, .. } => words.iter().for_each(|&w| mark(me, w, t)),
-                    Instr::Post { target, op, .. } => match *op {
+                    Instr::Await { words, ring, .. } => {
+                        words.iter().for_each(|&w| mark(me, w, t));
+                        // The guard reads the ring too.
+                        if let Some((n, r)) = ring {
+                            (r.base..r.base + r.len).for_each(|w| mark(*n, w, t));
+                        }
+                    }
+                    Instr::Post {
+                        target, op, guard, ..
+                    } => match *op {
                         PostOp::Put { local, remote } | PostOp::Get { local, remote } => {
                             mark(me, local, t);
                             mark(*target, remote, t);
+                            if let Some(r) = guard.and_then(|g| g.ring) {
+                                (r.base..r.base + r.len).for_each(|w| mark(*target, w, t));
+                            }
                         }
                         PostOp::Rcas { remote, local, .. } | PostOp::Rfaa { remote, local, .. } => {
                             mark(me, local, t);
@@ -86,7 +97,8 @@ impl Owners {
                     | Instr::Poll { .. }
                     | Instr::Wait { .. }
                     | Instr::Branch { .. }
-                    | Instr::Jump { .. } => {}
+                    | Instr::Jump { .. }
+                    | Instr::Select { .. } => {}
                 }
             }
         }
@@ -163,14 +175,23 @@ fn sb_stores_to(th: &ThreadState, w: usize) -> bool {
 fn instr_names(i: &Instr, me: usize, w: usize, writes_only: bool) -> bool {
     match i {
         Instr::Load { word, .. } => !writes_only && *word == w,
-        Instr::Await { words, .. } => !writes_only && words.contains(&w),
+        Instr::Await { words, ring, .. } => {
+            !writes_only
+                && (words.contains(&w)
+                    || ring.is_some_and(|(n, r)| n == me && (r.base..r.base + r.len).contains(&w)))
+        }
         Instr::Store { word, .. } | Instr::Cas { word, .. } => *word == w,
-        Instr::Post { target, op, .. } => match *op {
+        Instr::Post {
+            target, op, guard, ..
+        } => match *op {
             PostOp::Put { local, remote } => {
                 (!writes_only && local == w) || (*target == me && remote == w)
             }
             PostOp::Get { local, remote } => {
-                local == w || (!writes_only && *target == me && remote == w)
+                let guard_reads = guard
+                    .and_then(|g| g.ring)
+                    .is_some_and(|r| (r.base..r.base + r.len).contains(&w));
+                local == w || (!writes_only && *target == me && (remote == w || guard_reads))
             }
             PostOp::Rcas { remote, local, .. } | PostOp::Rfaa { remote, local, .. } => {
                 local == w || (*target == me && remote == w)
@@ -181,7 +202,8 @@ fn instr_names(i: &Instr, me: usize, w: usize, writes_only: bool) -> bool {
         | Instr::Poll { .. }
         | Instr::Wait { .. }
         | Instr::Branch { .. }
-        | Instr::Jump { .. } => false,
+        | Instr::Jump { .. }
+        | Instr::Select { .. } => false,
     }
 }
 
@@ -207,6 +229,8 @@ impl Owners {
                         && !sb_posts_name(th, me, me, *word)
                 }
                 Instr::Cas { word, .. } => self.private(me, *word, t) && qps_clear(*word, None),
+                // An await whose guard reads marks on another thread's words is never alone.
+                Instr::Await { ring: Some(_), .. } => false,
                 Instr::Await { words, .. } => words.iter().all(|&w| {
                     self.private(me, w, t) && qps_clear(w, None) && !sb_posts_name(th, me, me, w)
                 }),

@@ -8,7 +8,10 @@
 //! being a CAS from the exact value read). A thread that finds the lock released to `r` and
 //! `ab[r mod K] = r + 1` passes the lock on to `r + 1` for it (the node lock with `rcas(rel, r,
 //! r+1)`, the weak lock with a forwarding release); see the lock types' docs for why mutual
-//! exclusion and the publication guarantees survive.
+//! exclusion and the publication guarantees survive. Those steps are protocol steps
+//! ([`crate::protocol::mark`], `nlock_give_up`, `nlock_pass_on`, `wlock_give_up`,
+//! `wlock_pass_on`), checked by the litmus explorer; this module keeps the process's owed
+//! marks.
 //!
 //! The ring has room for the marks of the `K` tickets after the one the lock is released to; a
 //! ticket given up further back than that cannot be marked yet: the mark is **owed**, kept in
@@ -18,10 +21,9 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use loco_rdmawait::{Ctx, Loc, NodeId, WorkId};
-use loco_rdmawaitrmw::Rmw;
+use loco_rdmawait::NodeId;
 
-use crate::thread::{Deadline, ThreadLock};
+use crate::thread::Deadline;
 use crate::Result;
 
 /// How long a thread that gives a ticket up spends marking it (beyond the caller's deadline):
@@ -39,57 +41,6 @@ pub(crate) fn ticket(raw: u64) -> u64 {
 /// Whether a released-to value carries the poison bit.
 pub(crate) fn poisoned(raw: u64) -> bool {
     raw & POISON != 0
-}
-
-/// The word of ticket `t`'s mark in the ring starting at `ring`.
-pub(crate) fn slot(ring: &Loc, t: u64) -> Result<Loc> {
-    Ok(ring.word(t % MARKS)?)
-}
-
-/// Whether ticket `r` is marked abandoned (a get of its ring word, into `scratch`).
-pub(crate) fn is_marked(
-    ctx: &Ctx,
-    ring: &Loc,
-    r: u64,
-    me: &ThreadLock,
-    wid: WorkId,
-    d: &Deadline,
-) -> Result<bool> {
-    let scratch = &me.scratch;
-    ctx.get(scratch, &slot(ring, r)?, wid)?;
-    wait(ctx, me, wid, d)?;
-    Ok(ctx.load(scratch)? == r + 1)
-}
-
-/// Marks ticket `u` abandoned: `rcas(ab[u mod K], m, u+1)` from the value `m` just read. The
-/// caller has checked that the lock is released to some `r > u - K`: every other ticket of the
-/// same ring word is then `<= u - K < r`, done, and its mark stale. Returns whether the mark is
-/// set.
-pub(crate) fn mark(
-    ctx: &Ctx,
-    ring: &Loc,
-    u: u64,
-    me: &ThreadLock,
-    wid: WorkId,
-    d: &Deadline,
-) -> Result<bool> {
-    let scratch = &me.scratch;
-    let w = slot(ring, u)?;
-    ctx.get(scratch, &w, wid)?;
-    wait(ctx, me, wid, d)?;
-    let m = ctx.load(scratch)?;
-    if m == u + 1 {
-        return Ok(true);
-    }
-    ctx.rcas(&w, m, u + 1, scratch, wid)?;
-    wait(ctx, me, wid, d)?;
-    Ok(ctx.load(scratch)? == m)
-}
-
-/// `wait(wid)`; a failure leaves the get or CAS in flight on `scratch` (`dirty`: the word is
-/// not recycled).
-fn wait(ctx: &Ctx, me: &ThreadLock, wid: WorkId, d: &Deadline) -> Result<()> {
-    d.wait(ctx, wid).inspect_err(|_| me.dirty.set(true))
 }
 
 /// Tickets given up whose marks could not be written yet (see the module docs): paid by any

@@ -98,30 +98,163 @@ pub struct WLockWords<W> {
     pub tkt: W,
     /// `held[k]` of the thread's node k, on the ticket node: where a thread announces its hold.
     pub held: W,
+    /// The ring of [`MARKS`] abandon marks, on the ticket node (its first word).
+    pub ab: W,
     /// The thread's private word, on its node.
     pub turn: W,
+    /// The thread's scratch word, on its node: the give-up and pass-on steps read into it.
+    pub scratch: W,
 }
 
+/// Where a weak-lock thread publishes a release: `mine(n)` is the copy on node n of its own
+/// `rel` slot, `nodes` the nodes it publishes to.
+#[derive(Clone, Copy)]
+pub struct Publish<'a, W> {
+    /// The thread's `rel` slot's copy on a node.
+    pub mine: &'a dyn Fn(NodeId) -> W,
+    /// The nodes to publish to.
+    pub nodes: &'a [NodeId],
+}
+
+/// No copy reads the ticket looked for ([`wlock_scan`]).
+pub const NONE: u64 = u64::MAX;
+
 /// The weak lock's acquire (docs/model.md §5.3, Fig. 10); `copies` are the thread's node's
-/// copies of every `rel[*]`.
+/// copies of every `rel[*]`, `publish` where the thread's own slot is.
 ///
-/// `wait(WL_REL)` (the thread's previous release has read its source); `rfaa(tkt, 1, turn);
-/// wait; t := load(turn)`; spin until some copy reads `t`; then announce the hold
-/// ([`wlock_enter`]). Returns `t` and the value that let it in (with the poison bit, if the
-/// previous holder's section did not finish).
+/// `wait(WL_REL)` (the thread's previous release has read its source); take a ticket `t`
+/// ([`wlock_take`]); spin until some copy reads `t`, passing on marked tickets it finds released
+/// to ([`wlock_pass_on`]); then announce the hold ([`wlock_enter`]). Returns `t` and the value
+/// that let it in (with the poison bit, if the previous holder's section did not finish).
 pub fn wlock_acquire<M: RmwMachine>(
     m: &mut M,
     w: &WLockWords<M::Word>,
     copies: &[M::Word],
+    publish: Publish<'_, M::Word>,
 ) -> Result<(M::Val, M::Val), M::Error> {
     m.wait(WL_REL)?;
+    let t = wlock_take(m, w)?;
+    let help = Help {
+        marks: w.ab,
+        len: MARKS,
+        pass_on: &mut |m: &mut M, raw| wlock_pass_on(m, w, publish, raw),
+    };
+    let raw = m.await_any(copies, t, Some(help))?;
+    wlock_enter(m, w, t)?;
+    Ok((t, raw))
+}
+
+/// Taking a weak-lock ticket: `rfaa(tkt, 1, turn); wait; t := load(turn)`.
+pub fn wlock_take<M: RmwMachine>(m: &mut M, w: &WLockWords<M::Word>) -> Result<M::Val, M::Error> {
     let one = m.constant(1);
     m.rfaa(w.tkt, one, w.turn, WL_ACQ)?;
     m.wait(WL_ACQ)?;
-    let t = m.load(w.turn)?;
-    let raw = m.await_any(copies, t)?;
-    wlock_enter(m, w, t)?;
-    Ok((t, raw))
+    m.load(w.turn)
+}
+
+/// CPU loads of the thread's node's `copies` of every `rel[*]`, in order: the value of one whose
+/// ticket is `t` ([`NONE`] if none is), and the highest value read (in ticket order).
+pub fn wlock_scan<M: Machine>(
+    m: &mut M,
+    copies: &[M::Word],
+    t: M::Val,
+) -> Result<(M::Val, M::Val), M::Error> {
+    let mut hit = m.constant(NONE);
+    let mut high: Option<(M::Val, M::Val)> = None;
+    for &c in copies {
+        let v = m.load(c)?;
+        let tv = ticket(m, v);
+        hit = m.select(Cond::eq(tv, t), v, hit);
+        high = Some(match high {
+            None => (v, tv),
+            Some((h, ht)) => {
+                let up = Cond::behind(ht, tv, 1);
+                (m.select(up, v, h), m.select(up, tv, ht))
+            }
+        });
+    }
+    let high = match high {
+        Some((h, _)) => h,
+        None => m.constant(NONE),
+    };
+    Ok((hit, high))
+}
+
+/// A waiter found the weak lock released to `raw` (ticket `r`, the highest copy on its node, not
+/// its own): if `ab[r mod K]` reads `r + 1` (ticket `r` was given up), release to `r + 1` on its
+/// behalf from its own slot ([`wlock_publish`], the poison bit kept). Returns the mark read.
+/// Several waiters may do so: they publish the same value.
+pub fn wlock_pass_on<M: RmwMachine>(
+    m: &mut M,
+    w: &WLockWords<M::Word>,
+    publish: Publish<'_, M::Word>,
+    raw: M::Val,
+) -> Result<M::Val, M::Error> {
+    let r = ticket(m, raw);
+    let slot = m.index(w.ab, r, MARKS)?;
+    let seen = read(m, w.scratch, slot, WL_ACQ)?;
+    let next = m.plus(r, 1);
+    m.branch(
+        Cond::eq(seen, next),
+        |m| wlock_pass_over(m, publish, raw),
+        |_| Ok(()),
+    )?;
+    Ok(seen)
+}
+
+/// `wait(WL_REL)` (the thread's previous publication has read its source), then publish
+/// `raw + 1`: the ticket released to in `raw` is passed on unused, the poison bit kept.
+fn wlock_pass_over<M: Machine>(
+    m: &mut M,
+    publish: Publish<'_, M::Word>,
+    raw: M::Val,
+) -> Result<(), M::Error> {
+    m.wait(WL_REL)?;
+    let v = m.plus(raw, 1);
+    wlock_publish(m, publish.mine, publish.nodes, v)
+}
+
+/// Gives weak-lock ticket `u` up (the thread took it with [`wlock_take`] and will not enter),
+/// looking at its node's `copies`: if one reads `u`, pass it on at once
+/// ([`wlock_pass_over`]); if the highest is an earlier ticket, mark `u` ([`mark`]), then look
+/// again and pass it on if it was handed to `u` meanwhile (a waiter that saw the mark may pass
+/// it on too: both publish `u + 1`). If the highest is past `u`, somebody passed it on already.
+/// `owe` runs when the mark cannot be written now: `u` is [`MARKS`] or more tickets ahead, or
+/// the ring word changed under the CAS.
+pub fn wlock_give_up<M: RmwMachine>(
+    m: &mut M,
+    w: &WLockWords<M::Word>,
+    copies: &[M::Word],
+    publish: Publish<'_, M::Word>,
+    u: M::Val,
+    owe: impl Fn(&mut M) -> Result<(), M::Error>,
+) -> Result<(), M::Error> {
+    let none = m.constant(NONE);
+    let (hit, high) = wlock_scan(m, copies, u)?;
+    let h = ticket(m, high);
+    let marked = |m: &mut M| {
+        let (hit, _) = wlock_scan(m, copies, u)?;
+        m.branch(
+            Cond::ne(hit, none),
+            |m| wlock_pass_over(m, publish, hit),
+            |_| Ok(()),
+        )
+    };
+    m.branch(
+        Cond::ne(hit, none),
+        |m| wlock_pass_over(m, publish, hit),
+        |m| {
+            m.branch(
+                Cond::behind(h, u, 1),
+                |m| {
+                    m.branch(Cond::behind(h, u, MARKS), &owe, |m| {
+                        mark(m, w.ab, w.scratch, u, WL_ACQ, marked, &owe)
+                    })
+                },
+                |_| Ok(()),
+            )
+        },
+    )
 }
 
 /// Entering the weak lock with ticket `t`: `store(turn, t+1); put(held[me], turn)`, the hold's

@@ -141,6 +141,14 @@ impl Machine for Run<'_> {
         Ok(base.word(i % len.max(1))?)
     }
 
+    fn select(&mut self, c: Cond<u64>, then: u64, otherwise: u64) -> u64 {
+        if c.test.holds(c.a, c.b) {
+            then
+        } else {
+            otherwise
+        }
+    }
+
     fn branch(
         &mut self,
         c: Cond<u64>,
@@ -219,7 +227,14 @@ impl Machine for Run<'_> {
         r
     }
 
-    fn await_any(&mut self, words: &[Loc], until: u64) -> Result<u64> {
+    /// The weak lock's spin runs its own slow path, which passes marked tickets on with the
+    /// same step as `help` ([`crate::protocol::wlock_pass_on`]) and skips dead holders too.
+    fn await_any(
+        &mut self,
+        words: &[Loc],
+        until: u64,
+        _help: Option<Help<'_, Self>>,
+    ) -> Result<u64> {
         match self.spinner {
             Spinner::W(l) => {
                 let raw = l.spin(self.ctx, self.me, words, until, self.d)?;
@@ -227,7 +242,7 @@ impl Machine for Run<'_> {
                 Ok(raw)
             }
             // No node-lock protocol spins this way: the context's plain spin.
-            Spinner::N(_) => Ok(Machine::await_any(&mut self.ctx, words, until)?),
+            Spinner::N(_) => Ok(Machine::await_any(&mut self.ctx, words, until, None)?),
         }
     }
 
@@ -239,11 +254,10 @@ impl Machine for Run<'_> {
         remote: Loc,
         wid: WorkId,
         until: u64,
-        help: Option<Help<'_, Self>>,
+        _help: Option<Help<'_, Self>>,
     ) -> Result<u64> {
         match self.spinner {
             Spinner::N(l) => {
-                drop(help);
                 let raw = l.spin(self.ctx, self.me, local, remote, until, self.d)?;
                 self.spun = Some(until);
                 Ok(raw)

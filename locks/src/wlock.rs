@@ -302,7 +302,9 @@ impl RawWLock {
         Ok(protocol::WLockWords {
             tkt: self.tkt,
             held: self.held.word(ctx.node().index() as u64)?,
+            ab: self.ab,
             turn: me.word,
+            scratch: me.scratch,
         })
     }
 
@@ -316,29 +318,39 @@ impl RawWLock {
     /// (poisoned if a dead holder is skipped). Returns whether it did.
     fn forward(&self, ctx: &Ctx, me: &ThreadLock, raw: u64, d: &Deadline) -> Result<bool> {
         let r = marks::ticket(raw);
-        let mut poison = raw & POISON;
-        let mut dead = None;
-        if !marks::is_marked(ctx, &self.ab, r, me, WL_ACQ, d)? {
-            dead = self.dead_owner(ctx, me, r, d)?;
-            if dead.is_none() {
-                return Ok(false);
-            }
-            poison = POISON;
+        let w = self.words(ctx, me)?;
+        let copies = self.rel[me.slot].copies();
+        let nodes = self.live_nodes();
+        let mine = |n: NodeId| copies[n.index()];
+        let publish = protocol::Publish {
+            mine: &mine,
+            nodes: &nodes,
+        };
+        // A marked ticket: the protocol's step, which the explorer checks.
+        let seen = protocol::wlock_pass_on(&mut self.run(ctx, me, d), &w, publish, raw)?;
+        if seen == r + 1 {
+            self.note_published(ctx, me)?;
+            tracing::debug!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r,
+                "wlock: passed an abandoned ticket on");
+            return Ok(true);
         }
+        let Some(k) = self.dead_owner(ctx, me, r, d)? else {
+            return Ok(false);
+        };
         // Our previous broadcast must have read its source before we store again.
         self.run(ctx, me, d).wait(WL_REL)?;
-        self.publish(ctx, me, (r + 1) | poison, d)?;
-        match dead {
-            Some(k) => {
-                tracing::warn!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r, dead = %k,
-                "wlock: skipped the ticket of a dead holder; the next holder is told (poisoned)")
-            }
-            None => {
-                tracing::debug!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r,
-                "wlock: passed an abandoned ticket on")
-            }
-        }
+        self.publish(ctx, me, (r + 1) | POISON, d)?;
+        tracing::warn!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r, dead = %k,
+            "wlock: skipped the ticket of a dead holder; the next holder is told (poisoned)");
         Ok(true)
+    }
+
+    /// After a protocol step that may have published from the thread's slot: the slot's last
+    /// value, for whoever reuses the slot (its local copy reads the thread's own last store).
+    fn note_published(&self, ctx: &Ctx, me: &ThreadLock) -> Result<()> {
+        let own = self.rel[me.slot].copies()[ctx.node().index()];
+        me.last_rel.set(ctx.load(&own)?);
+        Ok(())
     }
 
     /// The dead node whose thread announced ticket `r` (`held[k]` or `waiting[k]` reads
@@ -453,30 +465,26 @@ impl RawWLock {
         self.debts.pay(|u, d| self.try_abandon(ctx, me, u, d));
     }
 
+    /// Gives ticket `u` up with the protocol's step ([`protocol::wlock_give_up`]); returns
+    /// whether it is done (false: the mark is owed).
     fn try_abandon(&self, ctx: &Ctx, me: &ThreadLock, u: u64, d: &Deadline) -> Result<bool> {
-        let high = match Self::released_to(ctx, me, u)? {
-            Ok(raw) => {
-                // Handed to us exactly as we gave up: release it without entering.
-                self.run(ctx, me, d).wait(WL_REL)?;
-                self.publish(ctx, me, (u + 1) | (raw & POISON), d)?;
-                return Ok(true);
-            }
-            Err(h) => h,
+        let w = self.words(ctx, me)?;
+        let copies = self.rel[me.slot].copies();
+        let nodes = self.live_nodes();
+        let mine = |n: NodeId| copies[n.index()];
+        let publish = protocol::Publish {
+            mine: &mine,
+            nodes: &nodes,
         };
-        if high.wrapping_sub(u) < 1 << 62 {
-            return Ok(true); // released past it already
-        }
-        if u - high >= MARKS {
-            return Ok(false);
-        }
-        if !marks::mark(ctx, &self.ab, u, me, WL_ACQ, d)? {
-            return Ok(false);
-        }
-        if let Some(raw) = Self::copy_of(ctx, me, u)? {
-            self.run(ctx, me, d).wait(WL_REL)?;
-            self.publish(ctx, me, (u + 1) | (raw & POISON), d)?;
-        }
-        Ok(true)
+        let owed = std::cell::Cell::new(false);
+        let r =
+            protocol::wlock_give_up(&mut self.run(ctx, me, d), &w, &me.rels, publish, u, |_| {
+                owed.set(true);
+                Ok(())
+            });
+        self.note_published(ctx, me)?;
+        r?;
+        Ok(!owed.get())
     }
 
     fn settle(&self, ctx: &Ctx, me: &ThreadLock, d: &Deadline) -> Result<()> {
@@ -510,8 +518,15 @@ impl RawWLock {
         self.cluster.check_alive(self.ticket_node())?;
         self.home.check(&self.cluster)?;
         let w = self.words(ctx, &me)?;
+        let copies = self.rel[me.slot].copies();
+        let nodes = self.live_nodes();
+        let mine = |n: NodeId| copies[n.index()];
+        let publish = protocol::Publish {
+            mine: &mine,
+            nodes: &nodes,
+        };
         let mut run = self.run(ctx, &me, d);
-        match protocol::wlock_acquire(&mut run, &w, &me.rels) {
+        match protocol::wlock_acquire(&mut run, &w, &me.rels, publish) {
             Ok((t, raw)) => Ok(self.enter(ctx, &me, t, raw)),
             // Released to us, but entering failed: pass the ticket on rather than strand it.
             Err(e) => match run.spun() {

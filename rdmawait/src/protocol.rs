@@ -72,6 +72,15 @@ impl<V> Cond<V> {
         }
     }
 
+    /// `a != b`.
+    pub fn ne(a: V, b: V) -> Self {
+        Cond {
+            a,
+            test: Test::Ne,
+            b,
+        }
+    }
+
     /// `a` is at least `k` tickets before `b` ([`Test::Behind`]).
     pub fn behind(a: V, b: V, k: u64) -> Self {
         Cond {
@@ -131,6 +140,8 @@ pub trait Machine {
         i: Self::Val,
         len: u64,
     ) -> Result<Self::Word, Self::Error>;
+    /// `c ? then : otherwise`.
+    fn select(&mut self, c: Cond<Self::Val>, then: Self::Val, otherwise: Self::Val) -> Self::Val;
     /// Runs `then` if `c` holds, `otherwise` if not.
     fn branch(
         &mut self,
@@ -165,12 +176,17 @@ pub trait Machine {
     fn wait(&mut self, wid: WorkId) -> Result<(), Self::Error>;
 
     /// The weak lock's spin (Fig. 10): repeats CPU loads of `words` (of the thread's node) until
-    /// one reads `until`; returns the value read.
+    /// one reads `until`; returns the value read. With `help`, a round that finds the highest
+    /// value read marked may pass it on ([`Help`]; the explorer: a round fires only then, or
+    /// once some word reads `until`).
     fn await_any(
         &mut self,
         words: &[Self::Word],
         until: Self::Val,
-    ) -> Result<Self::Val, Self::Error>;
+        help: Option<Help<'_, Self>>,
+    ) -> Result<Self::Val, Self::Error>
+    where
+        Self: Sized;
 
     /// The node lock's spin (Fig. 13): repeats `get(local, remote, d); wait(d)` until `local`
     /// reads `until`; returns the value read. With `help`, a round that reads another value
@@ -224,6 +240,14 @@ impl Machine for &Ctx {
         base.word(i % len.max(1))
     }
 
+    fn select(&mut self, c: Cond<u64>, then: u64, otherwise: u64) -> u64 {
+        if c.test.holds(c.a, c.b) {
+            then
+        } else {
+            otherwise
+        }
+    }
+
     fn branch(
         &mut self,
         c: Cond<u64>,
@@ -261,13 +285,26 @@ impl Machine for &Ctx {
         Ctx::wait(self, wid)
     }
 
-    fn await_any(&mut self, words: &[Loc], until: u64) -> Result<u64> {
+    fn await_any(
+        &mut self,
+        words: &[Loc],
+        until: u64,
+        mut help: Option<Help<'_, Self>>,
+    ) -> Result<u64> {
         let end = Spinning::start();
         loop {
+            let mut high = None;
             for w in words {
-                if Ctx::load(self, w)? == until {
+                let v = Ctx::load(self, w)?;
+                if v == until {
                     return Ok(until);
                 }
+                if high.is_none_or(|h: u64| Test::Behind(1).holds(h, v)) {
+                    high = Some(v);
+                }
+            }
+            if let (Some(h), Some(high)) = (&mut help, high) {
+                (h.pass_on)(self, high)?;
             }
             end.check(self)?;
         }
@@ -349,13 +386,64 @@ mod tests {
         c.poke(&remote, 9)?;
         let ctx = c.context(NodeId(0))?;
         let mut m = &ctx;
-        assert_eq!(m.await_any(&[a, b], 7)?, 7);
-        assert_eq!(m.get_until(a, remote, WorkId::new(1), 9)?, 9);
+        assert_eq!(m.await_any(&[a, b], 7, None)?, 7);
+        assert_eq!(m.get_until(a, remote, WorkId::new(1), 9, None)?, 9);
         assert_eq!(ctx.load(&a)?, 9, "the get landed in the local word");
         let v = m.constant(5);
         let v = m.plus(v, 1);
         assert_eq!(m.or(v, 1 << 63), (1 << 63) | 6);
+        assert_eq!(m.and((1 << 63) | 6, !(1 << 63)), 6);
         assert_eq!(m.node_of(remote), NodeId(1));
+        assert_eq!(m.index(a, 17, 16)?, a.word(1)?, "the ring wraps");
+        assert_eq!(m.select(Cond::eq(1, 1), 4, 5), 4);
+        assert_eq!(m.select(Cond::ne(1, 1), 4, 5), 5);
+        let mut taken = Vec::new();
+        m.branch(
+            Cond::behind(3, 5, 2),
+            |_| {
+                taken.push("then");
+                Ok(())
+            },
+            |_| Ok(()),
+        )?;
+        assert_eq!(taken, ["then"]);
+        Ok(())
+    }
+
+    /// Ticket order wraps: `Behind(k)` holds when b is k to 2^62 places after a.
+    #[test]
+    fn tests_compare_tickets_in_wrapping_order() {
+        assert!(Test::Behind(1).holds(u64::MAX, 0));
+        assert!(!Test::Behind(1).holds(0, u64::MAX));
+        assert!(!Test::Behind(1).holds(4, 4));
+        assert!(Test::Behind(16).holds(0, 16));
+        assert!(!Test::Behind(16).holds(0, 15));
+        assert!(!Test::Behind(1).holds(0, 1 << 62));
+        assert!(Test::Eq.holds(3, 3) && Test::Ne.holds(3, 4));
+    }
+
+    /// A spin with help calls it with every other value read, until the awaited one comes.
+    #[test]
+    fn a_spin_asks_its_helper_about_other_values() -> Result<()> {
+        let c = cluster();
+        let a = c.alloc_word(NodeId(0))?;
+        let remote = c.alloc_word(NodeId(1))?;
+        c.poke(&remote, 3)?;
+        let ctx = c.context(NodeId(0))?;
+        let mut m = &ctx;
+        let mut seen = Vec::new();
+        let mut pass_on = |_: &mut &Ctx, v: u64| -> Result<u64> {
+            seen.push(v);
+            c.poke(&remote, v + 1)?; // passes 3 on, then 4
+            Ok(v + 1)
+        };
+        let help = Help {
+            marks: a,
+            len: 16,
+            pass_on: &mut pass_on,
+        };
+        assert_eq!(m.get_until(a, remote, WorkId::new(1), 5, Some(help))?, 5);
+        assert_eq!(seen, [3, 4]);
         Ok(())
     }
 
@@ -367,9 +455,12 @@ mod tests {
         let remote = c.alloc_word(NodeId(1))?;
         let ctx = c.context(NodeId(0))?;
         let mut m = &ctx;
-        assert!(matches!(m.await_any(&[a], 1), Err(Error::Timeout { .. })));
         assert!(matches!(
-            m.get_until(a, remote, WorkId::new(1), 1),
+            m.await_any(&[a], 1, None),
+            Err(Error::Timeout { .. })
+        ));
+        assert!(matches!(
+            m.get_until(a, remote, WorkId::new(1), 1, None),
             Err(Error::Timeout { .. })
         ));
         Ok(())

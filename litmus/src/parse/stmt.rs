@@ -421,13 +421,6 @@ impl Parser {
             }
             "giveup" => {
                 let l = self.lock(&a[0], "giveup")?;
-                if !matches!(self.locks[l.0].0.kind, LockKind::NLock(_)) {
-                    return Err(self.wrong(
-                        &self.locks[l.0].0.name,
-                        a[0].1,
-                        "`giveup` is defined for node locks (`nlock`) only".into(),
-                    ));
-                }
                 if let Some(&(_, at)) = self.held.iter().find(|h| h.0 == l) {
                     return Err((
                         a[0].1,

@@ -193,6 +193,8 @@ thread t0 @n0 { # a comment
   acquire(m)
   release(m)
   release(k)
+  giveup(m)
+  giveup(w)
   r2 = read_sc(c)
   write_sc(c, 5)
   r3 = cas_sc(c, 5, 6)
@@ -202,7 +204,8 @@ exists t0:r2 = 4 /\\ s@n1 = 3 /\\ c = 7
 expect allowed
 ";
     let t = parse(src, "x").unwrap();
-    assert_eq!(t.threads[0].body.len(), 23);
+    assert_eq!(t.threads[0].body.len(), 25);
+    assert_eq!(t.threads[0].body[19].op, Op::GiveUp(LockId(2)));
     assert_eq!(
         t.threads[0].body[11].op,
         Op::Bcast {
@@ -213,6 +216,30 @@ expect allowed
     );
     assert_eq!(t.exists.atoms.len(), 3);
     assert!(t.locs[0].written && t.locs[1].written);
+}
+
+#[test]
+fn giveup_takes_a_lock_the_thread_does_not_hold() {
+    let src = "litmus g
+lock l : nlock @n1
+loc x @n0
+thread t0 @n0 {
+  acquire(l)
+  giveup(l)
+  release(l)
+}
+exists x = 0
+expect allowed
+";
+    let e = err(src);
+    assert!(
+        e.starts_with("t.litmus:6:10:") && e.contains("`l` is held here (acquired at line 5)"),
+        "{e}"
+    );
+    let e = err(&src.replace("giveup(l)", "giveup(x)"));
+    assert!(e.contains("`giveup` needs a lock"), "{e}");
+    let e = err(&src.replace("giveup(l)", "giveup(l, l)"));
+    assert!(e.contains("giveup(<l>)"), "{e}");
 }
 
 #[test]
