@@ -394,7 +394,12 @@ mod tests {
         assert_eq!(m.or(v, 1 << 63), (1 << 63) | 6);
         assert_eq!(m.and((1 << 63) | 6, !(1 << 63)), 6);
         assert_eq!(m.node_of(remote), NodeId(1));
-        assert_eq!(m.index(a, 17, 16)?, a.word(1)?, "the ring wraps");
+        let ring = c.alloc_words(NodeId(1), 16)?;
+        assert_eq!(m.index(ring, 17, 16)?, ring.word(1)?, "the ring wraps");
+        assert!(
+            m.index(a, 1, 16).is_err(),
+            "a word past the array is an error"
+        );
         assert_eq!(m.select(Cond::eq(1, 1), 4, 5), 4);
         assert_eq!(m.select(Cond::ne(1, 1), 4, 5), 5);
         let mut taken = Vec::new();
