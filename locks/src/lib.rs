@@ -82,7 +82,7 @@
 //! | what happens | what the locks do |
 //! |---|---|
 //! | a holder does not release | [`Lock::acquire`] gives up with [`Error::Timeout`] after the cluster's timeout ([`Cluster::timeout`]); [`Lock::acquire_timeout`] / [`Lock::acquire_until`] after the caller's, within a small margin |
-//! | an acquire gives up or fails after taking its ticket | the ticket is **abandoned**: marked so that the next thread to find the lock released to it passes it on; nothing blocks later tickets |
+//! | an acquire gives up or fails after taking its ticket | the ticket is **abandoned**: marked so that the next thread to find the lock released to it passes it on; nothing blocks later tickets (checked by the litmus explorer: `giveup(l)` in `tests/litmus/*giveup*`) |
 //! | the holder's node dies | a waiter that finds the lock released to a ticket entered by a node reported dead ([`Cluster::check_alive`]) skips that ticket; the next holder is told ([`LockGuard::was_poisoned`]) |
 //! | a waiter's node dies | the same, for a ticket its node announced waiting for (after 1 ms of waiting); the next holder is told, conservatively |
 //! | the calling thread's own node is reported dead | its waiting acquire stops with `PeerDead` naming that node, writing nothing |
@@ -221,7 +221,10 @@ pub use wlock::{RawSLock, RawWLock};
 /// observed (the previous holder left) and r's thread stopped for good (it marks only after it
 /// stopped waiting), so at most one thread is ever inside; the forwarded release is issued after
 /// the observed one, so Fig. 8a (and for the [`SLock`], 8e: its `gf(all)` came before the
-/// observed release) carries over to the next holder.
+/// observed release) carries over to the next holder. Giving up and forwarding are
+/// [`protocol::wlock_give_up`] and [`protocol::wlock_pass_on`], which the litmus explorer checks
+/// (`giveup(l)`: `tests/litmus/wlock-giveup-cpu.litmus`; with puts, for this lock and the
+/// [`SLock`], `litmus/tests/data/`).
 ///
 /// Dead threads: on the ticket node, `held[k]` and `waiting[k]` per node k. A thread that enters
 /// with ticket t announces it with `put(held[me], turn)` (`turn` = t+1), not waited for until
@@ -320,6 +323,10 @@ pub type SLock = Lock<RawSLock>;
 /// reads `rel`; if it reads u it CASes u→u+1; a waiter that read u before the mark landed reads
 /// again later; either one CAS wins or the lock has already moved on. `rel` only grows, and a
 /// ticket is passed on only if it is never entered.
+///
+/// Giving up and passing on are [`protocol::nlock_give_up`] and [`protocol::nlock_pass_on`],
+/// which the litmus explorer checks (`giveup(l)`: `tests/litmus/nlock-giveup-*.litmus`); the
+/// dead-node checks are the crate's own.
 ///
 /// Why Fig. 8f survives: the thread that passes r on read `rel = r` first — the same read the
 /// next holder makes in the plain protocol — and everything it and the next holder do comes

@@ -216,7 +216,7 @@ fn wlock_pass_over<M: Machine>(
 
 /// Gives weak-lock ticket `u` up (the thread took it with [`wlock_take`] and will not enter),
 /// looking at its node's `copies`: if one reads `u`, pass it on at once
-/// ([`wlock_pass_over`]); if the highest is an earlier ticket, mark `u` ([`mark`]), then look
+/// (`wlock_pass_over`); if the highest is an earlier ticket, mark `u` ([`mark`]), then look
 /// again and pass it on if it was handed to `u` meanwhile (a waiter that saw the mark may pass
 /// it on too: both publish `u + 1`). If the highest is past `u`, somebody passed it on already.
 /// `owe` runs when the mark cannot be written now: `u` is [`MARKS`] or more tickets ahead, or
@@ -420,7 +420,7 @@ fn nlock_pass_over<M: RmwMachine>(
 
 /// Gives node-lock ticket `u` up (the thread took it with [`nlock_take`] and will not enter):
 /// `raw := rel` (a get); if the lock is released to `u`, pass it on at once
-/// ([`nlock_pass_over`]); if it is released to an earlier ticket, mark `u` ([`mark`]), then read
+/// (`nlock_pass_over`); if it is released to an earlier ticket, mark `u` ([`mark`]), then read
 /// `rel` again and pass it on if it was handed to `u` meanwhile (a waiter that saw the mark may
 /// race us: one CAS wins). If `rel` is past `u`, somebody passed it on already. `owe` runs
 /// when the mark cannot be written now: `u` is [`MARKS`] or more tickets ahead, or the ring
