@@ -49,13 +49,13 @@ pub trait RawLock: Send + Sync + fmt::Debug {
     /// The default implementation (for locks outside this crate) polls
     /// [`RawLock::try_acquire_until`] and is not FIFO.
     fn acquire_until(&self, ctx: &Ctx, deadline: Instant) -> Result<u64> {
-        let after = deadline.saturating_duration_since(Instant::now());
+        let after = deadline.saturating_duration_since(loco_rdmawait::clock::now());
         let mut spin = Spin::new();
         loop {
             if let Some(t) = self.try_acquire_until(ctx, deadline)? {
                 return Ok(t);
             }
-            if Instant::now() >= deadline {
+            if loco_rdmawait::clock::now() >= deadline {
                 return Err(Error::Timeout { after });
             }
             spin.wait(ctx.cluster())?;

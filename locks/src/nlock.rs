@@ -210,7 +210,7 @@ impl RawNLock {
         d: &Deadline,
     ) -> Result<u64> {
         let mut spin = Spin::new();
-        let mut looked = std::time::Instant::now();
+        let mut looked = loco_rdmawait::clock::now();
         let mut announced = false;
         loop {
             let raw = Self::read(ctx, me, local, rel, d)?;
@@ -230,8 +230,8 @@ impl RawNLock {
             // A thread of a node reported dead stops here (as its process would have), leaving
             // its ticket for the others to skip.
             self.cluster.check_alive(ctx.node())?;
-            if looked.elapsed() >= LOOK_EVERY {
-                looked = std::time::Instant::now();
+            if loco_rdmawait::clock::now().saturating_duration_since(looked) >= LOOK_EVERY {
+                looked = loco_rdmawait::clock::now();
                 if !announced {
                     // Slow path only: a waiter that dies from now on can be skipped.
                     ctx.store(&me.note, t + 1)?;

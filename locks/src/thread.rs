@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::Backoff;
-use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, WorkId};
+use loco_rdmawait::{clock, Cluster, Ctx, Loc, NodeId, WorkId};
 
 use crate::{Error, Result};
 
@@ -270,7 +270,7 @@ impl Deadline {
     /// `after` from now; a duration too large for an [`Instant`] (`Duration::MAX`) is capped at
     /// about a century.
     pub(crate) fn after(after: Duration) -> Self {
-        let now = Instant::now();
+        let now = clock::now();
         let end = now
             .checked_add(after)
             .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 86_400)))
@@ -282,7 +282,7 @@ impl Deadline {
     pub(crate) fn at(end: Instant) -> Self {
         Deadline {
             end,
-            after: end.saturating_duration_since(Instant::now()),
+            after: end.saturating_duration_since(clock::now()),
         }
     }
 
@@ -291,11 +291,11 @@ impl Deadline {
     }
 
     pub(crate) fn remaining(&self) -> Duration {
-        self.end.saturating_duration_since(Instant::now())
+        self.end.saturating_duration_since(clock::now())
     }
 
     pub(crate) fn expired(&self) -> bool {
-        Instant::now() >= self.end
+        clock::now() >= self.end
     }
 
     pub(crate) fn timeout(&self) -> Error {
@@ -326,7 +326,7 @@ impl Spin {
     pub(crate) fn new() -> Self {
         Spin {
             backoff: Backoff::new(),
-            start: Instant::now(),
+            start: clock::now(),
         }
     }
 
@@ -334,17 +334,27 @@ impl Spin {
     /// backoff (each of them needs at least a network round trip), so that waiting threads do
     /// not flood the NICs with polls that cannot succeed yet.
     pub(crate) fn wait_behind(&mut self, cluster: &Cluster, ahead: u64) -> Result<()> {
-        for _ in 1..ahead.min(64) {
-            std::thread::yield_now();
+        if !clock::simulated() {
+            for _ in 1..ahead.min(64) {
+                std::thread::yield_now();
+            }
         }
         self.wait(cluster)
     }
 
     pub(crate) fn wait(&mut self, cluster: &Cluster) -> Result<()> {
         cluster.check_open()?;
-        if !self.backoff.is_completed() {
+        let waited = clock::now().saturating_duration_since(self.start);
+        if clock::simulated() {
+            // Simulated: a scheduling point that lets the holder run (virtual time).
+            if waited < Duration::from_millis(50) {
+                clock::pause();
+            } else {
+                clock::sleep(Duration::from_micros(200));
+            }
+        } else if !self.backoff.is_completed() {
             self.backoff.snooze();
-        } else if self.start.elapsed() < Duration::from_millis(50) {
+        } else if waited < Duration::from_millis(50) {
             std::thread::yield_now();
         } else {
             // A long wait (a slow or dead holder): stop burning a core.

@@ -407,7 +407,7 @@ impl RawWLock {
         d: &Deadline,
     ) -> Result<u64> {
         let mut spin = Spin::new();
-        let mut looked = Instant::now();
+        let mut looked = loco_rdmawait::clock::now();
         let mut announced = false;
         loop {
             match Self::released_in(ctx, rels, t)? {
@@ -417,8 +417,10 @@ impl RawWLock {
                     return Ok(raw);
                 }
                 Err(high) => {
-                    if looked.elapsed() >= LOOK_EVERY && high.wrapping_sub(t) >= 1 << 62 {
-                        looked = Instant::now();
+                    if loco_rdmawait::clock::now().saturating_duration_since(looked) >= LOOK_EVERY
+                        && high.wrapping_sub(t) >= 1 << 62
+                    {
+                        looked = loco_rdmawait::clock::now();
                         // A thread of a node reported dead stops (as its process would have).
                         self.cluster.check_alive(ctx.node())?;
                         self.cluster.check_alive(self.ticket_node())?;

@@ -4,7 +4,7 @@ use std::any::{Any, TypeId};
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::backend::{ThreadNic, WorkRequest};
 use crate::error::TimeoutKind;
@@ -233,12 +233,13 @@ impl Ctx {
     /// with unpolled operations tagged `d`, and every polled operation leaves the bookkeeping of
     /// its own work id, so a later wait on another id never waits for it again.
     pub fn wait_timeout(&self, wid: WorkId, timeout: Duration) -> Result<()> {
-        let start = Instant::now();
+        let start = crate::clock::now();
         let mut inner = self.inner.borrow_mut();
         let Inner { nic, track, .. } = &mut *inner;
         for (n, t) in track.iter_mut().enumerate() {
             while t.count(wid) > 0 {
-                let left = timeout.saturating_sub(start.elapsed());
+                let left =
+                    timeout.saturating_sub(crate::clock::now().saturating_duration_since(start));
                 match nic.poll(NodeId(n as u16), left) {
                     Ok(()) => t.pop(),
                     Err(Error::Timeout { .. }) => {
@@ -263,7 +264,7 @@ impl Ctx {
                 }
             }
         }
-        tracing::trace!(target: "loco::rdmawait", node = %self.node, %wid, elapsed = ?start.elapsed(), "wait done");
+        tracing::trace!(target: "loco::rdmawait", node = %self.node, %wid, elapsed = ?crate::clock::now().saturating_duration_since(start), "wait done");
         Ok(())
     }
 

@@ -77,6 +77,7 @@
 #![deny(unsafe_code)]
 
 pub mod backend;
+pub mod clock;
 mod cluster;
 mod ctx;
 mod error;
@@ -85,6 +86,7 @@ mod error;
 mod mem;
 pub mod model;
 pub mod protocol;
+pub mod sim;
 pub mod testing;
 mod types;
 

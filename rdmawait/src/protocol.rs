@@ -343,7 +343,7 @@ struct Spinning {
 impl Spinning {
     fn start() -> Spinning {
         Spinning {
-            start: Instant::now(),
+            start: crate::clock::now(),
             backoff: crossbeam_utils::Backoff::new(),
         }
     }
@@ -351,13 +351,17 @@ impl Spinning {
     fn check(&self, ctx: &Ctx) -> Result<()> {
         ctx.cluster().check_open()?;
         let after = ctx.cluster().timeout();
-        if self.start.elapsed() >= after {
+        if crate::clock::now().saturating_duration_since(self.start) >= after {
             return Err(crate::Error::Timeout {
                 what: crate::TimeoutKind::Other("a spin loop"),
                 after,
             });
         }
-        self.backoff.snooze();
+        if crate::clock::simulated() {
+            crate::clock::pause();
+        } else {
+            self.backoff.snooze();
+        }
         Ok(())
     }
 }

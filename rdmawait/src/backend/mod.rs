@@ -75,6 +75,17 @@ pub enum WorkRequest {
 }
 
 impl WorkRequest {
+    /// The operation's name: `put`, `get`, `rcas`, `rfaa` or `rfence`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            WorkRequest::Write { .. } => "put",
+            WorkRequest::Read { .. } => "get",
+            WorkRequest::CompareSwap { .. } => "rcas",
+            WorkRequest::FetchAdd { .. } => "rfaa",
+            WorkRequest::Fence => "rfence",
+        }
+    }
+
     /// Whether the request produces a completion (everything but [`WorkRequest::Fence`]).
     pub fn completes(&self) -> bool {
         !matches!(self, WorkRequest::Fence)

@@ -25,6 +25,7 @@ use super::{deadline, expired, Fabric};
 use crate::backend::{ThreadNic, WorkRequest};
 use crate::error::TimeoutKind;
 use crate::model::{ClusterMemory, Entry, LocalItem, Post, Qp, Step, StoreBuffer};
+use crate::sim::sched::Op;
 use crate::{Error, NodeId, Result};
 
 /// Probabilities that a call takes no random step at all (so work stays pending across calls);
@@ -422,7 +423,7 @@ impl Chaos {
             let y = st.rng.random_bool(P_YIELD);
             (out, y)
         };
-        if yield_now {
+        if yield_now && !crate::clock::simulated() {
             std::thread::yield_now();
         }
         out
@@ -447,6 +448,10 @@ impl ChaosNic {
 
 impl ThreadNic for ChaosNic {
     fn post(&mut self, target: NodeId, wr: WorkRequest) -> Result<()> {
+        crate::sim::point(|| Op::Post {
+            target,
+            what: wr.kind(),
+        });
         let (id, node) = (self.id, self.node);
         self.chaos.fabric.check_post(node, target, &wr)?;
         self.chaos.call(|st, fabric| {
@@ -468,6 +473,7 @@ impl ThreadNic for ChaosNic {
         let backoff = Backoff::new();
         let mut first = true;
         loop {
+            crate::sim::point(|| Op::Poll { target });
             {
                 let mut st = chaos.lock();
                 chaos.fabric.check_alive(node)?;
@@ -499,20 +505,26 @@ impl ThreadNic for ChaosNic {
                     after: timeout,
                 });
             }
-            backoff.snooze();
+            if !crate::clock::simulated() {
+                backoff.snooze();
+            }
         }
     }
 
     fn load(&mut self, word: usize) -> Result<u64> {
+        crate::sim::point(|| Op::Load { word });
         self.word(word)?;
         let id = self.id;
-        Ok(self.chaos.call(|st, fabric| {
+        let v = self.chaos.call(|st, fabric| {
             let th = st.thread(id);
             th.sb.load(word, || fabric.read(th.node, word))
-        }))
+        });
+        crate::sim::sched::note_value(v);
+        Ok(v)
     }
 
     fn store(&mut self, word: usize, value: u64) -> Result<()> {
+        crate::sim::point(|| Op::Store { word, value });
         self.word(word)?;
         let id = self.id;
         self.chaos.call(|st, _| st.thread(id).sb.store(word, value));
@@ -520,15 +532,23 @@ impl ThreadNic for ChaosNic {
     }
 
     fn cas(&mut self, word: usize, expected: u64, new: u64) -> Result<u64> {
+        crate::sim::point(|| Op::Cas {
+            word,
+            expected,
+            new,
+        });
         self.word(word)?;
         let (id, node) = (self.id, self.node);
-        Ok(self.chaos.call(|st, fabric| {
+        let v = self.chaos.call(|st, fabric| {
             st.flush_all(fabric, id);
             super::cpu_cas(fabric, node, word, expected, new)
-        }))
+        });
+        crate::sim::sched::note_value(v);
+        Ok(v)
     }
 
     fn mfence(&mut self) -> Result<()> {
+        crate::sim::point(|| Op::Mfence);
         self.chaos.fabric.check_alive(self.node)?;
         let id = self.id;
         self.chaos.call(|st, fabric| st.flush_all(fabric, id));

@@ -105,12 +105,12 @@ pub const MAX_SOFT_MEMORY: u64 = 1 << 40;
 /// A deadline `timeout` from now, or `None` (no deadline) when it lies beyond what [`Instant`]
 /// can represent: a caller that passes [`Duration::MAX`] asked to wait as long as needed.
 pub(crate) fn deadline(timeout: Duration) -> Option<Instant> {
-    Instant::now().checked_add(timeout)
+    crate::clock::now().checked_add(timeout)
 }
 
 /// Whether `deadline` has passed.
 pub(crate) fn expired(deadline: Option<Instant>) -> bool {
-    deadline.is_some_and(|d| Instant::now() >= d)
+    deadline.is_some_and(|d| crate::clock::now() >= d)
 }
 
 /// Registered memory of every node, shared by all NICs, with the nodes' fault state.
@@ -595,7 +595,7 @@ impl ThreadNic for Incarnated {
             self.check_target(target)?;
             // No deadline (`Duration::MAX`): as long as needed.
             let left = end.map_or(Duration::MAX, |d| {
-                d.saturating_duration_since(Instant::now())
+                d.saturating_duration_since(crate::clock::now())
             });
             match self.inner.poll(target, left.min(POLL_SLICE)) {
                 // A timed-out poll consumed nothing: try again, unless the caller's time is up.

@@ -1,0 +1,518 @@
+//! Deterministic simulation: users' own multi-threaded RDMA code, run under a seeded scheduler
+//! on the soft NIC's model, with virtual time. A failing run is reported with its seed and a
+//! trace, and [`replay`] runs exactly that schedule again.
+//!
+//! ```
+//! use loco_rdmawait::sim::{self, Config};
+//! use loco_rdmawait::{Cluster, NodeId, WorkId};
+//!
+//! let report = sim::check(Config::new(2).runs(20), |cluster: &Cluster| {
+//!     let x = cluster.alloc_word(NodeId(1))?;
+//!     let one = cluster.alloc_word(NodeId(0))?;
+//!     let writer = sim::spawn(cluster, NodeId(0), move |ctx| {
+//!         ctx.store(&one, 1)?;
+//!         ctx.put(&x, &one, WorkId::new(1))?;
+//!         ctx.wait(WorkId::new(1))
+//!     });
+//!     writer.join()?;
+//!     Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+//! });
+//! assert_eq!(report.unwrap().runs, 20);
+//! ```
+//!
+//! # What a run is
+//! [`check`] runs the closure once per run, each time on a fresh soft cluster (schedule
+//! [`Chaos`](crate::Schedule::Chaos), so every weak behaviour of the model can happen), from a
+//! seed derived from the base seed and the run's number. The closure runs as simulated thread
+//! t0 ("main"); [`spawn`] starts more, each with a context on its node. **One simulated thread
+//! runs at a time.** Every operation of a context (load, store, cas, mfence, each post, each
+//! poll, so each wait) is a scheduling point, where the strategy picks the thread that goes
+//! next; the NIC's steps are taken by those calls, from the same seed. The same seed therefore
+//! gives the same execution, bit for bit, whatever the host's load or core count (a test checks
+//! the trace hashes).
+//!
+//! **Virtual time.** Each step takes [`Config::step_time`] of simulated time; timeouts,
+//! deadlines and back-offs of every layer read this clock ([`crate::clock`]) on simulated
+//! threads, so a lock that gives up after its timeout does so at the same step every time. A
+//! sleep lets virtual time pass. (Per-operation costs from network profiles are future work:
+//! every step costs the same today.)
+//!
+//! **Strategies** ([`Strategy`]): uniform random choice at every point, or PCT (probabilistic
+//! concurrency testing: random thread priorities, `depth - 1` random points where the running
+//! thread drops to the lowest priority; a spin loop's pause also drops it, so that a spinning
+//! thread lets the one it waits for run).
+//!
+//! **Failures**: a panic in any simulated thread, an error returned by the closure or by a
+//! spawned thread, a deadlock (every thread blocked in a join), or a run longer than
+//! [`Config::max_steps`] (a livelock). The [`Failure`] has the seed, the message and the last
+//! steps of the trace (thread, node, operation, value read).
+//!
+//! # Why not shuttle
+//! `shuttle` (random, PCT, DFS and replay schedulers for shared-memory Rust) schedules code
+//! written against its own `thread` and `sync` types. The code under test here is the soft
+//! NIC and the libraries above it, which use std, parking_lot and crossbeam internally; the
+//! scheduling points that matter are the NIC's operations, and the simulation needs a clock,
+//! which shuttle does not model. The scheduler here is small (`sched.rs`) and follows
+//! shuttle's ideas (PCT with yield-deprioritisation, seeds per run).
+
+pub(crate) mod sched;
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::{Cluster, Ctx, NodeId, Schedule};
+
+use sched::{Handle, Op, Sched};
+
+/// The environment variable that overrides the default base seed of [`Config`].
+pub const SEED_ENV: &str = "LOCO_SIM_SEED";
+
+/// The base seed when neither [`Config::seed`] nor [`SEED_ENV`] gives one.
+pub const DEFAULT_SEED: u64 = 0x10C0_5EED;
+
+/// How the scheduler picks the next thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Strategy {
+    /// Uniformly at random among the runnable threads, at every scheduling point.
+    Random,
+    /// Probabilistic concurrency testing (Burckhardt et al., ASPLOS 2010): random priorities,
+    /// `depth - 1` priority changes at random steps; finds any bug of depth `depth` with
+    /// probability at least 1 / (threads × steps^(depth-1)) per run.
+    Pct {
+        /// The bug depth aimed at (at least 1).
+        depth: usize,
+    },
+}
+
+/// How [`check`] runs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    nodes: usize,
+    runs: u64,
+    seed: Option<u64>,
+    strategy: Strategy,
+    max_steps: u64,
+    step_time: Duration,
+    timeout: Duration,
+    memory: Option<u64>,
+}
+
+impl Config {
+    /// A simulated cluster of `nodes` nodes; 100 runs, random strategy, the default seed.
+    pub fn new(nodes: usize) -> Self {
+        Config {
+            nodes,
+            runs: 100,
+            seed: None,
+            strategy: Strategy::Random,
+            max_steps: 2_000_000,
+            step_time: Duration::from_nanos(100),
+            timeout: Duration::from_millis(50),
+            memory: None,
+        }
+    }
+
+    /// How many runs [`check`] makes (each a different schedule seed).
+    pub fn runs(mut self, runs: u64) -> Self {
+        self.runs = runs;
+        self
+    }
+
+    /// The base seed (default: [`SEED_ENV`] if set, else [`DEFAULT_SEED`]).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// The scheduling strategy (default [`Strategy::Random`]).
+    pub fn strategy(mut self, strategy: Strategy) -> Self {
+        self.strategy = strategy;
+        self
+    }
+
+    /// Steps after which a run fails as a livelock (default 2 000 000).
+    pub fn max_steps(mut self, steps: u64) -> Self {
+        self.max_steps = steps;
+        self
+    }
+
+    /// Virtual time each step takes (default 100 ns).
+    pub fn step_time(mut self, d: Duration) -> Self {
+        self.step_time = d;
+        self
+    }
+
+    /// The simulated cluster's timeout ([`Cluster::timeout`], in virtual time; default 50 ms).
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.timeout = d;
+        self
+    }
+
+    /// Registered memory per node (default: the cluster builder's).
+    pub fn memory_per_node(mut self, bytes: u64) -> Self {
+        self.memory = Some(bytes);
+        self
+    }
+
+    /// The base seed in effect.
+    pub fn base_seed(&self) -> u64 {
+        self.seed.unwrap_or_else(|| {
+            std::env::var(SEED_ENV)
+                .ok()
+                .and_then(|s| parse_seed(&s))
+                .unwrap_or(DEFAULT_SEED)
+        })
+    }
+}
+
+fn parse_seed(s: &str) -> Option<u64> {
+    let s = s.trim();
+    match s.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+/// SplitMix64: the seed of run `i` from the base seed.
+fn derive(base: u64, i: u64) -> u64 {
+    let mut z = base.wrapping_add(i.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// What [`check`] found when every run passed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    /// Runs made.
+    pub runs: u64,
+    /// Distinct schedules among them (by trace hash).
+    pub schedules: usize,
+    /// Steps over all runs.
+    pub steps: u64,
+    /// The longest run's virtual time.
+    pub max_time: Duration,
+}
+
+/// One run that passed ([`replay`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Run {
+    /// The run's seed.
+    pub seed: u64,
+    /// Its steps.
+    pub steps: u64,
+    /// Its virtual time.
+    pub time: Duration,
+    /// A hash of its schedule (equal for equal schedules).
+    pub hash: u64,
+}
+
+/// Why a run failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FailureKind {
+    /// A simulated thread panicked.
+    Panic,
+    /// The closure, or a spawned thread, returned an error.
+    Error,
+    /// Every thread left was blocked.
+    Deadlock,
+    /// The run took more than [`Config::max_steps`] steps.
+    Budget,
+    /// The simulated cluster could not be set up.
+    Setup,
+}
+
+/// A failed run: its seed (give it to [`replay`]), what went wrong, and the last steps.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("simulated run with seed {seed:#x} failed after {steps} steps ({kind:?}): {message}")]
+pub struct Failure {
+    seed: u64,
+    kind: FailureKind,
+    message: String,
+    steps: u64,
+    trace: Vec<String>,
+}
+
+impl Failure {
+    /// The failing run's seed.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// What went wrong.
+    pub fn kind(&self) -> FailureKind {
+        self.kind
+    }
+
+    /// The panic or error message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The last steps of the run (up to 200), one line each: step number, virtual time,
+    /// thread, node, operation, value read.
+    pub fn trace(&self) -> &[String] {
+        &self.trace
+    }
+
+    /// The failure with its trace, for printing.
+    pub fn report(&self) -> String {
+        let mut s = format!("{self}\nlast steps:\n");
+        for l in &self.trace {
+            s.push_str("  ");
+            s.push_str(l);
+            s.push('\n');
+        }
+        s.push_str(&format!(
+            "replay with loco_rdmawait::sim::replay(config, {:#x}, ...)\n",
+            self.seed
+        ));
+        s
+    }
+}
+
+/// Why [`JoinHandle::join`] failed.
+#[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum JoinError {
+    /// The thread returned an error (its message).
+    #[error("simulated thread t{thread} failed: {message}")]
+    Failed {
+        /// The thread.
+        thread: usize,
+        /// Its error, displayed.
+        message: String,
+    },
+    /// [`spawn`] was called outside a simulation.
+    #[error("sim::spawn called outside a simulated run (use it inside sim::check or sim::replay)")]
+    NotSimulated,
+}
+
+type Outcome = Arc<Mutex<Option<Result<(), String>>>>;
+
+/// A simulated thread started by [`spawn`].
+#[derive(Debug)]
+#[must_use = "join the thread (its failure fails the run either way)"]
+pub struct JoinHandle {
+    thread: usize,
+    outcome: Option<Outcome>,
+}
+
+impl JoinHandle {
+    /// Waits (in simulation) until the thread has finished; its error, if it returned one.
+    pub fn join(self) -> Result<(), JoinError> {
+        let (Some(outcome), Some(h)) = (self.outcome, sched::current()) else {
+            return Err(JoinError::NotSimulated);
+        };
+        h.join(self.thread);
+        let r = outcome.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match r {
+            Some(Err(message)) => Err(JoinError::Failed {
+                thread: self.thread,
+                message,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// The simulated thread's number (t1, t2, ... in traces).
+    pub fn thread(&self) -> usize {
+        self.thread
+    }
+}
+
+/// The virtual time since the run started (zero outside a simulation).
+pub fn now() -> Duration {
+    sched::current().map_or(Duration::ZERO, |h| h.elapsed())
+}
+
+/// Starts a simulated thread on `node` that runs `f` with a context there. Call it from a
+/// simulated thread (the closure given to [`check`], or a thread it spawned); elsewhere the
+/// handle's [`join`](JoinHandle::join) fails with [`JoinError::NotSimulated`].
+pub fn spawn<F, E>(cluster: &Cluster, node: NodeId, f: F) -> JoinHandle
+where
+    F: FnOnce(&Ctx) -> Result<(), E> + Send + 'static,
+    E: fmt::Display + Send + 'static,
+{
+    let Some(parent) = sched::current() else {
+        return JoinHandle {
+            thread: usize::MAX,
+            outcome: None,
+        };
+    };
+    let thread = parent.spawn(node);
+    let outcome: Outcome = Arc::default();
+    let h = Handle {
+        sched: parent.sched.clone(),
+        me: thread,
+    };
+    let cluster = cluster.clone();
+    let out = outcome.clone();
+    let body = move || {
+        let r = cluster
+            .context(node)
+            .map_err(|e| format!("opening a context on {node}: {e}"))
+            .and_then(|ctx| f(&ctx).map_err(|e| e.to_string()));
+        *out.lock().unwrap_or_else(|p| p.into_inner()) = Some(r.clone());
+        r
+    };
+    start_thread(h, format!("loco-sim-t{thread}"), body);
+    // The new thread may run first.
+    parent.point_with(Op::Spawn { thread });
+    JoinHandle {
+        thread,
+        outcome: Some(outcome),
+    }
+}
+
+/// Runs `body` as simulated thread `h` on a new OS thread; a panic or an error fails the run.
+fn start_thread(
+    h: Handle,
+    name: String,
+    body: impl FnOnce() -> Result<(), String> + Send + 'static,
+) {
+    let sched = h.sched.clone();
+    let me = h.me;
+    let spawned = std::thread::Builder::new().name(name).spawn(move || {
+        sched::enter(h.clone());
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            h.start();
+            body()
+        }));
+        match r {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => h
+                .sched
+                .fail(FailureKind::Error, format!("thread t{}: {e}", h.me)),
+            Err(p) if p.is::<sched::Stopped>() => {}
+            Err(p) => h.sched.fail(
+                FailureKind::Panic,
+                format!("thread t{} panicked: {}", h.me, panic_message(&*p)),
+            ),
+        }
+        h.finish();
+    });
+    if let Err(e) = spawned {
+        let h = Handle { sched, me };
+        h.sched.fail(
+            FailureKind::Setup,
+            format!("cannot spawn an OS thread: {e}"),
+        );
+        h.finish();
+    }
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(a non-string panic payload)".into()
+    }
+}
+
+/// Runs `f` under the simulator [`Config::runs`] times, each with a seed derived from the
+/// base seed; stops at the first failing run. See the module docs.
+pub fn check<F, E>(config: Config, f: F) -> Result<Report, Failure>
+where
+    F: Fn(&Cluster) -> Result<(), E> + Send + Sync + 'static,
+    E: fmt::Display + 'static,
+{
+    let f = Arc::new(f);
+    let base = config.base_seed();
+    let mut hashes = std::collections::HashSet::new();
+    let mut report = Report {
+        runs: 0,
+        schedules: 0,
+        steps: 0,
+        max_time: Duration::ZERO,
+    };
+    let mut expected = 10_000;
+    for i in 0..config.runs {
+        let run = run_once(&config, derive(base, i), expected, f.clone())?;
+        expected = expected.max(run.steps);
+        hashes.insert(run.hash);
+        report.runs += 1;
+        report.steps += run.steps;
+        report.max_time = report.max_time.max(run.time);
+    }
+    report.schedules = hashes.len();
+    Ok(report)
+}
+
+/// Runs `f` once with the run seed `seed` (a [`Failure::seed`]): the same schedule, step for
+/// step, as the run that produced the seed with the same `config` (strategy, step time,
+/// timeout, budget).
+pub fn replay<F, E>(config: Config, seed: u64, f: F) -> Result<Run, Failure>
+where
+    F: Fn(&Cluster) -> Result<(), E> + Send + Sync + 'static,
+    E: fmt::Display + 'static,
+{
+    run_once(&config, seed, 10_000, Arc::new(f))
+}
+
+fn run_once<F, E>(config: &Config, seed: u64, expected: u64, f: Arc<F>) -> Result<Run, Failure>
+where
+    F: Fn(&Cluster) -> Result<(), E> + Send + Sync + 'static,
+    E: fmt::Display + 'static,
+{
+    let setup = |message: String| Failure {
+        seed,
+        kind: FailureKind::Setup,
+        message,
+        steps: 0,
+        trace: Vec::new(),
+    };
+    let mut b = Cluster::builder()
+        .nodes(config.nodes)
+        .soft(Schedule::Chaos {
+            seed: derive(seed, u64::MAX),
+        })
+        .timeout(config.timeout);
+    if let Some(m) = config.memory {
+        b = b.memory_per_node(m);
+    }
+    let cluster = b.build().map_err(|e| setup(e.to_string()))?;
+    let sched = Arc::new(Sched::new(
+        seed,
+        config.strategy,
+        config.max_steps,
+        config.step_time,
+        expected,
+    ));
+    let main = sched.add(None);
+    let h = Handle {
+        sched: sched.clone(),
+        me: main,
+    };
+    let c = cluster.clone();
+    start_thread(h, "loco-sim-main".into(), move || {
+        f(&c).map_err(|e| e.to_string())
+    });
+    sched.wait_all_done();
+    drop(cluster);
+    let (steps, time, hash, failure) = sched.outcome();
+    match failure {
+        None => Ok(Run {
+            seed,
+            steps,
+            time,
+            hash,
+        }),
+        Some((kind, message)) => Err(Failure {
+            seed,
+            kind,
+            message,
+            steps,
+            trace: sched.trace(),
+        }),
+    }
+}
+
+/// A scheduling point for the soft NIC's calls (a no-op on threads that are not simulated).
+pub(crate) fn point(op: impl FnOnce() -> Op) {
+    sched::point_op(op);
+}

@@ -1,0 +1,536 @@
+//! The deterministic scheduler: one simulated thread runs at a time, and the seeded strategy
+//! picks which at every scheduling point.
+//!
+//! Simulated threads are OS threads that pass a baton: each waits on the scheduler's condition
+//! variable until it is `current`. A scheduling point ([`Handle::point`]) advances virtual time,
+//! records the step in the trace, and hands the baton to the thread the strategy picks (maybe
+//! the same). Because only the baton holder runs, and every choice comes from the run's seed,
+//! a run is a function of its seed.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::NodeId;
+
+use super::{FailureKind, Strategy};
+
+/// Steps kept in a failure's trace (the last ones).
+const TRACE_KEEP: usize = 200;
+
+thread_local! {
+    static CURRENT: RefCell<Option<Handle>> = const { RefCell::new(None) };
+}
+
+/// The calling thread's simulation, if it is a simulated thread.
+pub(crate) fn current() -> Option<Handle> {
+    CURRENT.with(|c| c.borrow().clone())
+}
+
+/// Makes the calling OS thread simulated thread `h` (until it ends).
+pub(super) fn enter(h: Handle) {
+    CURRENT.with(|c| *c.borrow_mut() = Some(h));
+}
+
+/// Runs `op` as a scheduling point of the calling thread, if it is simulated (a no-op
+/// otherwise); `op` describes the step for the trace.
+pub(crate) fn point_op(op: impl FnOnce() -> Op) {
+    if let Some(h) = current() {
+        h.point_with(op());
+    }
+}
+
+/// Notes the value a step read, for the trace (simulated threads only).
+pub(crate) fn note_value(v: u64) {
+    if let Some(h) = current() {
+        let mut st = h.sched.lock();
+        if let Some(e) = st.trace.back_mut() {
+            e.value = Some(v);
+        }
+    }
+}
+
+/// What a step did, for the trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Op {
+    Load {
+        word: usize,
+    },
+    Store {
+        word: usize,
+        value: u64,
+    },
+    Cas {
+        word: usize,
+        expected: u64,
+        new: u64,
+    },
+    Mfence,
+    Post {
+        target: NodeId,
+        what: &'static str,
+    },
+    Poll {
+        target: NodeId,
+    },
+    Pause,
+    Sleep {
+        nanos: u64,
+    },
+    Spawn {
+        thread: usize,
+    },
+    Join {
+        thread: usize,
+    },
+    Start,
+    End,
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Op::Load { word } => write!(f, "load w{word}"),
+            Op::Store { word, value } => write!(f, "store w{word} := {value}"),
+            Op::Cas {
+                word,
+                expected,
+                new,
+            } => write!(f, "cas w{word} {expected} -> {new}"),
+            Op::Mfence => write!(f, "mfence"),
+            Op::Post { target, what } => write!(f, "post {what} to {target}"),
+            Op::Poll { target } => write!(f, "poll {target}"),
+            Op::Pause => write!(f, "spin pause"),
+            Op::Sleep { nanos } => write!(f, "sleep {nanos} ns"),
+            Op::Spawn { thread } => write!(f, "spawn t{thread}"),
+            Op::Join { thread } => write!(f, "join t{thread}"),
+            Op::Start => write!(f, "start"),
+            Op::End => write!(f, "end"),
+        }
+    }
+}
+
+/// One step of the trace.
+#[derive(Clone, Debug)]
+pub(crate) struct Event {
+    step: u64,
+    thread: usize,
+    node: Option<NodeId>,
+    op: Op,
+    value: Option<u64>,
+    at: Duration,
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "step {:>7}  {:>10.3?}  t{}",
+            self.step, self.at, self.thread
+        )?;
+        match self.node {
+            Some(n) => write!(f, " ({n})")?,
+            None => write!(f, " (main)")?,
+        }
+        write!(f, "  {}", self.op)?;
+        if let Some(v) = self.value {
+            write!(f, "  -> {v}")?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Status {
+    Runnable,
+    Joining(usize),
+    Done,
+}
+
+#[derive(Debug)]
+struct Thread {
+    node: Option<NodeId>,
+    status: Status,
+    /// PCT priority (higher runs first).
+    prio: u64,
+}
+
+/// The scheduler's state.
+#[derive(Debug)]
+struct State {
+    rng: ChaCha8Rng,
+    strategy: Strategy,
+    /// PCT: the steps at which the running thread's priority drops, ascending.
+    changes: Vec<u64>,
+    /// PCT: the next low priority to hand out (below every initial one).
+    low: u64,
+    threads: Vec<Thread>,
+    current: usize,
+    steps: u64,
+    max_steps: u64,
+    now: Duration,
+    step_time: Duration,
+    trace: VecDeque<Event>,
+    /// A hash of every step (thread, op), for telling schedules apart.
+    hash: u64,
+    failure: Option<(FailureKind, String)>,
+    /// When the run was stopped (time goes on in real time from then: teardown code must
+    /// not spin on a frozen clock).
+    aborted: Option<Instant>,
+}
+
+/// A simulation's scheduler.
+#[derive(Debug)]
+pub(crate) struct Sched {
+    state: Mutex<State>,
+    cv: Condvar,
+    base: Instant,
+}
+
+/// A simulated thread's handle on its scheduler.
+#[derive(Clone, Debug)]
+pub(crate) struct Handle {
+    pub(super) sched: Arc<Sched>,
+    pub(super) me: usize,
+}
+
+/// The payload a simulated thread unwinds with when its run is stopped (a failure elsewhere).
+pub(super) struct Stopped;
+
+fn mix(h: u64, x: u64) -> u64 {
+    (h ^ x).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29)
+}
+
+impl Sched {
+    pub(super) fn new(
+        seed: u64,
+        strategy: Strategy,
+        max_steps: u64,
+        step_time: Duration,
+        expected_steps: u64,
+    ) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let changes = match strategy {
+            Strategy::Pct { depth } => {
+                let mut c: Vec<u64> = (1..depth.max(1))
+                    .map(|_| rng.random_range(1..expected_steps.max(2)))
+                    .collect();
+                c.sort_unstable();
+                c
+            }
+            Strategy::Random => Vec::new(),
+        };
+        Sched {
+            state: Mutex::new(State {
+                rng,
+                strategy,
+                changes,
+                low: 1 << 20,
+                threads: Vec::new(),
+                current: 0,
+                steps: 0,
+                max_steps,
+                now: Duration::ZERO,
+                step_time,
+                trace: VecDeque::with_capacity(TRACE_KEEP),
+                hash: 0,
+                failure: None,
+                aborted: None,
+            }),
+            cv: Condvar::new(),
+            base: Instant::now(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new runnable thread on `node` (`None`: the run's main closure).
+    pub(super) fn add(&self, node: Option<NodeId>) -> usize {
+        let mut st = self.lock();
+        let prio = st.rng.random_range((1 << 21)..(1 << 40));
+        st.threads.push(Thread {
+            node,
+            status: Status::Runnable,
+            prio,
+        });
+        st.threads.len() - 1
+    }
+
+    /// Stops the run with a failure (the first one counts), waking every thread.
+    pub(super) fn fail(&self, kind: FailureKind, message: String) {
+        let mut st = self.lock();
+        Self::fail_locked(&mut st, kind, message);
+        self.cv.notify_all();
+    }
+
+    fn fail_locked(st: &mut State, kind: FailureKind, message: String) {
+        if st.failure.is_none() {
+            st.failure = Some((kind, message));
+        }
+        if st.aborted.is_none() {
+            st.aborted = Some(Instant::now());
+        }
+    }
+
+    /// Waits until thread `me` holds the baton; unwinds with [`Stopped`] if the run stops
+    /// first (unless the thread is already unwinding).
+    fn wait_turn<'a>(&'a self, mut st: MutexGuard<'a, State>, me: usize) -> MutexGuard<'a, State> {
+        loop {
+            if st.aborted.is_some() {
+                drop(st);
+                if std::thread::panicking() {
+                    return self.lock();
+                }
+                std::panic::resume_unwind(Box::new(Stopped));
+            }
+            if st.current == me {
+                return st;
+            }
+            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Picks the next thread to run among the runnable ones; `yielding`: the current thread
+    /// asked to let others go first (a spin loop's pause).
+    fn pick(st: &mut State, yielding: bool) -> Option<usize> {
+        let runnable: Vec<usize> = (0..st.threads.len())
+            .filter(|&t| st.threads[t].status == Status::Runnable)
+            .collect();
+        if runnable.is_empty() {
+            return None;
+        }
+        match st.strategy {
+            Strategy::Random => Some(runnable[st.rng.random_range(0..runnable.len())]),
+            Strategy::Pct { .. } => {
+                let cur = st.current;
+                let change = st.changes.first().is_some_and(|&c| st.steps >= c);
+                if change {
+                    st.changes.remove(0);
+                }
+                if (change || yielding) && cur < st.threads.len() {
+                    st.low -= 1;
+                    st.threads[cur].prio = st.low;
+                }
+                runnable.into_iter().max_by_key(|&t| st.threads[t].prio)
+            }
+        }
+    }
+
+    /// Hands the baton on (the caller holds it and is `me`), then waits for it to come back.
+    fn switch<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        me: usize,
+        yielding: bool,
+    ) -> MutexGuard<'a, State> {
+        match Self::pick(&mut st, yielding) {
+            Some(next) => {
+                if next != me {
+                    st.current = next;
+                    self.cv.notify_all();
+                }
+            }
+            None => {
+                let blocked: Vec<String> = st
+                    .threads
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(t, th)| match th.status {
+                        Status::Joining(u) => Some(format!("t{t} joins t{u}")),
+                        _ => None,
+                    })
+                    .collect();
+                Self::fail_locked(
+                    &mut st,
+                    FailureKind::Deadlock,
+                    format!("deadlock: every thread is blocked ({})", blocked.join(", ")),
+                );
+                self.cv.notify_all();
+            }
+        }
+        self.wait_turn(st, me)
+    }
+
+    fn record(st: &mut State, me: usize, op: Op) {
+        st.steps += 1;
+        st.now += st.step_time;
+        let node = st.threads.get(me).and_then(|t| t.node);
+        st.hash = mix(mix(st.hash, me as u64), {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            op.hash(&mut h);
+            h.finish()
+        });
+        if st.trace.len() == TRACE_KEEP {
+            st.trace.pop_front();
+        }
+        st.trace.push_back(Event {
+            step: st.steps,
+            thread: me,
+            node,
+            op,
+            value: None,
+            at: st.now,
+        });
+    }
+
+    /// The trace's last steps, readable.
+    pub(super) fn trace(&self) -> Vec<String> {
+        self.lock().trace.iter().map(ToString::to_string).collect()
+    }
+
+    /// (steps, virtual time, schedule hash, failure).
+    pub(super) fn outcome(&self) -> (u64, Duration, u64, Option<(FailureKind, String)>) {
+        let st = self.lock();
+        (st.steps, st.now, st.hash, st.failure.clone())
+    }
+
+    /// Waits (on a non-simulated thread) until every simulated thread is done, or the run
+    /// stopped and every thread has left the scheduler.
+    pub(super) fn wait_all_done(&self) {
+        let mut st = self.lock();
+        while !st.threads.iter().all(|t| t.status == Status::Done) {
+            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+impl Handle {
+    fn point_inner(&self, op: Op, yielding: bool) {
+        let st = self.sched.lock();
+        if st.aborted.is_some() {
+            // Teardown after a failure: no more scheduling, threads run as they unwind.
+            drop(st);
+            if !std::thread::panicking() {
+                std::panic::resume_unwind(Box::new(Stopped));
+            }
+            return;
+        }
+        let mut st = st;
+        Self::check_turn(&st, self.me);
+        Sched::record(&mut st, self.me, op);
+        if st.steps > st.max_steps {
+            let m = format!(
+                "step budget exhausted: {} steps (a livelock, or raise Config::max_steps)",
+                st.max_steps
+            );
+            Sched::fail_locked(&mut st, FailureKind::Budget, m);
+            self.sched.cv.notify_all();
+        }
+        drop(self.sched.switch(st, self.me, yielding));
+    }
+
+    fn check_turn(st: &State, me: usize) {
+        debug_assert_eq!(st.current, me, "a simulated thread ran without the baton");
+    }
+
+    /// A scheduling point: another thread may run before this one goes on.
+    pub(crate) fn point_with(&self, op: Op) {
+        self.point_inner(op, false);
+    }
+
+    /// A spin loop's pause: a scheduling point at which the thread lets others go first.
+    pub(crate) fn point(&self) {
+        self.point_inner(Op::Pause, true);
+    }
+
+    /// Lets `d` of virtual time pass, as a pause.
+    pub(crate) fn sleep(&self, d: Duration) {
+        {
+            let mut st = self.sched.lock();
+            if st.aborted.is_none() {
+                st.now = st.now.saturating_add(d);
+            }
+        }
+        self.point_inner(
+            Op::Sleep {
+                nanos: d.as_nanos().min(u64::MAX as u128) as u64,
+            },
+            true,
+        );
+    }
+
+    /// The virtual time, as an [`Instant`] (the run's start plus the time simulated so far;
+    /// after the run stopped, real time goes on from there).
+    pub(crate) fn now(&self) -> Instant {
+        let st = self.sched.lock();
+        let extra = st.aborted.map_or(Duration::ZERO, |a| a.elapsed());
+        self.sched.base + st.now + extra
+    }
+
+    /// The virtual time since the run started.
+    pub(crate) fn elapsed(&self) -> Duration {
+        self.sched.lock().now
+    }
+
+    /// Waits for the baton before the thread's first step.
+    pub(super) fn start(&self) {
+        let st = self.sched.lock();
+        let st = self.sched.wait_turn(st, self.me);
+        drop(st);
+        self.point_with(Op::Start);
+    }
+
+    /// The thread is done: wakes its joiners and hands the baton on.
+    pub(super) fn finish(&self) {
+        let mut st = self.sched.lock();
+        if st.aborted.is_none() {
+            Sched::record(&mut st, self.me, Op::End);
+        }
+        st.threads[self.me].status = Status::Done;
+        let me = self.me;
+        for t in &mut st.threads {
+            if t.status == Status::Joining(me) {
+                t.status = Status::Runnable;
+            }
+        }
+        if st.aborted.is_none() && st.current == me {
+            match Sched::pick(&mut st, false) {
+                Some(next) => st.current = next,
+                None if st.threads.iter().all(|t| t.status == Status::Done) => {}
+                None => {
+                    Sched::fail_locked(
+                        &mut st,
+                        FailureKind::Deadlock,
+                        "deadlock: every thread left is blocked in a join".into(),
+                    );
+                }
+            }
+        }
+        self.sched.cv.notify_all();
+    }
+
+    /// Blocks until thread `t` is done.
+    pub(super) fn join(&self, t: usize) {
+        let mut st = self.sched.lock();
+        if st.aborted.is_some() {
+            drop(st);
+            if !std::thread::panicking() {
+                std::panic::resume_unwind(Box::new(Stopped));
+            }
+            return;
+        }
+        Sched::record(&mut st, self.me, Op::Join { thread: t });
+        if st
+            .threads
+            .get(t)
+            .is_some_and(|th| th.status != Status::Done)
+        {
+            st.threads[self.me].status = Status::Joining(t);
+            drop(self.sched.switch(st, self.me, false));
+        }
+    }
+
+    /// Registers a new thread on `node` (its OS thread must then be started, before the
+    /// spawner's next scheduling point).
+    pub(super) fn spawn(&self, node: NodeId) -> usize {
+        self.sched.add(Some(node))
+    }
+}
