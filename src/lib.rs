@@ -43,6 +43,14 @@ pub use loco_sc as sc;
 #[doc(inline)]
 pub use loco_sv as sv;
 
+/// Deterministic simulation of code over these layers (seeded schedules, virtual time).
+#[doc(inline)]
+pub use loco_rdmawait::sim;
+
+/// Real or simulated time, as every layer reads it.
+#[doc(inline)]
+pub use loco_rdmawait::clock;
+
 /// The code blocks of README.md, compiled and run as doctests so that the README stays true.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

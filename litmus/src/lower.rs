@@ -846,7 +846,7 @@ impl Machine for Emit<'_> {
     fn plus(&mut self, v: Val, k: u64) -> Val {
         // `(r + a) | o` plus k is not of the form again; no protocol asks for it (the poison
         // bit is set last, and never by the lowering).
-        debug_assert_eq!(v.or, 0, "plus of an or'ed value");
+        assert_eq!(v.or, 0, "plus of an or'ed value");
         Val {
             add: v.add.wrapping_add(k),
             ..v
@@ -865,7 +865,7 @@ impl Machine for Emit<'_> {
             return Val::constant(v.eval(&[]) & mask);
         }
         // `((r & a) + k) | o` masked is not of the form again; protocols mask what they loaded.
-        debug_assert!(v.add == 0 && v.or == 0, "mask of a computed value");
+        assert!(v.add == 0 && v.or == 0, "mask of a computed value");
         Val {
             and: v.and & mask,
             ..v
@@ -873,7 +873,7 @@ impl Machine for Emit<'_> {
     }
 
     fn index(&mut self, base: Word, i: Val, len: u64) -> Result<Word, Infallible> {
-        debug_assert!(len.is_power_of_two(), "a ring of {len} words");
+        assert!(len.is_power_of_two(), "a ring of {len} words");
         let i = self.and(i, len - 1);
         Ok(Word {
             idx: Some(i),
@@ -1320,8 +1320,8 @@ impl Lowering<'_> {
                 node @ LockWords::Node { .. } => {
                     let w = node_lock(node, t, me);
                     let u = done(locks::nlock_take(e, &w));
-                    // The mark is never owed in a test: it takes fewer than MARKS tickets, and
-                    // only one thread writes each ring word.
+                    // The mark is never owed in a test: the parser allows at most MARKS tickets
+                    // of a lock that is given up, so only one ticket maps to each ring word.
                     done(locks::nlock_give_up(e, &w, u, |_| Ok(())));
                 }
                 lock @ LockWords::Ticket { .. } => {

@@ -326,10 +326,11 @@ impl RawWLock {
             mine: &mine,
             nodes: &nodes,
         };
-        // A marked ticket: the protocol's step, which the explorer checks.
-        let seen = protocol::wlock_pass_on(&mut self.run(ctx, me, d), &w, publish, raw)?;
-        if seen == r + 1 {
-            self.note_published(ctx, me)?;
+        // A marked ticket: the protocol's step, which the explorer checks. It may have stored
+        // in the thread's slot even if it failed after: note the slot's value either way.
+        let seen = protocol::wlock_pass_on(&mut self.run(ctx, me, d), &w, publish, raw);
+        self.note_published(ctx, me)?;
+        if seen? == r + 1 {
             tracing::debug!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r,
                 "wlock: passed an abandoned ticket on");
             return Ok(true);

@@ -357,6 +357,28 @@ impl Parser {
                 )));
             }
         }
+        // A lock some thread gives up may take at most MARKS tickets: the explorer lays out one
+        // ring word per ticket, and a ticket MARKS or more ahead would have its mark owed.
+        for (l, (decl, _)) in self.locks.iter().enumerate() {
+            let uses = || self.threads.iter().flat_map(|t| &t.0.body);
+            let gives = uses().find(|s| matches!(s.op, Op::GiveUp(x) if x.0 == l));
+            let tickets = uses()
+                .filter(|s| matches!(s.op, Op::Acquire(x) | Op::GiveUp(x) if x.0 == l))
+                .count();
+            let max = loco_locks::MARKS as usize;
+            if let (Some(g), true) = (gives, tickets > max) {
+                return Err(self.error((
+                    g.span,
+                    ParseErrorKind::TooLarge {
+                        what: format!(
+                            "{tickets} acquires and give-ups of `{}`, a lock some thread gives up",
+                            decl.name
+                        ),
+                        max,
+                    },
+                )));
+            }
+        }
         for &(t, s) in &self.all_sets {
             match &mut self.threads[t].0.body[s].op {
                 Op::Bcast { nodes, .. } | Op::Gf(nodes) => nodes.clone_from(&self.nodes),

@@ -240,6 +240,18 @@ expect allowed
     assert!(e.contains("`giveup` needs a lock"), "{e}");
     let e = err(&src.replace("giveup(l)", "giveup(l, l)"));
     assert!(e.contains("giveup(<l>)"), "{e}");
+    // At most MARKS (16) tickets of a lock that is given up.
+    let many = format!(
+        "litmus g\nlock l : nlock @n1\nloc x @n0\nthread t0 @n0 {{\n  giveup(l)\n{}}}\nexists x = 0\nexpect allowed\n",
+        "  acquire(l)\n  release(l)\n".repeat(16)
+    );
+    let e = err(&many);
+    assert!(
+        e.contains("too large: 17 acquires and give-ups of `l`") && e.contains("16"),
+        "{e}"
+    );
+    let fine = many.replacen("  acquire(l)\n  release(l)\n", "", 1);
+    parse(&fine, "t.litmus").unwrap();
 }
 
 #[test]
