@@ -190,15 +190,26 @@ pub fn wlock_pass_on<M: RmwMachine>(
     publish: Publish<'_, M::Word>,
     raw: M::Val,
 ) -> Result<M::Val, M::Error> {
+    if_marked(m, w.ab, w.scratch, raw, WL_ACQ, |m| {
+        wlock_pass_over(m, publish, raw)
+    })
+}
+
+/// If the ticket of the released-to value `raw` is marked abandoned (`ab[r mod K]` reads
+/// `r + 1`, a get into `scratch`), runs `pass`; returns the mark read.
+fn if_marked<M: RmwMachine>(
+    m: &mut M,
+    ab: M::Word,
+    scratch: M::Word,
+    raw: M::Val,
+    wid: WorkId,
+    pass: impl FnOnce(&mut M) -> Result<(), M::Error>,
+) -> Result<M::Val, M::Error> {
     let r = ticket(m, raw);
-    let slot = m.index(w.ab, r, MARKS)?;
-    let seen = read(m, w.scratch, slot, WL_ACQ)?;
+    let slot = m.index(ab, r, MARKS)?;
+    let seen = read(m, scratch, slot, wid)?;
     let next = m.plus(r, 1);
-    m.branch(
-        Cond::eq(seen, next),
-        |m| wlock_pass_over(m, publish, raw),
-        |_| Ok(()),
-    )?;
+    m.branch(Cond::eq(seen, next), pass, |_| Ok(()))?;
     Ok(seen)
 }
 
@@ -394,16 +405,9 @@ pub fn nlock_pass_on<M: RmwMachine>(
     w: &NLockWords<M::Word>,
     raw: M::Val,
 ) -> Result<M::Val, M::Error> {
-    let r = ticket(m, raw);
-    let slot = m.index(w.ab, r, MARKS)?;
-    let seen = read(m, w.scratch, slot, NL_ACQ)?;
-    let next = m.plus(r, 1);
-    m.branch(
-        Cond::eq(seen, next),
-        |m| nlock_pass_over(m, w, raw),
-        |_| Ok(()),
-    )?;
-    Ok(seen)
+    if_marked(m, w.ab, w.scratch, raw, NL_ACQ, |m| {
+        nlock_pass_over(m, w, raw)
+    })
 }
 
 /// `rcas(rel, raw, raw + 1); wait`: the ticket `rel` is released to (in `raw`) is passed on

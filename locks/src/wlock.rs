@@ -319,16 +319,11 @@ impl RawWLock {
     fn forward(&self, ctx: &Ctx, me: &ThreadLock, raw: u64, d: &Deadline) -> Result<bool> {
         let r = marks::ticket(raw);
         let w = self.words(ctx, me)?;
-        let copies = self.rel[me.slot].copies();
-        let nodes = self.live_nodes();
-        let mine = |n: NodeId| copies[n.index()];
-        let publish = protocol::Publish {
-            mine: &mine,
-            nodes: &nodes,
-        };
         // A marked ticket: the protocol's step, which the explorer checks. It may have stored
         // in the thread's slot even if it failed after: note the slot's value either way.
-        let seen = protocol::wlock_pass_on(&mut self.run(ctx, me, d), &w, publish, raw);
+        let seen = self.with_publish(me, |publish| {
+            protocol::wlock_pass_on(&mut self.run(ctx, me, d), &w, publish, raw)
+        });
         self.note_published(ctx, me)?;
         if seen? == r + 1 {
             tracing::debug!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r,
@@ -344,6 +339,22 @@ impl RawWLock {
         tracing::warn!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r, dead = %k,
             "wlock: skipped the ticket of a dead holder; the next holder is told (poisoned)");
         Ok(true)
+    }
+
+    /// Runs `f` with where the thread publishes a release: its own slot's copies, to every
+    /// live node.
+    fn with_publish<T>(
+        &self,
+        me: &ThreadLock,
+        f: impl FnOnce(protocol::Publish<'_, Loc>) -> T,
+    ) -> T {
+        let copies = self.rel[me.slot].copies();
+        let nodes = self.live_nodes();
+        let mine = |n: NodeId| copies[n.index()];
+        f(protocol::Publish {
+            mine: &mine,
+            nodes: &nodes,
+        })
     }
 
     /// After a protocol step that may have published from the thread's slot: the slot's last
@@ -472,19 +483,13 @@ impl RawWLock {
     /// whether it is done (false: the mark is owed).
     fn try_abandon(&self, ctx: &Ctx, me: &ThreadLock, u: u64, d: &Deadline) -> Result<bool> {
         let w = self.words(ctx, me)?;
-        let copies = self.rel[me.slot].copies();
-        let nodes = self.live_nodes();
-        let mine = |n: NodeId| copies[n.index()];
-        let publish = protocol::Publish {
-            mine: &mine,
-            nodes: &nodes,
-        };
         let owed = std::cell::Cell::new(false);
-        let r =
+        let r = self.with_publish(me, |publish| {
             protocol::wlock_give_up(&mut self.run(ctx, me, d), &w, &me.rels, publish, u, |_| {
                 owed.set(true);
                 Ok(())
-            });
+            })
+        });
         self.note_published(ctx, me)?;
         r?;
         Ok(!owed.get())
@@ -521,15 +526,11 @@ impl RawWLock {
         self.cluster.check_alive(self.ticket_node())?;
         self.home.check(&self.cluster)?;
         let w = self.words(ctx, &me)?;
-        let copies = self.rel[me.slot].copies();
-        let nodes = self.live_nodes();
-        let mine = |n: NodeId| copies[n.index()];
-        let publish = protocol::Publish {
-            mine: &mine,
-            nodes: &nodes,
-        };
         let mut run = self.run(ctx, &me, d);
-        match protocol::wlock_acquire(&mut run, &w, &me.rels, publish) {
+        let acquired = self.with_publish(&me, |publish| {
+            protocol::wlock_acquire(&mut run, &w, &me.rels, publish)
+        });
+        match acquired {
             Ok((t, raw)) => Ok(self.enter(ctx, &me, t, raw)),
             // Released to us, but entering failed: pass the ticket on rather than strand it.
             Err(e) => match run.spun() {
