@@ -191,3 +191,95 @@ fn spawn_outside_a_simulation_is_an_error() {
     assert!(matches!(h.join(), Err(sim::JoinError::NotSimulated)));
     assert_eq!(sim::now(), Duration::ZERO);
 }
+
+/// A node crashes at a random step of each run: its thread stops with `PeerDead` (reported by
+/// `join` as `Crashed`, not a failure), the survivor's remote reads of a third node all
+/// complete, and the crash strikes at the same step when a seed is replayed.
+#[test]
+fn a_crash_at_a_random_step_is_survived_and_replayed() {
+    use loco_rdmawait::sim::{At, Fault, JoinError};
+    static CRASHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    fn counting(cluster: &Cluster) -> Result<(), BoxError> {
+        let counter = cluster.alloc_word(NodeId(2))?;
+        let acked = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let mut hs = Vec::new();
+        for node in [NodeId(0), NodeId(1)] {
+            let old = cluster.alloc_word(node)?;
+            let acked = acked.clone();
+            hs.push(sim::spawn(cluster, node, move |ctx: &Ctx| {
+                for _ in 0..20 {
+                    ctx.get(&old, &counter, WorkId::new(1))?;
+                    ctx.wait(WorkId::new(1))?;
+                    let _ = ctx.load(&old)?;
+                    acked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+                Ok::<(), loco_rdmawait::Error>(())
+            }));
+        }
+        let mut crashed = 0;
+        for h in hs {
+            match h.join() {
+                Ok(()) => {}
+                Err(JoinError::Crashed { node, .. }) => {
+                    assert_eq!(node, NodeId(1));
+                    crashed += 1;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        assert!(crashed <= 1);
+        CRASHES.fetch_add(crashed, std::sync::atomic::Ordering::SeqCst);
+        assert!(
+            acked.load(std::sync::atomic::Ordering::SeqCst) >= 20,
+            "the survivor finished"
+        );
+        Ok(())
+    }
+    let config = || {
+        Config::new(3).runs(30).fault(Fault::Crash {
+            node: NodeId(1),
+            at: At::Random { within: 150 },
+        })
+    };
+    let r = sim::check(config(), counting).unwrap_or_else(|f| panic!("{}", f.report()));
+    assert_eq!(r.runs, 30);
+    let crashes = CRASHES.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        crashes > 10,
+        "the victim's thread was cut short in {crashes} of 30 runs"
+    );
+    let a = sim::replay(config(), 9, counting).unwrap();
+    let b = sim::replay(config(), 9, counting).unwrap();
+    assert_eq!(a, b, "the crash strikes at the same step");
+}
+
+/// A node cut off for a while: a wait for a read from it times out (virtual time), and once
+/// the partition ends the same request completes.
+#[test]
+fn a_partition_times_waits_out_then_heals() {
+    use loco_rdmawait::sim::{At, Fault};
+    let f = |cluster: &Cluster| {
+        let x = cluster.alloc_word(NodeId(1))?;
+        let y = cluster.alloc_word(NodeId(0))?;
+        let h = sim::spawn(cluster, NodeId(0), move |ctx: &Ctx| {
+            ctx.get(&y, &x, WorkId::new(1))?;
+            let r = ctx.wait_timeout(WorkId::new(1), Duration::from_micros(100));
+            assert!(
+                matches!(r, Err(loco_rdmawait::Error::Timeout { .. })),
+                "{r:?}"
+            );
+            ctx.wait_timeout(WorkId::new(1), Duration::from_millis(10))?;
+            Ok::<(), loco_rdmawait::Error>(())
+        });
+        h.join()?;
+        Ok::<(), BoxError>(())
+    };
+    let config = || {
+        Config::new(2).runs(10).fault(Fault::Partition {
+            node: NodeId(1),
+            at: At::Step(1),
+            steps: 5_000,
+        })
+    };
+    sim::check(config(), f).unwrap_or_else(|e| panic!("{}", e.report()));
+}

@@ -42,6 +42,10 @@
 //! thread drops to the lowest priority; a spin loop's pause also drops it, so that a spinning
 //! thread lets the one it waits for run).
 //!
+//! **Faults** ([`Config::fault`], [`Fault`]): a node crashes, or is cut off for a number of
+//! steps, at a given step or at one drawn from the run's seed; the code under test sees the
+//! errors a real cluster would give (`PeerDead`, waits that time out).
+//!
 //! **Failures**: a panic in any simulated thread, an error returned by the closure or by a
 //! spawned thread, a deadlock (every thread blocked in a join), or a run longer than
 //! [`Config::max_steps`] (a livelock). The [`Failure`] has the seed, the message and the last
@@ -85,6 +89,47 @@ pub enum Strategy {
     },
 }
 
+/// When a [`Fault`] strikes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum At {
+    /// At this step of the run (the first is 1).
+    Step(u64),
+    /// At a step drawn from the run's seed, uniformly in `1..=within`.
+    Random {
+        /// The last step it may strike at.
+        within: u64,
+    },
+}
+
+/// A fault the simulator injects, deterministically from the run's seed. The errors reach the
+/// code under test as the verbs backend reports them: [`Error::PeerDead`](crate::Error::PeerDead)
+/// naming the node, or [`Error::Timeout`](crate::Error::Timeout) for waits that cannot complete
+/// while a node is cut off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// `node` crashes, as [`Cluster::kill`] does: its threads' next operations fail with
+    /// `PeerDead` naming their own node (a thread that ends with an error after its node
+    /// crashed is not a failure; its [`JoinHandle::join`] says [`JoinError::Crashed`]), and the
+    /// survivors' operations towards it fail with `PeerDead`.
+    Crash {
+        /// The node.
+        node: NodeId,
+        /// When.
+        at: At,
+    },
+    /// Traffic from and to `node` is held back for `steps` steps (a partition no failure
+    /// detector has noticed yet: requests are accepted but not executed, and waits for them
+    /// time out in virtual time), then let go.
+    Partition {
+        /// The node.
+        node: NodeId,
+        /// When it starts.
+        at: At,
+        /// How many steps it lasts.
+        steps: u64,
+    },
+}
+
 /// How [`check`] runs.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -96,6 +141,7 @@ pub struct Config {
     step_time: Duration,
     timeout: Duration,
     memory: Option<u64>,
+    faults: Vec<Fault>,
 }
 
 impl Config {
@@ -110,6 +156,7 @@ impl Config {
             step_time: Duration::from_nanos(100),
             timeout: Duration::from_millis(50),
             memory: None,
+            faults: Vec::new(),
         }
     }
 
@@ -152,6 +199,12 @@ impl Config {
     /// Registered memory per node (default: the cluster builder's).
     pub fn memory_per_node(mut self, bytes: u64) -> Self {
         self.memory = Some(bytes);
+        self
+    }
+
+    /// Adds a fault to every run (see [`Fault`]).
+    pub fn fault(mut self, f: Fault) -> Self {
+        self.faults.push(f);
         self
     }
 
@@ -285,12 +338,22 @@ pub enum JoinError {
         /// Its error, displayed.
         message: String,
     },
+    /// The thread's node crashed (a [`Fault::Crash`]) and the thread ended with this error.
+    #[error("simulated thread t{thread} stopped: its node {node} crashed ({message})")]
+    Crashed {
+        /// The thread.
+        thread: usize,
+        /// Its node.
+        node: NodeId,
+        /// Its error, displayed.
+        message: String,
+    },
     /// [`spawn`] was called outside a simulation.
     #[error("sim::spawn called outside a simulated run (use it inside sim::check or sim::replay)")]
     NotSimulated,
 }
 
-type Outcome = Arc<Mutex<Option<Result<(), String>>>>;
+type Outcome = Arc<Mutex<Option<Result<(), JoinError>>>>;
 
 /// A simulated thread started by [`spawn`].
 #[derive(Debug)]
@@ -308,13 +371,7 @@ impl JoinHandle {
         };
         h.join(self.thread);
         let r = outcome.lock().unwrap_or_else(|p| p.into_inner()).take();
-        match r {
-            Some(Err(message)) => Err(JoinError::Failed {
-                thread: self.thread,
-                message,
-            }),
-            _ => Ok(()),
-        }
+        r.unwrap_or(Ok(()))
     }
 
     /// The simulated thread's number (t1, t2, ... in traces).
@@ -355,7 +412,27 @@ where
             .context(node)
             .map_err(|e| format!("opening a context on {node}: {e}"))
             .and_then(|ctx| f(&ctx).map_err(|e| e.to_string()));
-        *out.lock().unwrap_or_else(|p| p.into_inner()) = Some(r.clone());
+        // An error after the thread's own node crashed is the crash, not a failure.
+        let crashed = r.is_err() && !cluster.is_alive(node);
+        let (end, r) = match r {
+            Ok(()) => (Ok(()), Ok(())),
+            Err(message) if crashed => (
+                Err(JoinError::Crashed {
+                    thread,
+                    node,
+                    message,
+                }),
+                Ok(()),
+            ),
+            Err(message) => (
+                Err(JoinError::Failed {
+                    thread,
+                    message: message.clone(),
+                }),
+                Err(message),
+            ),
+        };
+        *out.lock().unwrap_or_else(|p| p.into_inner()) = Some(end);
         r
     };
     start_thread(h, format!("loco-sim-t{thread}"), body);
@@ -466,16 +543,17 @@ where
         steps: 0,
         trace: Vec::new(),
     };
-    let mut b = Cluster::builder()
-        .nodes(config.nodes)
-        .soft(Schedule::Chaos {
+    let words = config.memory.unwrap_or(crate::DEFAULT_MEMORY) / crate::WORD;
+    let soft = crate::SoftBackend::try_new(
+        config.nodes,
+        usize::try_from(words).unwrap_or(usize::MAX),
+        Schedule::Chaos {
             seed: derive(seed, u64::MAX),
-        })
-        .timeout(config.timeout);
-    if let Some(m) = config.memory {
-        b = b.memory_per_node(m);
-    }
-    let cluster = b.build().map_err(|e| setup(e.to_string()))?;
+        },
+    )
+    .map(Arc::new)
+    .map_err(|e| setup(e.to_string()))?;
+    let cluster = Cluster::with_backend(Box::new(soft.clone()), config.timeout);
     let sched = Arc::new(Sched::new(
         seed,
         config.strategy,
@@ -483,6 +561,21 @@ where
         config.step_time,
         expected,
     ));
+    if !config.faults.is_empty() {
+        let c = cluster.clone();
+        sched.plan(
+            &config.faults,
+            Box::new(move |i| {
+                let r = match i {
+                    sched::Inject::Kill(n) => c.kill(n),
+                    sched::Inject::Stall(n, on) => soft.stall(n, on),
+                };
+                if let Err(e) = r {
+                    tracing::warn!(target: "loco::sim", error = %e, "could not inject a fault");
+                }
+            }),
+        );
+    }
     let main = sched.add(None);
     let h = Handle {
         sched: sched.clone(),

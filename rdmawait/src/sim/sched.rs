@@ -90,6 +90,26 @@ pub(crate) enum Op {
     },
     Start,
     End,
+    Fault(Inject),
+}
+
+/// A fault the scheduler injects at a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Inject {
+    /// The node crashes.
+    Kill(NodeId),
+    /// Traffic from and to the node is held back (`true`) or let go again (`false`).
+    Stall(NodeId, bool),
+}
+
+impl fmt::Display for Inject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Inject::Kill(n) => write!(f, "{n} crashes"),
+            Inject::Stall(n, true) => write!(f, "{n} is cut off"),
+            Inject::Stall(n, false) => write!(f, "{n} is reconnected"),
+        }
+    }
 }
 
 impl fmt::Display for Op {
@@ -111,6 +131,7 @@ impl fmt::Display for Op {
             Op::Join { thread } => write!(f, "join t{thread}"),
             Op::Start => write!(f, "start"),
             Op::End => write!(f, "end"),
+            Op::Fault(i) => write!(f, "fault: {i}"),
         }
     }
 }
@@ -182,14 +203,27 @@ struct State {
     /// When the run was stopped (time goes on in real time from then: teardown code must
     /// not spin on a frozen clock).
     aborted: Option<Instant>,
+    /// Faults still to inject, by step (ascending).
+    plan: VecDeque<(u64, Inject)>,
 }
 
+/// What injects a fault into the simulated cluster.
+pub(super) type Injector = Box<dyn Fn(Inject) + Send + Sync>;
+
 /// A simulation's scheduler.
-#[derive(Debug)]
 pub(crate) struct Sched {
     state: Mutex<State>,
     cv: Condvar,
     base: Instant,
+    injector: Mutex<Option<Injector>>,
+}
+
+impl fmt::Debug for Sched {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sched")
+            .field("base", &self.base)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A simulated thread's handle on its scheduler.
@@ -241,9 +275,55 @@ impl Sched {
                 hash: 0,
                 failure: None,
                 aborted: None,
+                plan: VecDeque::new(),
             }),
             cv: Condvar::new(),
             base: Instant::now(),
+            injector: Mutex::new(None),
+        }
+    }
+
+    /// The faults to inject (resolved to steps with the run's RNG), and who injects them.
+    pub(super) fn plan(&self, faults: &[super::Fault], injector: Injector) {
+        let mut st = self.lock();
+        let mut plan = Vec::new();
+        for f in faults {
+            let mut at = |a: super::At| match a {
+                super::At::Step(s) => s.max(1),
+                super::At::Random { within } => st.rng.random_range(1..=within.max(1)),
+            };
+            match *f {
+                super::Fault::Crash { node, at: a } => plan.push((at(a), Inject::Kill(node))),
+                super::Fault::Partition { node, at: a, steps } => {
+                    let s = at(a);
+                    plan.push((s, Inject::Stall(node, true)));
+                    plan.push((s.saturating_add(steps.max(1)), Inject::Stall(node, false)));
+                }
+            }
+        }
+        plan.sort_by_key(|p| p.0);
+        st.plan = plan.into();
+        *self.injector.lock().unwrap_or_else(|p| p.into_inner()) = Some(injector);
+    }
+
+    /// Injects the faults due by now (the caller holds the baton, not the state's lock).
+    fn inject_due(&self, me: usize) {
+        loop {
+            let due = {
+                let mut st = self.lock();
+                match st.plan.front() {
+                    Some(&(at, i)) if at <= st.steps => {
+                        st.plan.pop_front();
+                        Self::record(&mut st, me, Op::Fault(i));
+                        Some(i)
+                    }
+                    _ => None,
+                }
+            };
+            let Some(i) = due else { return };
+            if let Some(inject) = &*self.injector.lock().unwrap_or_else(|p| p.into_inner()) {
+                inject(i);
+            }
         }
     }
 
@@ -416,6 +496,11 @@ impl Handle {
         let mut st = st;
         Self::check_turn(&st, self.me);
         Sched::record(&mut st, self.me, op);
+        if st.plan.front().is_some_and(|&(at, _)| at <= st.steps) {
+            drop(st);
+            self.sched.inject_due(self.me);
+            st = self.sched.lock();
+        }
         if st.steps > st.max_steps {
             let m = format!(
                 "step budget exhausted: {} steps (a livelock, or raise Config::max_steps)",
