@@ -84,7 +84,7 @@
 //! | a holder does not release | [`Lock::acquire`] gives up with [`Error::Timeout`] after the cluster's timeout ([`Cluster::timeout`]); [`Lock::acquire_timeout`] / [`Lock::acquire_until`] after the caller's, within a small margin |
 //! | an acquire gives up or fails after taking its ticket | the ticket is **abandoned**: marked so that the next thread to find the lock released to it passes it on; nothing blocks later tickets (checked by the litmus explorer: `giveup(l)` in `tests/litmus/*giveup*`) |
 //! | the holder's node dies | a waiter that finds the lock released to a ticket entered by a node reported dead ([`Cluster::check_alive`]) skips that ticket; the next holder is told ([`LockGuard::was_poisoned`]) |
-//! | a waiter's node dies | the same, for a ticket its node announced waiting for (after 1 ms of waiting); the next holder is told, conservatively |
+//! | a waiter's node dies | the same, for a ticket its node announced waiting for (a put sent as soon as the waiter has to wait); the next holder is told, conservatively |
 //! | the calling thread's own node is reported dead | its waiting acquire stops with `PeerDead` naming that node, writing nothing |
 //! | the lock's own node dies (the node lock's node, the weak or strong lock's ticket node) | every acquire fails with [`PeerDead`](loco_rdmawait::Error::PeerDead) naming it |
 //! | the lock's own node restarts ([`Cluster::incarnation`] changes) | its words are gone: the lock is refused from then on (`PeerDead` naming it, in acquire, in a wait, and in a release, which writes nothing: a hold from before the restart ends there); make the lock again |
@@ -103,11 +103,14 @@
 //! release clears it. The lock stays usable.
 //!
 //! **Not recovered** (documented limits):
-//! - A waiter that dies within its first millisecond of waiting (before announcing its
-//!   ticket), or while another thread of its node also waits (one `waiting` word per node
-//!   keeps only the latest announcement), leaves a ticket nobody can attribute: later waiters
-//!   give up with `Timeout` (their own tickets are abandoned correctly). Likewise a ticket taken
-//!   by an FAA whose completion never arrives, in a context that is then dropped.
+//! - A thread that dies between taking its ticket and its announcement landing (the FAA, its
+//!   wait, and the put of `waiting[me]` sent when it first has to wait), or while another thread
+//!   of its node also waits (one `waiting` word per node keeps only the latest announcement),
+//!   leaves a ticket nobody can attribute: later waiters give up with `Timeout` (their own
+//!   tickets are abandoned correctly), and the lock stays blocked at that ticket. Likewise a
+//!   ticket taken by an FAA whose completion never arrives, in a context that is then dropped.
+//!   The simulator measures the window: with a node crashing at a random one of the first 400
+//!   steps of five threads' acquires (`locks/tests/sim.rs`), about one acquire in ten times out.
 //! - A holder that dies before its `held` announcement (a put, not waited for) has landed on
 //!   the lock's node (the ticket node of a weak or strong lock) cannot be told from a slow live
 //!   holder: waiters give up with `Timeout`. The announcement lands within one round trip of
@@ -228,7 +231,7 @@ pub use wlock::{RawSLock, RawWLock};
 ///
 /// Dead threads: on the ticket node, `held[k]` and `waiting[k]` per node k. A thread that enters
 /// with ticket t announces it with `put(held[me], turn)` (`turn` = t+1), not waited for until
-/// its release; a waiter announces its ticket in `waiting[me]` after 1 ms. A stalled waiter that
+/// its release; a waiter announces its ticket in `waiting[me]` as soon as it has to wait. A stalled waiter that
 /// finds the lock released to r, r not marked, and `held[k]` or `waiting[k]` = r+1 for a node k
 /// reported dead, forwards as above with the poison bit set; a thread whose own node is reported
 /// dead stops waiting and never enters, so a skipped ticket is never entered (see the crate's
@@ -303,7 +306,7 @@ pub type SLock = Lock<RawSLock>;
 /// `ab[K]`. `rel` holds the ticket the lock is released to, plus a poison bit.
 /// - A thread that enters with ticket t announces it: `put(held[me], loc)` (`loc` = t+1), not
 ///   waited for; it lands before its release's `put(rel)` (same queue pair, in order). A thread
-///   that has waited 1 ms announces its ticket the same way in `waiting[me]` (slow path only).
+///   that has to wait announces its ticket the same way in `waiting[me]` (on its first failed read).
 /// - A thread that gives ticket u up (timeout, error) writes `ab[u mod K] = u+1` with a remote
 ///   CAS, then reads `rel`; if the lock was handed to it meanwhile it passes it on itself with
 ///   `rcas(rel, u, u+1)`.

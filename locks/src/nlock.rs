@@ -6,7 +6,7 @@
 //! | `tkt` | node n | remote FAA (acquire), remote CAS (`try_acquire`) | remote FAA/CAS |
 //! | `rel` | node n | put of the releaser's `loc` (= its ticket + 1, maybe with the poison bit); remote CAS of a thread passing an abandoned or dead ticket on | gets of the waiting threads; that CAS |
 //! | `held[k]`, one per node | node n | put of `loc` by a thread of node k that entered | a waiter that found node k dead |
-//! | `waiting[k]`, one per node | node n | put of a waiter of node k after 1 ms of waiting (its ticket + 1) | a waiter that found node k dead |
+//! | `waiting[k]`, one per node | node n | put of a waiter of node k when it first has to wait (its ticket + 1) | a waiter that found node k dead |
 //! | `ab[K]` | node n | remote CAS of a thread that gave its ticket up | gets of the waiting threads |
 //! | `loc` | per thread, its own node | the FAA's / gets' local writes, then `store(loc, t+1)` | the thread; the release and `held` puts |
 
@@ -156,7 +156,7 @@ impl RawNLock {
         }
         // Only a dead node's thread is skipped: a live holder is waited for. Ticket r is that
         // thread's if node k announced entering with it (`held[k]`), or waiting for it
-        // (`waiting[k]`, announced after a millisecond of waiting).
+        // (`waiting[k]`, announced when it first had to wait).
         let mut dead = None;
         'nodes: for k in self.cluster.node_ids() {
             if self.cluster.is_alive(k) {
@@ -230,16 +230,17 @@ impl RawNLock {
             // A thread of a node reported dead stops here (as its process would have), leaving
             // its ticket for the others to skip.
             self.cluster.check_alive(ctx.node())?;
+            if !announced {
+                // A waiter announces its ticket as soon as it has to wait (not waited for): if
+                // it dies from then on, the others can skip its ticket.
+                ctx.store(&me.note, t + 1)?;
+                let w = self.waiting.word(ctx.node().index() as u64)?;
+                ctx.put(&w, &me.note, NL_REL)?;
+                me.unreaped.set(true);
+                announced = true;
+            }
             if loco_rdmawait::clock::now().saturating_duration_since(looked) >= LOOK_EVERY {
                 looked = loco_rdmawait::clock::now();
-                if !announced {
-                    // Slow path only: a waiter that dies from now on can be skipped.
-                    ctx.store(&me.note, t + 1)?;
-                    let w = self.waiting.word(ctx.node().index() as u64)?;
-                    ctx.put(&w, &me.note, NL_REL)?;
-                    me.unreaped.set(true);
-                    announced = true;
-                }
                 self.pay_debts(ctx, me);
                 if self.pass_on(ctx, me, raw, d)? {
                     continue;

@@ -15,9 +15,9 @@
 //! waiting; the explorer: whenever one is set), marks owed because the ring was full, and
 //! dead nodes: a waiter that finds the lock released to a dead holder passes it on (poisoned).
 //! Those run inside the crate's implementation of the two spins ([`Machine::await_any`],
-//! [`Machine::get_until`]) and only when a thread gives up or a node dies. A wait longer than a
-//! millisecond also announces the waiter's ticket in `waiting[me]`: a word the protocols below
-//! never read, so what they compute is unchanged. `try_acquire` is crate-only too (litmus tests
+//! [`Machine::get_until`]) and only when a thread gives up or a node dies. A thread that has to
+//! wait also announces its ticket in `waiting[me]`: a word the protocols below never read, so
+//! what they compute is unchanged. `try_acquire` is crate-only too (litmus tests
 //! have no try form).
 
 use loco_rdmawait::protocol::{Cond, Help, Machine};

@@ -6,7 +6,7 @@
 //! | `slots` | the ticket node | remote FAA (a thread's first use: its `rel` slot) | — |
 //! | `rel[j]`, one sv per slot | a copy on every node | thread j: `store` then `bcast` (release) | every thread: `load` of its node's copy (acquire) |
 //! | `held[k]`, one per node | the ticket node | put of `turn` (= ticket + 1) by a thread of node k that entered | a waiter that found node k dead |
-//! | `waiting[k]`, one per node | the ticket node | put of a waiter of node k after 1 ms of waiting (its ticket + 1) | a waiter that found node k dead |
+//! | `waiting[k]`, one per node | the ticket node | put of a waiter of node k when it first has to wait (its ticket + 1) | a waiter that found node k dead |
 //! | `ab[K]` | the ticket node | remote CAS of a thread that gave its ticket up | gets of the waiting threads |
 //! | `turn` | per thread, its own node | the FAA's (or CAS's) local write, then `store(turn, t+1)` on entering | the thread; the `held` put |
 
@@ -429,6 +429,14 @@ impl RawWLock {
                     return Ok(raw);
                 }
                 Err(high) => {
+                    if !announced {
+                        // A waiter announces its ticket as soon as it has to wait (not waited
+                        // for): if it dies from then on, the others can skip its ticket.
+                        ctx.store(&me.note, t + 1)?;
+                        let w = self.waiting.word(ctx.node().index() as u64)?;
+                        self.run(ctx, me, d).put(w, me.note, WL_REL)?;
+                        announced = true;
+                    }
                     if loco_rdmawait::clock::now().saturating_duration_since(looked) >= LOOK_EVERY
                         && high.wrapping_sub(t) >= 1 << 62
                     {
@@ -437,13 +445,6 @@ impl RawWLock {
                         self.cluster.check_alive(ctx.node())?;
                         self.cluster.check_alive(self.ticket_node())?;
                         self.home.check(&self.cluster)?;
-                        if !announced {
-                            // Slow path only: a waiter that dies from now on can be skipped.
-                            ctx.store(&me.note, t + 1)?;
-                            let w = self.waiting.word(ctx.node().index() as u64)?;
-                            self.run(ctx, me, d).put(w, me.note, WL_REL)?;
-                            announced = true;
-                        }
                         self.pay_debts(ctx, me);
                         if let Some(raw) = Self::copy_of(ctx, me, high)? {
                             if self.forward(ctx, me, raw, d)? {

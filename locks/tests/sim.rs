@@ -119,3 +119,102 @@ fn slock_under_simulation() {
 fn nlock_under_simulation() {
     check("nlock", |c: &Cluster| NLock::new(c, NodeId(0)));
 }
+
+/// A thread's node crashes at a random step while it uses the lock (maybe inside its critical
+/// section): the other threads go on. Each of their acquires either gets the lock (mutual
+/// exclusion among live threads kept; a dead holder skipped makes it poisoned) or, in the
+/// documented window where the victim died before its announcement landed, times out; nothing
+/// hangs, and a replayed seed crashes at the same step.
+fn crash_check<R, M>(name: &str, make: M)
+where
+    R: RawLock + Send + Sync + 'static,
+    M: Fn(&Cluster) -> loco_locks::Result<Lock<R>> + Send + Sync + Clone + 'static,
+{
+    use loco_rdmawait::sim::{At, Fault, JoinError};
+    use std::sync::atomic::AtomicU64;
+    let entered = Arc::new(AtomicU64::new(0));
+    let timeouts = Arc::new(AtomicU64::new(0));
+    let (e2, t2) = (entered.clone(), timeouts.clone());
+    let f = move |cluster: &Cluster| -> Result<(), BoxError> {
+        let lock = Arc::new(make(cluster)?);
+        // The nodes of the threads inside; a thread whose node crashed no longer counts.
+        let inside = Arc::new(std::sync::Mutex::new(Vec::<NodeId>::new()));
+        let word = cluster.alloc_word(NodeId(2))?;
+        let mut hs = Vec::new();
+        for node in [NodeId(0), NodeId(1), NodeId(0)] {
+            let (lock, inside, c) = (lock.clone(), inside.clone(), cluster.clone());
+            let scratch = cluster.alloc_word(node)?;
+            let (entered, timeouts) = (e2.clone(), t2.clone());
+            hs.push(sim::spawn(
+                cluster,
+                node,
+                move |ctx: &Ctx| -> Result<(), BoxError> {
+                    for _ in 0..ROUNDS {
+                        let g = match lock.acquire(ctx) {
+                            Ok(g) => g,
+                            Err(Error::Timeout { .. }) => {
+                                timeouts.fetch_add(1, SeqCst);
+                                continue;
+                            }
+                            Err(e) => return Err(e.into()),
+                        };
+                        {
+                            let mut inside = inside.lock().unwrap();
+                            inside.retain(|&n| c.is_alive(n));
+                            if !inside.is_empty() {
+                                return Err(format!("mutual exclusion broken: {inside:?}").into());
+                            }
+                            inside.push(node);
+                        }
+                        entered.fetch_add(1, SeqCst);
+                        ctx.get(&scratch, &word, WorkId::new(7))?;
+                        ctx.wait(WorkId::new(7))?;
+                        inside.lock().unwrap().pop();
+                        LockGuard::release(g)?;
+                    }
+                    Ok(())
+                },
+            ));
+        }
+        for h in hs {
+            match h.join() {
+                Ok(()) | Err(JoinError::Crashed { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    };
+    let f = Arc::new(f);
+    let config = || {
+        config(20).fault(Fault::Crash {
+            node: NodeId(1),
+            at: At::Random { within: 400 },
+        })
+    };
+    let g = f.clone();
+    let r = sim::check(config(), move |c: &Cluster| g(c))
+        .unwrap_or_else(|fail| panic!("{name}:\n{}", fail.report()));
+    eprintln!(
+        "{name} with a crash: {r:?}; {} entries, {} timeouts",
+        entered.load(SeqCst),
+        timeouts.load(SeqCst)
+    );
+    assert!(
+        entered.load(SeqCst) >= 20 * 2 * ROUNDS as u64 / 2,
+        "the survivors got in"
+    );
+    let (g1, g2) = (f.clone(), f.clone());
+    let a = sim::replay(config(), 3, move |c: &Cluster| g1(c)).unwrap();
+    let b = sim::replay(config(), 3, move |c: &Cluster| g2(c)).unwrap();
+    assert_eq!(a, b);
+}
+
+#[test]
+fn nlock_survives_a_crash_under_simulation() {
+    crash_check("nlock", |c: &Cluster| NLock::new(c, NodeId(2)));
+}
+
+#[test]
+fn wlock_survives_a_crash_under_simulation() {
+    crash_check("wlock", |c: &Cluster| WLock::new(c, NodeId(2), 3));
+}
