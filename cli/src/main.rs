@@ -212,6 +212,9 @@ enum ScheduleArg {
     Chaos,
     /// NIC engine threads, in order.
     Threaded,
+    /// The deterministic simulator: the test's threads interleaved at every operation by a
+    /// seeded scheduler, on the chaos model, in virtual time (`loco_rdmawait::sim`).
+    Sim,
 }
 
 fn main() -> ExitCode {
@@ -250,6 +253,7 @@ fn litmus(cmd: Litmus) -> Status {
             let backend = match (backend, schedule) {
                 (BackendArg::Soft, ScheduleArg::Chaos) => RunBackend::SoftChaos,
                 (BackendArg::Soft, ScheduleArg::Threaded) => RunBackend::SoftThreaded,
+                (BackendArg::Soft, ScheduleArg::Sim) => RunBackend::SoftSim,
                 (BackendArg::Verbs, _) => RunBackend::Verbs,
             };
             let mut cfg = RunConfig::new(backend, runs, seed);
@@ -463,6 +467,7 @@ fn run(files: &[PathBuf], cfg: &RunConfig, json: bool, budget: Budget) -> Status
     let backend = match cfg.backend {
         RunBackend::SoftChaos => "soft (chaos)",
         RunBackend::SoftThreaded => "soft (threaded)",
+        RunBackend::SoftSim => "soft (sim)",
         RunBackend::Verbs => "verbs",
     };
     for f in files {

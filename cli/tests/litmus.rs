@@ -336,6 +336,36 @@ fn run_on_soft_sees_every_allowed_exists_outcome() {
     assert!(out.status.success());
 }
 
+/// `loco litmus run --schedule sim`: under the deterministic simulator the `exists` outcome of
+/// every allowed test shows up within 10 000 runs (issue 11 asks for that bound; fig7a, the
+/// rarest, needs a few hundred), and no forbidden one in 100 runs of each forbidden test.
+#[test]
+fn run_under_the_simulator_sees_every_allowed_outcome_and_no_forbidden_one() {
+    let (allowed, forbidden): (Vec<_>, Vec<_>) = litmus_files().into_iter().partition(|f| {
+        std::fs::read_to_string(f)
+            .unwrap()
+            .contains("expect allowed")
+    });
+    let run = |files: &[PathBuf], extra: &[&str]| {
+        let mut args = vec!["litmus", "run", "--schedule", "sim", "--json"];
+        args.extend_from_slice(extra);
+        json(&loco(&args, files))
+    };
+    for r in run(&allowed, &["--runs", "10000", "--until-exists"]) {
+        eprintln!(
+            "{:32} seen after {} runs",
+            r["name"].as_str().unwrap(),
+            r["runs"]
+        );
+        assert_eq!(r["exists_seen"], true, "{r:#}");
+        assert_eq!(r["forbidden_seen"], 0, "{r:#}");
+    }
+    for r in run(&forbidden, &["--runs", "100"]) {
+        assert_eq!(r["exists_seen"], false, "{r:#}");
+        assert_eq!(r["forbidden_seen"], 0, "{r:#}");
+    }
+}
+
 #[test]
 fn run_on_the_threaded_soft_nic() {
     let files = litmus_files();

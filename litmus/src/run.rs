@@ -45,6 +45,10 @@ pub enum RunBackend {
     SoftChaos,
     /// The soft NIC with NIC engine threads.
     SoftThreaded,
+    /// The deterministic simulator (`loco_rdmawait::sim`): the soft NIC's `Chaos` model, the
+    /// test's threads interleaved at every operation by a scheduler seeded per run, virtual
+    /// time. A run is a function of its seed.
+    SoftSim,
     /// Real ibverbs devices, every node in this process (needs the `verbs` feature and a
     /// device; see `loco_rdmawait::backend::verbs`).
     Verbs,
@@ -358,6 +362,7 @@ fn cluster(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Cluster, RunError>
     let c = match cfg.backend {
         RunBackend::SoftChaos => b.soft(Schedule::Chaos { seed }).build(),
         RunBackend::SoftThreaded => b.soft(Schedule::Threaded).build(),
+        RunBackend::SoftSim => unreachable!("a simulated run makes its own cluster"),
         // The device comes from the environment (`VerbsConfig::from_env`); a build without the
         // `verbs` feature gets rdmawait's typed `BackendNotBuilt` error.
         RunBackend::Verbs => b
@@ -369,7 +374,78 @@ fn cluster(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Cluster, RunError>
 
 /// One run: a fresh cluster, the threads, the final outcome.
 pub fn run_once(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Outcome, RunError> {
+    if cfg.backend == RunBackend::SoftSim {
+        return sim_once(test, cfg, seed);
+    }
     let cluster = cluster(test, cfg, seed)?;
+    let env = setup(test, cfg, &cluster, seed)?;
+    threads_once(test, cfg, seed, cluster, env)
+}
+
+/// The virtual timeout of a simulated run's waits and locks: far longer than any schedule of a
+/// litmus test needs, short enough that a stuck run ends within the step budget.
+const SIM_TIMEOUT: Duration = Duration::from_millis(20);
+
+/// One run under the deterministic simulator (see [`RunBackend::SoftSim`]).
+fn sim_once(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Outcome, RunError> {
+    use loco_rdmawait::sim;
+    use std::sync::Arc;
+    let out: Arc<Mutex<Option<Result<Outcome, RunError>>>> = Arc::default();
+    let (test2, cfg2, out2) = (Arc::new(test.clone()), cfg.clone(), out.clone());
+    let body = move |cluster: &Cluster| -> Result<(), String> {
+        let r = (|| -> Result<Outcome, RunError> {
+            let env = Arc::new(setup(&test2, &cfg2, cluster, seed)?);
+            let mut handles = Vec::new();
+            for t in 0..test2.threads.len() {
+                let (test, env) = (test2.clone(), env.clone());
+                let regs: Arc<Mutex<Vec<u64>>> = Arc::default();
+                let r2 = regs.clone();
+                let h = sim::spawn(cluster, test.threads[t].node, move |ctx: &Ctx| {
+                    let v = thread_body(&test, t, ctx, &env)?;
+                    *r2.lock().unwrap_or_else(|p| p.into_inner()) = v;
+                    Ok::<(), RunError>(())
+                });
+                handles.push((h, regs));
+            }
+            let mut regs = Vec::new();
+            for (h, r) in handles {
+                h.join().map_err(|e| RunError::Panicked(e.to_string()))?;
+                regs.push(std::mem::take(
+                    &mut *r.lock().unwrap_or_else(|p| p.into_inner()),
+                ));
+            }
+            cluster.quiesce().map_err(OpError::from)?;
+            observe(&test2, cluster, &env, &regs)
+        })();
+        let failed = r.as_ref().err().map(ToString::to_string);
+        *out2.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+        failed.map_or(Ok(()), Err)
+    };
+    let config = sim::Config::new(test.cluster_nodes())
+        .memory_per_node(4096)
+        .timeout(SIM_TIMEOUT.min(cfg.timeout))
+        .max_steps(1_000_000);
+    let res = sim::replay(config, seed, body);
+    if let Some(r) = out.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if r.is_err() || res.is_ok() {
+            return r;
+        }
+    }
+    match res {
+        Ok(_) => Err(RunError::Panicked(
+            "the simulated run ended without an outcome".into(),
+        )),
+        Err(f) if f.kind() == sim::FailureKind::Budget => Err(RunError::Stalled {
+            seed,
+            after: SIM_TIMEOUT,
+        }),
+        Err(f) => Err(RunError::Panicked(f.report())),
+    }
+}
+
+/// The test's words, shared variables, SC locations and locks, made on `cluster`.
+fn setup(test: &Test, cfg: &RunConfig, cluster: &Cluster, seed: u64) -> Result<Env, RunError> {
+    let cluster = cluster.clone();
     let setup = || -> Result<Env, OpError> {
         let mut locs = Vec::new();
         for l in &test.locs {
@@ -415,7 +491,17 @@ pub fn run_once(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Outcome, RunE
             locks,
         })
     };
-    let env = setup()?;
+    Ok(setup()?)
+}
+
+/// The test's threads on OS threads (the soft NIC's schedules, the verbs backend).
+fn threads_once(
+    test: &Test,
+    cfg: &RunConfig,
+    seed: u64,
+    cluster: Cluster,
+    env: Env,
+) -> Result<Outcome, RunError> {
     let barrier = StartGate::new(test.threads.len());
     let mut regs = Vec::new();
     let mut first_err = None;
@@ -486,6 +572,18 @@ pub fn run_once(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Outcome, RunE
         return Err(e);
     }
     cluster.quiesce().map_err(OpError::from)?;
+    let o = observe(test, &cluster, &env, &regs)?;
+    cluster.shutdown();
+    Ok(o)
+}
+
+/// The final values of the test's observables (the cluster quiesced; `regs` per thread).
+fn observe(
+    test: &Test,
+    cluster: &Cluster,
+    env: &Env,
+    regs: &[Vec<u64>],
+) -> Result<Outcome, RunError> {
     let values = test
         .observables()
         .iter()
@@ -494,11 +592,10 @@ pub fn run_once(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Outcome, RunE
                 Observable::Reg { thread, reg } => regs[thread][reg.0],
                 Observable::Loc(l) => cluster.peek(&env.locs[l.0])?,
                 Observable::Sv { sv, node } => cluster.peek(&env.svs[sv.0].copy(node)?)?,
-                Observable::Sc(s) => env.scs[s.0].peek(&cluster)?,
+                Observable::Sc(s) => env.scs[s.0].peek(cluster)?,
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    cluster.shutdown();
     Ok(Outcome(values))
 }
 
@@ -520,6 +617,12 @@ fn thread(
         line: 0,
         source: e.into(),
     })?;
+    thread_body(test, t, &ctx, env)
+}
+
+/// Thread `t`'s statements on `ctx`; returns its registers.
+fn thread_body(test: &Test, t: usize, ctx: &Ctx, env: &Env) -> Result<Vec<u64>, RunError> {
+    let th = &test.threads[t];
     let mut regs = vec![0u64; th.regs.len()];
     // splitmix64 of (seed, thread): the noise of this thread in this run.
     let mut rng = env.seed ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
@@ -543,11 +646,11 @@ fn thread(
             for _ in 0..r % (level + 1) {
                 ctx.load(&env.scratch[t]).map_err(|e| fail(e.into()))?;
             }
-            if (r >> 32) % 4 == 0 {
+            if (r >> 32) % 4 == 0 && !loco_rdmawait::clock::simulated() {
                 std::thread::yield_now();
             }
         }
-        exec(&ctx, env, &mut regs, &s.op).map_err(fail)?;
+        exec(ctx, env, &mut regs, &s.op).map_err(fail)?;
     }
     Ok(regs)
 }
@@ -631,7 +734,7 @@ fn exec(ctx: &Ctx, env: &Env, regs: &mut [u64], op: &Op) -> Result<(), OpError> 
             let raw = env.locks[l.0].raw();
             // An acquire whose deadline passes while it waits gives its ticket up. One that got
             // in first hands the lock on at once, which the test cannot tell apart.
-            match raw.acquire_until(ctx, Instant::now() + GIVE_UP_AFTER) {
+            match raw.acquire_until(ctx, loco_rdmawait::clock::now() + GIVE_UP_AFTER) {
                 Ok(_) => raw.release(ctx)?,
                 Err(loco_locks::Error::Timeout { .. }) => {}
                 Err(e) => return Err(e.into()),
