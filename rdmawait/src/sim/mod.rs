@@ -72,6 +72,10 @@ use sched::{Handle, Op, Sched};
 /// The environment variable that overrides the default base seed of [`Config`].
 pub const SEED_ENV: &str = "LOCO_SIM_SEED";
 
+/// Registered memory per node of a simulated cluster, unless [`Config::memory_per_node`] says
+/// otherwise: 64 KiB.
+pub const DEFAULT_SIM_MEMORY: u64 = 64 << 10;
+
 /// The base seed when neither [`Config::seed`] nor [`SEED_ENV`] gives one.
 pub const DEFAULT_SEED: u64 = 0x10C0_5EED;
 
@@ -196,7 +200,8 @@ impl Config {
         self
     }
 
-    /// Registered memory per node (default: the cluster builder's).
+    /// Registered memory per node (default [`DEFAULT_SIM_MEMORY`]: each run makes a fresh
+    /// cluster, so small memory keeps runs cheap).
     pub fn memory_per_node(mut self, bytes: u64) -> Self {
         self.memory = Some(bytes);
         self
@@ -543,7 +548,7 @@ where
         steps: 0,
         trace: Vec::new(),
     };
-    let words = config.memory.unwrap_or(crate::DEFAULT_MEMORY) / crate::WORD;
+    let words = config.memory.unwrap_or(DEFAULT_SIM_MEMORY) / crate::WORD;
     let soft = crate::SoftBackend::try_new(
         config.nodes,
         usize::try_from(words).unwrap_or(usize::MAX),

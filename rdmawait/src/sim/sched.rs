@@ -1,8 +1,8 @@
 //! The deterministic scheduler: one simulated thread runs at a time, and the seeded strategy
 //! picks which at every scheduling point.
 //!
-//! Simulated threads are OS threads that pass a baton: each waits on the scheduler's condition
-//! variable until it is `current`. A scheduling point ([`Handle::point`]) advances virtual time,
+//! Simulated threads are OS threads that pass a baton: each is parked until it is `current`,
+//! and a switch unparks only the thread that gets the baton. A scheduling point ([`Handle::point`]) advances virtual time,
 //! records the step in the trace, and hands the baton to the thread the strategy picks (maybe
 //! the same). Because only the baton holder runs, and every choice comes from the run's seed,
 //! a run is a function of its seed.
@@ -179,6 +179,8 @@ struct Thread {
     status: Status,
     /// PCT priority (higher runs first).
     prio: u64,
+    /// Its OS thread, once started: unparked when it gets the baton (only that thread wakes).
+    handle: Option<std::thread::Thread>,
 }
 
 /// The scheduler's state.
@@ -339,6 +341,7 @@ impl Sched {
             node,
             status: Status::Runnable,
             prio,
+            handle: None,
         });
         st.threads.len() - 1
     }
@@ -347,6 +350,21 @@ impl Sched {
     pub(super) fn fail(&self, kind: FailureKind, message: String) {
         let mut st = self.lock();
         Self::fail_locked(&mut st, kind, message);
+        self.wake_all(&st);
+    }
+
+    /// Wakes thread `t` (it has the baton now).
+    fn wake(st: &State, t: usize) {
+        if let Some(h) = st.threads.get(t).and_then(|th| th.handle.as_ref()) {
+            h.unpark();
+        }
+    }
+
+    /// Wakes every thread, and the driver waiting for the run's end.
+    fn wake_all(&self, st: &State) {
+        for t in 0..st.threads.len() {
+            Self::wake(st, t);
+        }
         self.cv.notify_all();
     }
 
@@ -373,7 +391,11 @@ impl Sched {
             if st.current == me {
                 return st;
             }
-            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+            // Parked until a switch to us unparks us (a wake-up that came first is kept as
+            // the park token; a spurious one just loops).
+            drop(st);
+            std::thread::park();
+            st = self.lock();
         }
     }
 
@@ -414,7 +436,7 @@ impl Sched {
             Some(next) => {
                 if next != me {
                     st.current = next;
-                    self.cv.notify_all();
+                    Self::wake(&st, next);
                 }
             }
             None => {
@@ -432,7 +454,7 @@ impl Sched {
                     FailureKind::Deadlock,
                     format!("deadlock: every thread is blocked ({})", blocked.join(", ")),
                 );
-                self.cv.notify_all();
+                self.wake_all(&st);
             }
         }
         self.wait_turn(st, me)
@@ -507,7 +529,7 @@ impl Handle {
                 st.max_steps
             );
             Sched::fail_locked(&mut st, FailureKind::Budget, m);
-            self.sched.cv.notify_all();
+            self.sched.wake_all(&st);
         }
         drop(self.sched.switch(st, self.me, yielding));
     }
@@ -557,7 +579,8 @@ impl Handle {
 
     /// Waits for the baton before the thread's first step.
     pub(super) fn start(&self) {
-        let st = self.sched.lock();
+        let mut st = self.sched.lock();
+        st.threads[self.me].handle = Some(std::thread::current());
         let st = self.sched.wait_turn(st, self.me);
         drop(st);
         self.point_with(Op::Start);
@@ -578,7 +601,10 @@ impl Handle {
         }
         if st.aborted.is_none() && st.current == me {
             match Sched::pick(&mut st, false) {
-                Some(next) => st.current = next,
+                Some(next) => {
+                    st.current = next;
+                    Sched::wake(&st, next);
+                }
                 None if st.threads.iter().all(|t| t.status == Status::Done) => {}
                 None => {
                     Sched::fail_locked(
@@ -589,7 +615,11 @@ impl Handle {
                 }
             }
         }
-        self.sched.cv.notify_all();
+        if st.aborted.is_some() {
+            self.sched.wake_all(&st);
+        } else {
+            self.sched.cv.notify_all();
+        }
     }
 
     /// Blocks until thread `t` is done.
