@@ -284,13 +284,6 @@ impl ClusterBuilder {
         if let Some(config) = self.verbs {
             return crate::backend::verbs::build_cluster(self.nodes, words, self.timeout, config);
         }
-        if self.nodes == 0 || self.nodes > u16::MAX as usize {
-            return Err(Error::Backend {
-                backend: "soft",
-                message: format!("a cluster needs 1..=65535 nodes, not {}", self.nodes),
-                source: None,
-            });
-        }
         let backend = SoftBackend::try_new(self.nodes, words, self.schedule)?;
         Ok(Cluster::with_backend(Box::new(backend), self.timeout))
     }

@@ -283,3 +283,51 @@ fn a_partition_times_waits_out_then_heals() {
     };
     sim::check(config(), f).unwrap_or_else(|e| panic!("{}", e.report()));
 }
+
+/// Edge values of the configuration end in a result (a report or a typed failure), never a
+/// panic, an abort or a hang.
+#[test]
+fn edge_values_of_the_configuration() {
+    use loco_rdmawait::sim::{At, Fault};
+    let touch = |cluster: &Cluster| {
+        let x = cluster.alloc_word(NodeId(0))?;
+        let h = sim::spawn(cluster, NodeId(0), move |ctx: &Ctx| {
+            ctx.store(&x, 1)?;
+            loco_rdmawait::clock::sleep(Duration::MAX);
+            ctx.load(&x).map(|_| ())
+        });
+        h.join()?;
+        Ok::<(), BoxError>(())
+    };
+    let big = Config::new(2)
+        .runs(2)
+        .step_time(Duration::MAX)
+        .timeout(Duration::MAX)
+        .strategy(Strategy::Pct { depth: usize::MAX })
+        .fault(Fault::Partition {
+            node: NodeId(1),
+            at: At::Random { within: u64::MAX },
+            steps: u64::MAX,
+        });
+    let r = sim::check(big, touch).unwrap_or_else(|f| panic!("{}", f.report()));
+    assert_eq!(r.runs, 2);
+    let none = sim::check(Config::new(2).runs(0), touch).unwrap();
+    assert_eq!((none.runs, none.schedules), (0, 0));
+    let f = sim::check(Config::new(2).max_steps(0), touch).unwrap_err();
+    assert_eq!(f.kind(), FailureKind::Budget);
+    let f = sim::check(Config::new(0), touch).unwrap_err();
+    assert_eq!(f.kind(), FailureKind::Setup);
+    let f = sim::check(Config::new(2).memory_per_node(u64::MAX), touch).unwrap_err();
+    assert_eq!(f.kind(), FailureKind::Setup);
+    let f = sim::check(
+        Config::new(2).fault(Fault::Crash {
+            node: NodeId(9),
+            at: At::Step(0),
+        }),
+        touch,
+    );
+    assert!(
+        f.is_ok(),
+        "a fault on an unknown node is logged, not injected"
+    );
+}

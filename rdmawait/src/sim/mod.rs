@@ -72,6 +72,9 @@ use sched::{Handle, Op, Sched};
 /// The environment variable that overrides the default base seed of [`Config`].
 pub const SEED_ENV: &str = "LOCO_SIM_SEED";
 
+/// The deepest [`Strategy::Pct`] bug depth used (a larger one is taken as this).
+pub const MAX_PCT_DEPTH: usize = 64;
+
 /// Registered memory per node of a simulated cluster, unless [`Config::memory_per_node`] says
 /// otherwise: 64 KiB.
 pub const DEFAULT_SIM_MEMORY: u64 = 64 << 10;
@@ -86,7 +89,8 @@ pub enum Strategy {
     Random,
     /// Probabilistic concurrency testing (Burckhardt et al., ASPLOS 2010): random priorities,
     /// `depth - 1` priority changes at random steps; finds any bug of depth `depth` with
-    /// probability at least 1 / (threads × steps^(depth-1)) per run.
+    /// probability at least 1 / (threads × steps^(depth-1)) per run. `depth` is taken between
+    /// 1 and [`MAX_PCT_DEPTH`].
     Pct {
         /// The bug depth aimed at (at least 1).
         depth: usize,

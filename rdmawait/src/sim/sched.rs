@@ -253,7 +253,8 @@ impl Sched {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let changes = match strategy {
             Strategy::Pct { depth } => {
-                let mut c: Vec<u64> = (1..depth.max(1))
+                let depth = depth.clamp(1, super::MAX_PCT_DEPTH);
+                let mut c: Vec<u64> = (1..depth)
                     .map(|_| rng.random_range(1..expected_steps.max(2)))
                     .collect();
                 c.sort_unstable();
@@ -462,7 +463,7 @@ impl Sched {
 
     fn record(st: &mut State, me: usize, op: Op) {
         st.steps += 1;
-        st.now += st.step_time;
+        st.now = st.now.saturating_add(st.step_time);
         let node = st.threads.get(me).and_then(|t| t.node);
         st.hash = mix(mix(st.hash, me as u64), {
             use std::hash::{Hash, Hasher};
@@ -569,7 +570,14 @@ impl Handle {
     pub(crate) fn now(&self) -> Instant {
         let st = self.sched.lock();
         let extra = st.aborted.map_or(Duration::ZERO, |a| a.elapsed());
-        self.sched.base + st.now + extra
+        // Virtual time past what an Instant holds stays at the last one it holds.
+        let far = Duration::from_secs(100 * 365 * 86_400);
+        let t = st.now.saturating_add(extra);
+        self.sched
+            .base
+            .checked_add(t)
+            .or_else(|| self.sched.base.checked_add(far))
+            .unwrap_or(self.sched.base)
     }
 
     /// The virtual time since the run started.

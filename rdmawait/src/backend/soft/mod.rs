@@ -369,11 +369,19 @@ impl SoftBackend {
 
     /// A soft cluster of `nodes` nodes with `words` words of registered memory each.
     ///
-    /// Fails with [`Error::Backend`] when the memory cannot be allocated (more than
+    /// Fails with [`Error::Backend`] when `nodes` is not in `1..=65535`, when the memory cannot
+    /// be allocated (more than
     /// [`MAX_SOFT_MEMORY`] in all, or more than the machine gives: nothing is touched before the
     /// allocation succeeds), and, under [`Schedule::Threaded`], when an engine thread cannot be
     /// started (the OS error is the source; the engines already started are stopped).
     pub fn try_new(nodes: usize, words: usize, schedule: Schedule) -> Result<Self> {
+        if nodes == 0 || nodes > u16::MAX as usize {
+            return Err(Error::Backend {
+                backend: "soft",
+                message: format!("a cluster needs 1..=65535 nodes, not {nodes}"),
+                source: None,
+            });
+        }
         let fabric = Arc::new(Fabric::new(nodes, words)?);
         let engine = match schedule {
             Schedule::Immediate => Engine::Immediate,
