@@ -718,24 +718,72 @@ impl Emit<'_> {
         };
         let mut ends = Vec::new();
         for k in 0..w.span {
-            let skip = self.code.instrs.len();
-            self.lib(
-                Instr::Branch {
-                    a: i,
-                    test: Cmp::Ne,
-                    b: Val::constant(k as u64),
-                    target: usize::MAX,
-                },
-                format!("if {i} != {k} goto"),
-            );
+            let skip = self.jump_if(Cond::ne(i, Val::constant(k as u64)), "");
             f(self, word(w.node, w.word + k));
-            ends.push(self.code.instrs.len());
-            self.lib(Instr::Jump { target: usize::MAX }, "goto".into());
+            ends.push(self.jump());
             self.patch(skip);
         }
         for j in ends {
             self.patch(j);
         }
+    }
+
+    /// Emits a forward jump taken if `c` holds (`note`: what taking it means, for traces); its
+    /// target is set by [`Emit::patch`] with the returned index.
+    fn jump_if(&mut self, c: Cond<Val>, note: &str) -> usize {
+        let op = match c.test {
+            Cmp::Eq => "==".to_string(),
+            Cmp::Ne => "!=".to_string(),
+            Cmp::Behind(k) => format!("behind({k})"),
+        };
+        let j = self.code.instrs.len();
+        self.lib(
+            Instr::Branch {
+                a: c.a,
+                test: c.test,
+                b: c.b,
+                target: usize::MAX,
+            },
+            format!("if {} {op} {}{note} goto", c.a, c.b),
+        );
+        j
+    }
+
+    /// Emits an unconditional forward jump, to be [`patched`](Emit::patch).
+    fn jump(&mut self) -> usize {
+        let j = self.code.instrs.len();
+        self.lib(Instr::Jump { target: usize::MAX }, "goto".into());
+        j
+    }
+
+    /// The helping rounds of a spin ([`Machine::get_until`], [`Machine::await_any`]): with
+    /// `help`, [`Emit::rounds`] times `round` (which waits, guarded on the ring, and returns
+    /// whether the thread may enter and the value to pass on), leaving the spin if it may, else
+    /// passing the value on (`help.pass_on`); then `last`, the plain guarded wait.
+    fn helping_rounds(
+        &mut self,
+        help: Option<Help<'_, Self>>,
+        mut round: impl FnMut(&mut Self, usize, Ring) -> Result<(Cond<Val>, Val), Infallible>,
+        last: impl FnOnce(&mut Self) -> Result<(), Infallible>,
+    ) -> Result<(), Infallible> {
+        let mut ends = Vec::new();
+        if let Some(h) = help {
+            let ring = Ring {
+                base: h.marks.word,
+                len: h.marks.span,
+                modulus: h.len,
+            };
+            for _ in 0..self.rounds {
+                let (entered, raw) = round(self, h.marks.node, ring)?;
+                ends.push(self.jump_if(entered, " (entered)"));
+                (h.pass_on)(self, raw)?;
+            }
+        }
+        last(self)?;
+        for j in ends {
+            self.patch(j);
+        }
+        Ok(())
     }
 
     /// Points the jump at `j` to the next instruction to be emitted.
@@ -907,24 +955,9 @@ impl Machine for Emit<'_> {
         then: impl FnOnce(&mut Self) -> Result<(), Infallible>,
         otherwise: impl FnOnce(&mut Self) -> Result<(), Infallible>,
     ) -> Result<(), Infallible> {
-        let op = match c.test {
-            Cmp::Eq => "==".to_string(),
-            Cmp::Ne => "!=".to_string(),
-            Cmp::Behind(k) => format!("behind({k})"),
-        };
-        let j = self.code.instrs.len();
-        self.lib(
-            Instr::Branch {
-                a: c.a,
-                test: c.test,
-                b: c.b,
-                target: usize::MAX,
-            },
-            format!("if {} {op} {} goto", c.a, c.b),
-        );
+        let j = self.jump_if(c, "");
         otherwise(self)?;
-        let k = self.code.instrs.len();
-        self.lib(Instr::Jump { target: usize::MAX }, "goto".into());
+        let k = self.jump();
         self.patch(j);
         then(self)?;
         self.patch(k);
@@ -1010,33 +1043,18 @@ impl Machine for Emit<'_> {
         until: Val,
         help: Option<Help<'_, Self>>,
     ) -> Result<Val, Infallible> {
-        let mut ends = Vec::new();
-        if let Some(h) = help {
-            let ring = Ring {
-                base: h.marks.word,
-                len: h.marks.span,
-                modulus: h.len,
-            };
-            for _ in 0..self.rounds {
-                self.await_words(words, until, Some((h.marks.node, ring)));
-                let (hit, high) = locks::wlock_scan(self, words, until)?;
-                ends.push(self.code.instrs.len());
-                self.lib(
-                    Instr::Branch {
-                        a: hit,
-                        test: Cmp::Ne,
-                        b: Val::constant(locks::NONE),
-                        target: usize::MAX,
-                    },
-                    format!("if {hit} != none (entered) goto"),
-                );
-                (h.pass_on)(self, high)?;
-            }
-        }
-        self.await_words(words, until, None);
-        for j in ends {
-            self.patch(j);
-        }
+        self.helping_rounds(
+            help,
+            |e, node, ring| {
+                e.await_words(words, until, Some((node, ring)));
+                let (hit, high) = locks::wlock_scan(e, words, until)?;
+                Ok((Cond::ne(hit, Val::constant(locks::NONE)), high))
+            },
+            |e| {
+                e.await_words(words, until, None);
+                Ok(())
+            },
+        )?;
         Ok(until)
     }
 
@@ -1053,35 +1071,19 @@ impl Machine for Emit<'_> {
         until: Val,
         help: Option<Help<'_, Self>>,
     ) -> Result<Val, Infallible> {
-        let mut ends = Vec::new();
-        if let Some(h) = help {
-            let ring = Ring {
-                base: h.marks.word,
-                len: h.marks.span,
-                modulus: h.len,
-            };
-            for _ in 0..self.rounds {
-                self.guarded_get(local, remote, wid, until, Some(ring));
-                self.wait(wid)?;
-                let raw = self.load(local)?;
-                ends.push(self.code.instrs.len());
-                self.lib(
-                    Instr::Branch {
-                        a: raw,
-                        test: Cmp::Eq,
-                        b: until,
-                        target: usize::MAX,
-                    },
-                    format!("if {raw} == {until} (entered) goto"),
-                );
-                (h.pass_on)(self, raw)?;
-            }
-        }
-        self.guarded_get(local, remote, wid, until, None);
-        self.wait(wid)?;
-        for j in ends {
-            self.patch(j);
-        }
+        self.helping_rounds(
+            help,
+            |e, _, ring| {
+                e.guarded_get(local, remote, wid, until, Some(ring));
+                e.wait(wid)?;
+                let raw = e.load(local)?;
+                Ok((Cond::eq(raw, until), raw))
+            },
+            |e| {
+                e.guarded_get(local, remote, wid, until, None);
+                e.wait(wid)
+            },
+        )?;
         Ok(until)
     }
 }
