@@ -59,7 +59,10 @@
 //! which shuttle does not model. The scheduler here is small (`sched.rs`) and follows
 //! shuttle's ideas (PCT with yield-deprioritisation, seeds per run).
 
+pub mod profile;
 pub(crate) mod sched;
+
+pub use profile::Profile;
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -150,6 +153,7 @@ pub struct Config {
     timeout: Duration,
     memory: Option<u64>,
     faults: Vec<Fault>,
+    profile: Option<Profile>,
 }
 
 impl Config {
@@ -165,7 +169,17 @@ impl Config {
             timeout: Duration::from_millis(50),
             memory: None,
             faults: Vec::new(),
+            profile: None,
         }
+    }
+
+    /// Times the run with a network profile (see [`profile`]): each thread's operations and
+    /// each NIC step cost what the profile says, threads run in the order of their clocks, and
+    /// NIC steps are taken when due instead of at random ([`Config::step_time`] no longer
+    /// applies). What to use to measure: [`now`] in the code under test reads the clock.
+    pub fn profile(mut self, profile: Profile) -> Self {
+        self.profile = Some(profile);
+        self
     }
 
     /// How many runs [`check`] makes (each a different schedule seed).
@@ -553,13 +567,16 @@ where
         trace: Vec::new(),
     };
     let words = config.memory.unwrap_or(DEFAULT_SIM_MEMORY) / crate::WORD;
-    let soft = crate::SoftBackend::try_new(
-        config.nodes,
-        usize::try_from(words).unwrap_or(usize::MAX),
-        Schedule::Chaos {
-            seed: derive(seed, u64::MAX),
-        },
-    )
+    let words = usize::try_from(words).unwrap_or(usize::MAX);
+    let nic_seed = derive(seed, u64::MAX);
+    let soft = match &config.profile {
+        None => crate::SoftBackend::try_new(
+            config.nodes,
+            words,
+            Schedule::Chaos { seed: nic_seed },
+        ),
+        Some(p) => crate::SoftBackend::timed(config.nodes, words, nic_seed, p.clone()),
+    }
     .map(Arc::new)
     .map_err(|e| setup(e.to_string()))?;
     let cluster = Cluster::with_backend(Box::new(soft.clone()), config.timeout);
@@ -569,6 +586,7 @@ where
         config.max_steps,
         config.step_time,
         expected,
+        config.profile.clone(),
     ));
     if !config.faults.is_empty() {
         let c = cluster.clone();
@@ -611,6 +629,13 @@ where
             steps,
             trace: sched.trace(),
         }),
+    }
+}
+
+/// In a timed run, the calling simulated thread has nothing to do before virtual time `at`.
+pub(crate) fn idle_until(at: Duration) {
+    if let Some(h) = sched::current() {
+        h.idle_until(at);
     }
 }
 

@@ -181,6 +181,8 @@ struct Thread {
     prio: u64,
     /// Its OS thread, once started: unparked when it gets the baton (only that thread wakes).
     handle: Option<std::thread::Thread>,
+    /// Under a profile: the thread's own clock (when its next step happens).
+    clock: Duration,
 }
 
 /// The scheduler's state.
@@ -207,6 +209,9 @@ struct State {
     aborted: Option<Instant>,
     /// Faults still to inject, by step (ascending).
     plan: VecDeque<(u64, Inject)>,
+    /// A timed run's profile: each thread has its own clock, advanced by its operations'
+    /// costs, and the thread with the earliest clock runs next.
+    profile: Option<super::Profile>,
 }
 
 /// What injects a fault into the simulated cluster.
@@ -238,6 +243,23 @@ pub(crate) struct Handle {
 /// The payload a simulated thread unwinds with when its run is stopped (a failure elsewhere).
 pub(super) struct Stopped;
 
+/// The CPU cost of a step in a timed run.
+fn cost(p: &super::Profile, op: Op) -> Duration {
+    match op {
+        Op::Load { .. } | Op::Store { .. } => p.cpu_op,
+        Op::Cas { .. } | Op::Mfence => p.cpu_rmw,
+        Op::Post { .. } => p.post,
+        Op::Poll { .. } => p.poll,
+        Op::Pause => p.pause,
+        Op::Sleep { .. }
+        | Op::Spawn { .. }
+        | Op::Join { .. }
+        | Op::Start
+        | Op::End
+        | Op::Fault(_) => Duration::ZERO,
+    }
+}
+
 fn mix(h: u64, x: u64) -> u64 {
     (h ^ x).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29)
 }
@@ -249,6 +271,7 @@ impl Sched {
         max_steps: u64,
         step_time: Duration,
         expected_steps: u64,
+        profile: Option<super::Profile>,
     ) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let changes = match strategy {
@@ -279,6 +302,7 @@ impl Sched {
                 failure: None,
                 aborted: None,
                 plan: VecDeque::new(),
+                profile,
             }),
             cv: Condvar::new(),
             base: Instant::now(),
@@ -338,11 +362,13 @@ impl Sched {
     pub(super) fn add(&self, node: Option<NodeId>) -> usize {
         let mut st = self.lock();
         let prio = st.rng.random_range((1 << 21)..(1 << 40));
+        let clock = st.now;
         st.threads.push(Thread {
             node,
             status: Status::Runnable,
             prio,
             handle: None,
+            clock,
         });
         st.threads.len() - 1
     }
@@ -403,9 +429,24 @@ impl Sched {
     /// Picks the next thread to run among the runnable ones; `yielding`: the current thread
     /// asked to let others go first (a spin loop's pause).
     fn pick(st: &mut State, yielding: bool) -> Option<usize> {
-        let runnable: Vec<usize> = (0..st.threads.len())
+        let next = Self::pick_among(st, yielding)?;
+        if st.profile.is_some() {
+            st.now = st.now.max(st.threads[next].clock);
+        }
+        Some(next)
+    }
+
+    /// [`Sched::pick`]'s choice; in a timed run only threads whose clock is the earliest are
+    /// candidates (the strategy breaks ties).
+    fn pick_among(st: &mut State, yielding: bool) -> Option<usize> {
+        let mut runnable: Vec<usize> = (0..st.threads.len())
             .filter(|&t| st.threads[t].status == Status::Runnable)
             .collect();
+        if st.profile.is_some() {
+            if let Some(first) = runnable.iter().map(|&t| st.threads[t].clock).min() {
+                runnable.retain(|&t| st.threads[t].clock == first);
+            }
+        }
         if runnable.is_empty() {
             return None;
         }
@@ -463,7 +504,9 @@ impl Sched {
 
     fn record(st: &mut State, me: usize, op: Op) {
         st.steps += 1;
-        st.now = st.now.saturating_add(st.step_time);
+        if st.profile.is_none() {
+            st.now = st.now.saturating_add(st.step_time);
+        }
         let node = st.threads.get(me).and_then(|t| t.node);
         st.hash = mix(mix(st.hash, me as u64), {
             use std::hash::{Hash, Hasher};
@@ -519,6 +562,11 @@ impl Handle {
         let mut st = st;
         Self::check_turn(&st, self.me);
         Sched::record(&mut st, self.me, op);
+        if let Some(p) = &st.profile {
+            let cost = cost(p, op);
+            let th = &mut st.threads[self.me];
+            th.clock = th.clock.saturating_add(cost);
+        }
         if st.plan.front().is_some_and(|&(at, _)| at <= st.steps) {
             drop(st);
             self.sched.inject_due(self.me);
@@ -554,7 +602,12 @@ impl Handle {
         {
             let mut st = self.sched.lock();
             if st.aborted.is_none() {
-                st.now = st.now.saturating_add(d);
+                if st.profile.is_some() {
+                    let th = &mut st.threads[self.me];
+                    th.clock = th.clock.saturating_add(d);
+                } else {
+                    st.now = st.now.saturating_add(d);
+                }
             }
         }
         self.point_inner(
@@ -563,6 +616,16 @@ impl Handle {
             },
             true,
         );
+    }
+
+    /// In a timed run: the thread has nothing to do before `at` (a poll that found nothing,
+    /// and the NIC does nothing before then); its clock moves on to it.
+    pub(crate) fn idle_until(&self, at: Duration) {
+        let mut st = self.sched.lock();
+        if st.profile.is_some() && st.aborted.is_none() {
+            let th = &mut st.threads[self.me];
+            th.clock = th.clock.max(at);
+        }
     }
 
     /// The virtual time, as an [`Instant`] (the run's start plus the time simulated so far;
@@ -602,9 +665,11 @@ impl Handle {
         }
         st.threads[self.me].status = Status::Done;
         let me = self.me;
+        let now = st.now;
         for t in &mut st.threads {
             if t.status == Status::Joining(me) {
                 t.status = Status::Runnable;
+                t.clock = t.clock.max(now);
             }
         }
         if st.aborted.is_none() && st.current == me {

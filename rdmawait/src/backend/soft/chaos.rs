@@ -13,6 +13,7 @@
 //! to be stepped by others (or by [`Chaos::quiesce`]), exactly as a real NIC keeps going after
 //! the CPU has moved on.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,7 +25,8 @@ use rand_chacha::ChaCha8Rng;
 use super::{deadline, expired, Fabric};
 use crate::backend::{ThreadNic, WorkRequest};
 use crate::error::TimeoutKind;
-use crate::model::{ClusterMemory, Entry, LocalItem, Post, Qp, Step, StoreBuffer};
+use crate::model::{ClusterMemory, Entry, LocalItem, Post, Qp, SbItem, Step, StoreBuffer};
+use crate::sim::Profile;
 use crate::sim::sched::Op;
 use crate::{Error, NodeId, Result};
 
@@ -43,6 +45,8 @@ struct ThreadState {
     alive: bool,
     sb: StoreBuffer<Post>,
     qps: Vec<Qp>,
+    /// Under a profile: when each item of `sb` and of every queue pair falls due.
+    times: Times,
 }
 
 impl ThreadState {
@@ -79,6 +83,8 @@ struct State {
     dead: Vec<bool>,
     /// Per node: stalled (and not dead), as of `epoch`.
     stalled: Vec<bool>,
+    /// Under a network profile: steps are taken when due, in time order (see [`Timing`]).
+    timing: Option<Timing>,
 }
 
 /// Number of action kinds.
@@ -153,6 +159,9 @@ impl State {
                     qp.br.clear();
                 }
             }
+            if self.timing.is_some() {
+                th.times.reconcile(&th.sb, &th.qps);
+            }
             if !th.alive && th.settled() {
                 *slot = None;
             }
@@ -179,36 +188,89 @@ impl State {
     }
 
     fn apply(&mut self, fabric: &Fabric, a: Action) {
+        // Under a profile, the item's successors fall due counted from when it was taken.
+        let before = self.timing.as_ref().map(|tm| (tm.now, self.before(a)));
         match a {
-            Action::Flush(t) => self.flush_one(fabric, t),
+            Action::Flush(t) => {
+                let th = self.threads[t].as_mut().expect("flush of a live slot");
+                let node = th.node;
+                th.sb
+                    .flush(&mut th.qps, |word, value| fabric.write(node, word, value));
+            }
             Action::Nic(t, n, s) => {
                 let th = self.threads[t].as_mut().expect("action of a live slot");
                 th.qps[n].apply(s, &mut Mem(fabric), &mut self.locks);
-                if !th.alive {
-                    th.qps[n].drop_notices();
-                    if th.settled() {
-                        self.threads[t] = None;
-                    }
+            }
+        }
+        let (t, n) = match a {
+            Action::Flush(t) => (t, None),
+            Action::Nic(t, n, _) => (t, Some(n)),
+        };
+        if let (Some((at, before)), Some(tm)) = (before, self.timing.as_mut()) {
+            let th = self.threads[t].as_mut().expect("a live slot");
+            tm.retime(&mut self.rng, th, a, before, at);
+        }
+        let th = self.threads[t].as_mut().expect("a live slot");
+        if !th.alive {
+            if let Some(n) = n {
+                th.qps[n].drop_notices();
+                if self.timing.is_some() {
+                    th.times.reconcile(&th.sb, &th.qps);
                 }
+            }
+            if th.settled() {
+                self.threads[t] = None;
             }
         }
     }
 
-    /// Moves the head of thread `t`'s store buffer to memory (a store) or to its queue pair's
-    /// pipe (a remote op).
-    fn flush_one(&mut self, fabric: &Fabric, t: usize) {
-        let th = self.threads[t].as_mut().expect("flush of a live slot");
-        let node = th.node;
-        th.sb
-            .flush(&mut th.qps, |word, value| fabric.write(node, word, value));
-        if !th.alive && th.settled() {
-            self.threads[t] = None;
+    /// What [`Timing::retime`] needs to know of `a` before it is taken.
+    fn before(&self, a: Action) -> Before {
+        match a {
+            Action::Flush(t) => {
+                let th = self.threads[t].as_ref().expect("flush of a live slot");
+                match th.sb.front() {
+                    Some(SbItem::Post(p)) => Before::Post(p.target.index(), p.wr),
+                    _ => Before::Store,
+                }
+            }
+            Action::Nic(_, _, Step::CommitRemote) => Before::CommitRemote,
+            Action::Nic(_, _, Step::CommitLocal(_)) => Before::CommitLocal,
+            Action::Nic(t, n, Step::Pipe(i)) => {
+                let th = self.threads[t].as_ref().expect("action of a live slot");
+                Before::Pipe(kind_of(&th.qps[n].pipe[i]))
+            }
         }
     }
 
+    /// Empties thread `t`'s store buffer (for `mfence` and `cas`): stores to memory, posts to
+    /// their queue pairs' pipes.
     fn flush_all(&mut self, fabric: &Fabric, t: usize) {
         while self.threads[t].as_ref().is_some_and(|th| !th.sb.is_empty()) {
-            self.flush_one(fabric, t);
+            self.apply(fabric, Action::Flush(t));
+        }
+    }
+
+    /// A CPU store enters thread `t`'s store buffer.
+    fn push_store(&mut self, t: usize, word: usize, value: u64) {
+        let now = self.timing.as_ref().map(|tm| tm.now);
+        let th = self.thread(t);
+        th.sb.store(word, value);
+        if let Some(now) = now {
+            th.times.sb.push_back(now);
+        }
+    }
+
+    /// A post enters thread `t`'s store buffer.
+    fn push_post(&mut self, t: usize, post: Post) {
+        let due = match self.timing.as_mut() {
+            Some(tm) => Some(tm.now + tm.jitter(&mut self.rng, tm.profile.doorbell)),
+            None => None,
+        };
+        let th = self.thread(t);
+        th.sb.post(post);
+        if let Some(due) = due {
+            th.times.sb.push_back(due);
         }
     }
 
@@ -303,8 +365,12 @@ impl State {
         }
     }
 
-    /// The random steps taken at each call.
+    /// The random steps taken at each call; under a profile, every step due by now instead.
     fn churn(&mut self, fabric: &Fabric) {
+        if self.timing.is_some() {
+            self.advance(fabric, sim_now());
+            return;
+        }
         if self.rng.random_bool(self.p_idle) {
             return;
         }
@@ -313,6 +379,335 @@ impl State {
 
     fn thread(&mut self, t: usize) -> &mut ThreadState {
         self.threads[t].as_mut().expect("a live NIC's slot")
+    }
+}
+
+// ---- Timed steps (a simulation with a network profile) -------------------------------------
+
+/// The virtual time of the calling simulated thread; a thread outside the simulation (the
+/// run's driver tearing the cluster down) sees the end of time, when every step is due.
+fn sim_now() -> Duration {
+    if crate::clock::simulated() {
+        crate::sim::now()
+    } else {
+        Duration::MAX
+    }
+}
+
+/// When nothing is due for a poller, it looks again this much later (only a fault's end, which
+/// the scheduler injects at a step, can change that).
+const IDLE_POLL: Duration = Duration::from_micros(1);
+
+/// Pipe entry kinds, as the timing needs them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Put,
+    Send,
+    Ack,
+    Get,
+    Load,
+    Rmw,
+    Atomic,
+    Fence,
+}
+
+fn kind_of(e: &Entry) -> Kind {
+    match e {
+        Entry::Put { .. } => Kind::Put,
+        Entry::Send { .. } => Kind::Send,
+        Entry::Ack { .. } => Kind::Ack,
+        Entry::Get { .. } => Kind::Get,
+        Entry::Load { .. } => Kind::Load,
+        Entry::Rmw { .. } => Kind::Rmw,
+        Entry::Atomic { .. } => Kind::Atomic,
+        Entry::Fence => Kind::Fence,
+    }
+}
+
+/// An action as it was before it was taken (what it moves where).
+#[derive(Clone, Copy, Debug)]
+enum Before {
+    Store,
+    Post(usize, WorkRequest),
+    Pipe(Kind),
+    CommitRemote,
+    CommitLocal,
+}
+
+/// When each item of a thread's store buffer and queue pairs falls due (parallel to them:
+/// `sb[k]` is the due time of the store buffer's k-th item, and so on). Kept only under a
+/// profile.
+#[derive(Debug, Default)]
+struct Times {
+    sb: VecDeque<Duration>,
+    pipe: Vec<VecDeque<Duration>>,
+    br: Vec<VecDeque<Duration>>,
+    bl: Vec<VecDeque<Duration>>,
+}
+
+impl Times {
+    fn new(nodes: usize) -> Self {
+        Times {
+            sb: VecDeque::new(),
+            pipe: vec![VecDeque::new(); nodes],
+            br: vec![VecDeque::new(); nodes],
+            bl: vec![VecDeque::new(); nodes],
+        }
+    }
+
+    /// After a fault discarded items (or a finished thread's notices were dropped): where a
+    /// queue's length no longer matches, its items are taken as due now. Faults are rare and
+    /// their timing is approximate anyway; every other change is mirrored exactly by
+    /// [`Timing::retime`].
+    fn reconcile(&mut self, sb: &StoreBuffer<Post>, qps: &[Qp]) {
+        fn fit(times: &mut VecDeque<Duration>, len: usize) {
+            if times.len() != len {
+                let at = times.iter().copied().min().unwrap_or(Duration::ZERO);
+                times.clear();
+                times.resize(len, at);
+            }
+        }
+        fit(&mut self.sb, sb.len());
+        for (n, qp) in qps.iter().enumerate() {
+            fit(&mut self.pipe[n], qp.pipe.len());
+            fit(&mut self.br[n], qp.br.len());
+            fit(&mut self.bl[n], qp.bl.len());
+        }
+    }
+}
+
+/// The clock of a timed cluster's NIC: the profile, the time of the last step taken, and when
+/// each NIC is free again for its next inbound or outbound operation.
+#[derive(Debug)]
+struct Timing {
+    profile: Profile,
+    /// The time the last step was taken at (steps are taken in time order).
+    now: Duration,
+    inbound_free: Vec<Duration>,
+    outbound_free: Vec<Duration>,
+}
+
+impl Timing {
+    /// `d` stretched or shrunk by the profile's jitter.
+    fn jitter(&self, rng: &mut ChaCha8Rng, d: Duration) -> Duration {
+        let j = self.profile.jitter;
+        if j <= 0.0 || d.is_zero() {
+            return d;
+        }
+        let j = j.min(1.0);
+        d.mul_f64(rng.random_range(1.0 - j..=1.0 + j))
+    }
+
+    /// One-way latency from `from` to `to`.
+    fn wire(&self, from: usize, to: usize) -> Duration {
+        if from == to {
+            self.profile.loopback
+        } else {
+            self.profile.wire
+        }
+    }
+
+    /// When action `a` of thread `th` can be taken: when its item falls due, and not before
+    /// the NIC it needs is free.
+    fn due(&self, th: &ThreadState, a: Action) -> Duration {
+        let at = match a {
+            Action::Flush(_) => {
+                let d = th.times.sb[0];
+                match th.sb.front() {
+                    Some(SbItem::Post(_)) => d.max(self.outbound_free[th.node]),
+                    _ => d,
+                }
+            }
+            Action::Nic(_, n, Step::Pipe(i)) => {
+                let d = th.times.pipe[n][i];
+                match th.qps[n].pipe[i] {
+                    Entry::Get { .. } | Entry::Rmw { .. } => d.max(self.inbound_free[n]),
+                    _ => d,
+                }
+            }
+            Action::Nic(_, n, Step::CommitRemote) => {
+                let d = th.times.br[n][0];
+                if th.qps[n].br[0].atomic {
+                    d
+                } else {
+                    d.max(self.inbound_free[n])
+                }
+            }
+            Action::Nic(_, n, Step::CommitLocal(j)) => th.times.bl[n][j],
+        };
+        at.max(self.now)
+    }
+
+    /// Mirrors in `th.times` what action `a` (described by `before`) did to the thread's
+    /// queues, taken at time `at`: the items it moved or made fall due from `at` on, with the
+    /// profile's delays (see the table in [`crate::sim::profile`]).
+    fn retime(
+        &mut self,
+        rng: &mut ChaCha8Rng,
+        th: &mut ThreadState,
+        a: Action,
+        before: Before,
+        at: Duration,
+    ) {
+        let p = self.profile.clone();
+        let me = th.node;
+        match (a, before) {
+            (Action::Flush(_), Before::Store) => {
+                th.times.sb.pop_front();
+            }
+            (Action::Flush(_), Before::Post(n, wr)) => {
+                th.times.sb.pop_front();
+                self.outbound_free[me] = at + p.outbound_gap;
+                let d = match wr {
+                    WorkRequest::Write { .. } => self.jitter(rng, p.pcie_read),
+                    WorkRequest::Fence => Duration::ZERO,
+                    WorkRequest::Read { .. }
+                    | WorkRequest::CompareSwap { .. }
+                    | WorkRequest::FetchAdd { .. } => {
+                        self.jitter(rng, self.wire(me, n)) + self.jitter(rng, p.nic)
+                    }
+                };
+                th.times.pipe[n].push_back(at + d);
+            }
+            (Action::Nic(_, n, Step::Pipe(i)), Before::Pipe(kind)) => {
+                let wire = self.wire(me, n);
+                let pipe = &mut th.times.pipe[n];
+                match kind {
+                    Kind::Fence => {
+                        pipe.remove(i);
+                    }
+                    Kind::Put => pipe[i] = at + self.jitter(rng, p.nic),
+                    Kind::Send => {
+                        let land = at + self.jitter(rng, wire) + self.jitter(rng, p.nic);
+                        th.times.br[n].push_back(land);
+                        let ack = at + 2 * self.jitter(rng, wire) + self.jitter(rng, p.nic);
+                        th.times.pipe[n][i] = ack;
+                    }
+                    Kind::Ack => {
+                        pipe.remove(i);
+                        th.times.bl[n].push_back(at + self.jitter(rng, p.pcie_write));
+                    }
+                    Kind::Get => {
+                        self.inbound_free[n] = at + p.inbound_gap;
+                        pipe[i] = at + self.jitter(rng, wire) + self.jitter(rng, p.read_response);
+                    }
+                    Kind::Load => {
+                        pipe.remove(i);
+                        let w = at + self.jitter(rng, p.pcie_write);
+                        // The data, then its completion notice.
+                        th.times.bl[n].push_back(w);
+                        th.times.bl[n].push_back(w);
+                    }
+                    Kind::Rmw => {
+                        self.inbound_free[n] = at + p.inbound_gap;
+                        let done = at + self.jitter(rng, p.atomic);
+                        let back = done + self.jitter(rng, wire);
+                        let pipe = &mut th.times.pipe[n];
+                        // Succeeded: the atomic write stays at i, its response follows.
+                        if matches!(th.qps[n].pipe.get(i), Some(Entry::Atomic { .. })) {
+                            pipe[i] = done;
+                            pipe.insert(i + 1, back);
+                        } else {
+                            pipe[i] = back;
+                        }
+                    }
+                    Kind::Atomic => {
+                        pipe.remove(i);
+                        th.times.br[n].push_back(at);
+                    }
+                }
+            }
+            (Action::Nic(_, n, Step::CommitRemote), _) => {
+                // Before the pop: `before` does not say whether it was atomic; the due time
+                // already waited for the NIC when it was not.
+                th.times.br[n].pop_front();
+                self.inbound_free[n] = self.inbound_free[n].max(at + p.inbound_gap);
+            }
+            (Action::Nic(_, n, Step::CommitLocal(j)), _) => {
+                th.times.bl[n].remove(j);
+            }
+            _ => th.times.reconcile(&th.sb, &th.qps),
+        }
+        debug_assert_eq!(th.times.sb.len(), th.sb.len(), "store buffer times");
+        debug_assert!(
+            th.qps.iter().enumerate().all(|(n, q)| th.times.pipe[n].len() == q.pipe.len()
+                && th.times.br[n].len() == q.br.len()
+                && th.times.bl[n].len() == q.bl.len()),
+            "queue pair times"
+        );
+    }
+}
+
+impl State {
+    /// Under a profile: takes every step due by `now`, in time order (ties in the order the
+    /// steps are listed).
+    fn advance(&mut self, fabric: &Fabric, now: Duration) {
+        while let Some((a, at)) = self.next_step() {
+            if at > now {
+                break;
+            }
+            if let Some(tm) = self.timing.as_mut() {
+                tm.now = at;
+            }
+            self.apply(fabric, a);
+        }
+        // Nothing else is due by `now`: the NIC's clock is the CPU's (what a CPU op enqueues
+        // falls due from now on).
+        if let Some(tm) = self.timing.as_mut() {
+            if now != Duration::MAX {
+                tm.now = tm.now.max(now);
+            }
+        }
+    }
+
+    /// The enabled step that falls due first, and when.
+    fn next_step(&mut self) -> Option<(Action, Duration)> {
+        self.timing.as_ref()?;
+        self.collect_actions();
+        let tm = self.timing.as_ref()?;
+        let mut best: Option<(Action, Duration)> = None;
+        for &a in &self.actions {
+            let t = match a {
+                Action::Flush(t) | Action::Nic(t, _, _) => t,
+            };
+            let th = self.threads[t].as_ref().expect("action of a live slot");
+            let at = tm.due(th, a);
+            if best.is_none_or(|(_, b)| at < b) {
+                best = Some((a, at));
+            }
+        }
+        best
+    }
+
+    /// Under a profile: when thread `t`'s poll towards `n` can next succeed or the NIC next
+    /// does anything, whichever is first (`None`: nothing is pending at all).
+    fn next_event(&mut self, t: usize, n: usize) -> Option<Duration> {
+        let step = self.next_step().map(|(_, at)| at);
+        let th = self.threads[t].as_ref()?;
+        let notice = match th.qps[n].bl.front() {
+            Some(LocalItem::Notice(_)) => th.times.bl[n].front().copied(),
+            _ => None,
+        };
+        match (step, notice) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Consumes the completion notice at the head of thread `t`'s queue pair towards `n`, if
+    /// there is one (under a profile: one that has reached host memory by `now`).
+    fn take_notice(&mut self, t: usize, n: usize, now: Duration) -> bool {
+        let timed = self.timing.is_some();
+        let th = self.thread(t);
+        if timed {
+            let arrived = matches!(th.qps[n].bl.front(), Some(LocalItem::Notice(_)))
+                && th.times.bl[n].front().is_some_and(|&d| d <= now);
+            if !arrived {
+                return false;
+            }
+            th.times.bl[n].pop_front();
+        }
+        th.qps[n].take_notice().is_some()
     }
 }
 
@@ -344,8 +739,22 @@ impl Chaos {
                 epoch: 0,
                 dead: vec![false; nodes],
                 stalled: vec![false; nodes],
+                timing: None,
             }),
         }
+    }
+
+    /// A cluster whose steps are timed by `profile` (see [`crate::sim::profile`]).
+    pub(super) fn timed(fabric: Arc<Fabric>, seed: u64, profile: Profile) -> Self {
+        let nodes = fabric.nodes();
+        let c = Self::new(fabric, seed);
+        c.state.lock().timing = Some(Timing {
+            profile,
+            now: Duration::ZERO,
+            inbound_free: vec![Duration::ZERO; nodes],
+            outbound_free: vec![Duration::ZERO; nodes],
+        });
+        c
     }
 
     pub(super) fn open(this: &Arc<Chaos>, node: usize) -> ChaosNic {
@@ -358,6 +767,11 @@ impl Chaos {
             qps: (0..nodes)
                 .map(|n| Qp::new(NodeId(node as u16), NodeId(n as u16)))
                 .collect(),
+            times: if st.timing.is_some() {
+                Times::new(nodes)
+            } else {
+                Times::default()
+            },
         };
         let id = match st.threads.iter().position(Option::is_none) {
             Some(i) => {
@@ -460,7 +874,7 @@ impl ThreadNic for ChaosNic {
             fabric.check_alive(node)?;
             fabric.check_alive(target.index())?;
             // Tag 0: this NIC completes by poll order, not by tag.
-            st.thread(id).sb.post(Post { target, wr, tag: 0 });
+            st.push_post(id, Post { target, wr, tag: 0 });
             Ok(())
         })
     }
@@ -474,24 +888,33 @@ impl ThreadNic for ChaosNic {
         let mut first = true;
         loop {
             crate::sim::point(|| Op::Poll { target });
+            // Under a profile: when to look again if this poll finds nothing.
+            let mut again = None;
             {
                 let mut st = chaos.lock();
                 chaos.fabric.check_alive(node)?;
-                if first {
+                let timed = st.timing.is_some();
+                if first || timed {
                     st.churn(&chaos.fabric);
                     first = false;
                 }
+                let now = if timed { sim_now() } else { Duration::ZERO };
                 // A poll keeps the NIC going until its notice is at the head of the buffer.
                 let dead = st.dead[t];
                 for _ in 0..64 {
-                    let qp = &mut st.thread(id).qps[t];
-                    if qp.take_notice().is_some() {
+                    if st.take_notice(id, t, now) {
                         return Ok(());
                     }
                     // Towards a dead node, only requests whose notice is already on its way
                     // complete; the others were discarded (they complete in error).
+                    let qp = &st.thread(id).qps[t];
                     if dead && !qp.bl.iter().any(|i| matches!(i, LocalItem::Notice(_))) {
                         return chaos.fabric.check_alive(t);
+                    }
+                    if timed {
+                        // Time moves only between scheduling points.
+                        again = Some(st.next_event(id, t).unwrap_or(now + IDLE_POLL));
+                        break;
                     }
                     if !st.step_own(&chaos.fabric, id) {
                         break;
@@ -505,7 +928,9 @@ impl ThreadNic for ChaosNic {
                     after: timeout,
                 });
             }
-            if !crate::clock::simulated() {
+            if let Some(at) = again {
+                crate::sim::idle_until(at);
+            } else if !crate::clock::simulated() {
                 backoff.snooze();
             }
         }
@@ -527,7 +952,7 @@ impl ThreadNic for ChaosNic {
         crate::sim::point(|| Op::Store { word, value });
         self.word(word)?;
         let id = self.id;
-        self.chaos.call(|st, _| st.thread(id).sb.store(word, value));
+        self.chaos.call(|st, _| st.push_store(id, word, value));
         Ok(())
     }
 

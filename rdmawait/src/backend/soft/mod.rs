@@ -393,6 +393,19 @@ impl SoftBackend {
         Ok(SoftBackend { fabric, engine })
     }
 
+    /// A `Chaos`-like cluster whose NIC steps are timed by `profile` and taken in the order they
+    /// fall due ([`crate::sim::Profile`]); only for simulated runs, whose clock it reads.
+    pub(crate) fn timed(
+        nodes: usize,
+        words: usize,
+        seed: u64,
+        profile: crate::sim::Profile,
+    ) -> Result<Self> {
+        let mut b = Self::try_new(nodes, words, Schedule::Chaos { seed })?;
+        b.engine = Engine::Chaos(Arc::new(chaos::Chaos::timed(b.fabric.clone(), seed, profile)));
+        Ok(b)
+    }
+
     /// Fault injection for tests: while `stalled`, the NIC traffic from and to `node` is held
     /// back, as by a network partition that no failure detector has noticed yet. Requests are
     /// accepted but not executed, and polls for them block (until their timeout, a

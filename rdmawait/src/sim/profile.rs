@@ -1,0 +1,200 @@
+//! Network profiles: what each step of a simulated run costs in virtual time.
+//!
+//! With a profile ([`Config::profile`](super::Config::profile)) a simulated run is timed: every
+//! simulated thread has its own clock, advanced by the CPU cost of each of its operations, and
+//! the thread whose clock is earliest runs next. The soft NIC's steps are no longer taken at
+//! random: each pending step of the model (docs/model.md §4) becomes due at a time computed
+//! from the profile, and steps are taken in the order they fall due, as a real NIC's would.
+//!
+//! | step of the model | due (after the step before it) |
+//! |---|---|
+//! | a post leaves the store buffer for its queue pair | `doorbell` (WQE write and doorbell, until the NIC has the request), then the NIC's outbound rate |
+//! | a put reads its source (nLR) | `pcie_read` |
+//! | the put's data is sent | `nic` |
+//! | the remote write lands (nRW commit) | `wire` + `nic`, then the target's inbound rate |
+//! | a get's or RMW's remote read (nRR, nAR) | `wire` + `nic`, then the target's inbound rate |
+//! | an RMW's atomic write commits and frees the target's remote-atomic lock | `atomic` |
+//! | a get's response is back (nLW pending) | `wire` + `read_response` |
+//! | an RMW's response is back (nLW pending) | `atomic` + `wire` after its remote read |
+//! | a put's acknowledgement is back | `nic` + 2 `wire` after sending |
+//! | a local write or a completion notice reaches host memory | `pcie_write` |
+//!
+//! `wire` is `loopback` when a thread's queue pair targets its own node. Every NIC delay is
+//! stretched or shrunk by up to `jitter` (a fraction), drawn from the run's seed, so different
+//! seeds interleave differently while each seed stays reproducible. The model's rules still
+//! decide which step may go next (a get waits behind an earlier put's remote write, an RMW
+//! waits for the target's remote-atomic lock), so a timed run shows only behaviours the model
+//! allows: the weak ones that the timing makes happen (a put's late source read, unordered
+//! operations towards different nodes) are still there.
+//!
+//! The model's remote-atomic lock is per node, so remote RMWs on one node are serialised even
+//! at different addresses (real NICs serialise per address, or per a hash of it): contended
+//! atomics cost the same in the simulation; unrelated ones on one node cost more.
+
+use std::time::Duration;
+
+/// What each simulated step costs. Build one from [`Profile::connectx5`] or [`Profile::rxe`]
+/// and change fields with struct update syntax:
+///
+/// ```
+/// use loco_rdmawait::sim::Profile;
+/// use std::time::Duration;
+///
+/// let far = Profile { wire: Duration::from_micros(5), ..Profile::connectx5() };
+/// assert!(far.predict_put() > Profile::connectx5().predict_put());
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct Profile {
+    /// A name for reports.
+    pub name: String,
+    /// One-way latency between two nodes' NICs (cable, switch, a small packet's serialisation).
+    pub wire: Duration,
+    /// One-way latency of a queue pair towards its own node (the NIC loops it back).
+    pub loopback: Duration,
+    /// Processing of a request by a NIC, at each end.
+    pub nic: Duration,
+    /// From the CPU's post until the NIC has the request (WQE write, doorbell, WQE fetch).
+    pub doorbell: Duration,
+    /// The NIC's DMA read of a put's source in host memory.
+    pub pcie_read: Duration,
+    /// The NIC's DMA write of a get's data, an RMW's old value or a completion into host memory.
+    pub pcie_write: Duration,
+    /// The requester's handling of a get's response before its data goes to host memory
+    /// (hardware on a real NIC; software on rxe, where reads are much slower than atomics).
+    pub read_response: Duration,
+    /// The time a target NIC holds a remote RMW (read, modify, write over PCIe); RMWs on one
+    /// node are serialised for this long each.
+    pub atomic: Duration,
+    /// Per NIC, the gap between two inbound operations it executes (1 / inbound message rate).
+    pub inbound_gap: Duration,
+    /// Per NIC, the gap between two requests it starts sending (1 / outbound message rate).
+    pub outbound_gap: Duration,
+    /// A CPU load or store.
+    pub cpu_op: Duration,
+    /// A CPU compare-and-swap or `mfence`.
+    pub cpu_rmw: Duration,
+    /// The CPU side of a post (building the request, ringing the doorbell).
+    pub post: Duration,
+    /// One poll of a completion queue.
+    pub poll: Duration,
+    /// A spin loop's pause between two rounds.
+    pub pause: Duration,
+    /// Each NIC delay is multiplied by a factor drawn uniformly from `1 ± jitter`.
+    pub jitter: f64,
+}
+
+impl Profile {
+    /// A ConnectX-5 class RoCE/InfiniBand NIC, 100 Gb/s, two hosts through one switch.
+    ///
+    /// The values are not measured by us; they are chosen so that the model's round trips land
+    /// where published measurements of this class of hardware put them: perftest's
+    /// `ib_read_lat` and `ib_atomic_lat` about 2 µs for a full round trip, `ib_write_lat` about
+    /// 1 µs for half of one; a NIC's DMA read of a payload (the reason small puts are sent
+    /// inline) about 0.3-0.5 µs, and doorbells and PCIe round trips as analysed by Kalia,
+    /// Kaminsky and Andersen, *Design Guidelines for High Performance RDMA Systems* (USENIX
+    /// ATC 2016); remote atomics on one address serialised at a few million per second per NIC
+    /// (the same paper; also the CAS-lock baselines of ShiftLock, FAST 2025); message rates of
+    /// tens of millions per second per NIC. See [`Profile::predict_put`] and its siblings for
+    /// the resulting round trips.
+    pub fn connectx5() -> Self {
+        Profile {
+            name: "connectx5".into(),
+            wire: Duration::from_nanos(600),
+            loopback: Duration::from_nanos(200),
+            nic: Duration::from_nanos(150),
+            doorbell: Duration::from_nanos(150),
+            pcie_read: Duration::from_nanos(350),
+            pcie_write: Duration::from_nanos(150),
+            read_response: Duration::ZERO,
+            atomic: Duration::from_nanos(300),
+            inbound_gap: Duration::from_nanos(15),
+            outbound_gap: Duration::from_nanos(15),
+            cpu_op: Duration::from_nanos(5),
+            cpu_rmw: Duration::from_nanos(20),
+            post: Duration::from_nanos(60),
+            poll: Duration::from_nanos(40),
+            pause: Duration::from_nanos(30),
+            jitter: 0.05,
+        }
+    }
+
+    /// Soft-RoCE (the kernel's `rdma_rxe`) in this project's qemu VM (`soft-roce-ci/`), under
+    /// emulation: every NIC step is kernel software, and the VM has no hardware acceleration.
+    /// Calibrated against `soft-roce-ci/bench.sh` (put/get/rfaa + wait, full round trips) on
+    /// the VM; `docs/simulation.md` has the calibration table. Queue pairs of one VM all loop
+    /// back through one device, so `loopback` equals `wire`.
+    pub fn rxe() -> Self {
+        Profile {
+            name: "rxe".into(),
+            wire: Duration::from_nanos(28_500),
+            loopback: Duration::from_nanos(28_500),
+            nic: Duration::from_micros(8),
+            doorbell: Duration::from_micros(8),
+            pcie_read: Duration::from_micros(2),
+            pcie_write: Duration::from_micros(2),
+            read_response: Duration::from_micros(75),
+            atomic: Duration::from_micros(18),
+            inbound_gap: Duration::from_micros(3),
+            outbound_gap: Duration::from_micros(3),
+            cpu_op: Duration::from_nanos(20),
+            cpu_rmw: Duration::from_nanos(80),
+            post: Duration::from_micros(2),
+            poll: Duration::from_micros(1),
+            pause: Duration::from_nanos(200),
+            jitter: 0.05,
+        }
+    }
+
+    /// A profile by name: `connectx5` or `rxe`.
+    pub fn by_name(name: &str) -> Option<Self> {
+        match name {
+            "connectx5" | "cx5" => Some(Self::connectx5()),
+            "rxe" | "soft-roce" => Some(Self::rxe()),
+            _ => None,
+        }
+    }
+
+    /// The names [`Profile::by_name`] knows.
+    pub const NAMES: [&'static str; 2] = ["connectx5", "rxe"];
+
+    /// The round trip of an idle 8-byte `put` + `wait` between two nodes, without jitter: from
+    /// the post until the wait has its completion.
+    pub fn predict_put(&self) -> Duration {
+        self.post
+            + self.doorbell
+            + self.pcie_read
+            + self.nic
+            + 2 * self.wire
+            + self.nic
+            + self.pcie_write
+            + self.poll
+    }
+
+    /// The round trip of an idle 8-byte `get` + `wait` between two nodes, without jitter.
+    pub fn predict_get(&self) -> Duration {
+        self.post
+            + self.doorbell
+            + 2 * self.wire
+            + self.nic
+            + self.read_response
+            + self.pcie_write
+            + self.poll
+    }
+
+    /// The round trip of an idle remote FAA (or CAS) + `wait`, without jitter.
+    pub fn predict_rmw(&self) -> Duration {
+        self.post
+            + self.doorbell
+            + 2 * self.wire
+            + self.nic
+            + self.atomic
+            + self.pcie_write
+            + self.poll
+    }
+}
+
+impl Default for Profile {
+    fn default() -> Self {
+        Self::connectx5()
+    }
+}
