@@ -10,19 +10,25 @@
 //! of the acquire latency, fairness (the most critical sections of a thread over the fewest),
 //! and network operations per acquire ([`Ctx::posted`], whole cycles included).
 //!
-//! Backends: the soft NIC (`Threaded`: one engine thread per cluster, so its figures say how
-//! much work a protocol does, not how it would fare on a network). The simulator with network
-//! profiles and the verbs backend come with their issues.
+//! Backends:
+//! - `soft`: the soft NIC (`Threaded`: one engine thread per cluster, so its figures say how
+//!   much work a protocol does, not how it would fare on a network), for `--secs` of real time;
+//! - `sim`: the deterministic simulator with a network profile (`--profile connectx5` or
+//!   `rxe`, see `loco_rdmawait::sim::Profile`): every figure is in simulated time, for
+//!   `--sim-us` microseconds of it, and the same options give the same figures on any host.
+//!
+//! The verbs backend (one process per node on rxe) comes with its issue.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use loco_locks::{Lock, LockGuard, NLock, RawLock, SLock, WLock};
+use loco_rdmawait::sim::{self, Profile};
 use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, Schedule, WorkId};
 use loco_rdmawaitrmw::Rmw;
 use loco_sv::GlobalFence;
@@ -47,6 +53,7 @@ impl BenchBackend {
     fn name(self) -> &'static str {
         match self {
             BenchBackend::Soft => "soft",
+            BenchBackend::Sim => "sim",
         }
     }
 }
@@ -65,8 +72,28 @@ impl LockArg {
 /// Where the locks run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum BenchBackend {
-    /// The soft NIC, `Threaded` schedule.
+    /// The soft NIC, `Threaded` schedule (real time).
     Soft,
+    /// The deterministic simulator with a network profile (simulated time).
+    Sim,
+}
+
+/// Network profiles for `--backend sim`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ProfileArg {
+    /// A ConnectX-5 class NIC through one switch.
+    Connectx5,
+    /// Soft-RoCE in this project's qemu VM, calibrated against soft-roce-ci/bench.sh.
+    Rxe,
+}
+
+impl ProfileArg {
+    fn profile(self) -> Profile {
+        match self {
+            ProfileArg::Connectx5 => Profile::connectx5(),
+            ProfileArg::Rxe => Profile::rxe(),
+        }
+    }
 }
 
 /// `loco bench locks` options.
@@ -84,9 +111,18 @@ pub struct LocksArgs {
     /// Node counts (1-64), e.g. `2,4`.
     #[arg(long, value_delimiter = ',', default_values_t = [3], value_parser = count::<64>)]
     nodes: Vec<usize>,
-    /// Seconds per configuration (more than 0, at most 3600).
+    /// Seconds per configuration (more than 0, at most 3600; real time, `--backend soft`).
     #[arg(long, default_value_t = 1.0, value_parser = seconds)]
     secs: f64,
+    /// Network profile (`--backend sim`).
+    #[arg(long, value_enum, default_value = "connectx5")]
+    profile: ProfileArg,
+    /// Simulated microseconds per configuration (`--backend sim`, 1-1000000).
+    #[arg(long, default_value_t = 200, value_parser = count::<1_000_000>)]
+    sim_us: usize,
+    /// Seed of the simulated runs (`--backend sim`).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
     /// One JSON object per line and configuration instead of the table.
     #[arg(long)]
     json: bool,
@@ -156,26 +192,41 @@ pub fn locks(args: &LocksArgs) -> Result<(), String> {
     let mut rows = Vec::new();
     for (lock, nodes, threads) in configs {
         bar.set_message(format!("{} n={nodes} t={threads}", lock.name()));
-        let row = measure(lock, nodes, threads, secs)
-            .map_err(|e| format!("{} on {nodes} nodes, {threads} threads: {e}", lock.name()))?;
+        let row = match args.backend {
+            BenchBackend::Soft => measure(lock, nodes, threads, secs),
+            BenchBackend::Sim => measure_sim(
+                lock,
+                nodes,
+                threads,
+                args.profile.profile(),
+                Duration::from_micros(args.sim_us as u64),
+                args.seed,
+            ),
+        }
+        .map_err(|e| format!("{} on {nodes} nodes, {threads} threads: {e}", lock.name()))?;
         bar.inc(1);
         if args.json {
-            bar.suspend(|| println!("{}", json_row(&row, args.backend)));
+            bar.suspend(|| println!("{}", json_row(&row, args)));
         }
         rows.push(row);
     }
     bar.finish_and_clear();
     if !args.json {
-        print!("{}", table(&rows));
+        print!("{}", table(&rows, args));
     }
     Ok(())
 }
 
-fn json_row(r: &Row, backend: BenchBackend) -> serde_json::Value {
+/// The profile's name under `--backend sim`.
+fn profile_name(args: &LocksArgs) -> Option<String> {
+    (args.backend == BenchBackend::Sim).then(|| args.profile.profile().name)
+}
+
+fn json_row(r: &Row, args: &LocksArgs) -> serde_json::Value {
     json!({
         "lock": r.lock,
-        "backend": backend.name(),
-        "profile": null,
+        "backend": args.backend.name(),
+        "profile": profile_name(args),
         "threads": r.threads,
         "nodes": r.nodes,
         "ops_per_sec": r.ops_per_sec,
@@ -186,7 +237,7 @@ fn json_row(r: &Row, backend: BenchBackend) -> serde_json::Value {
     })
 }
 
-fn table(rows: &[Row]) -> String {
+fn table(rows: &[Row], args: &LocksArgs) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -207,10 +258,16 @@ fn table(rows: &[Row]) -> String {
             r.net_ops_per_acquire
         );
     }
+    let backend = match profile_name(args) {
+        Some(p) => format!(
+            "backend sim, profile {p}: simulated time ({} µs per configuration, seed {})",
+            args.sim_us, args.seed
+        ),
+        None => "backend soft (Threaded): work done per protocol, not network timing".into(),
+    };
     let _ = writeln!(
         s,
-        "backend soft (Threaded): work done per protocol, not network timing; net ops = network \
-         operations per acquire + critical section + release"
+        "{backend}; net ops = network operations per acquire + critical section + release"
     );
     s
 }
@@ -225,15 +282,7 @@ fn measure(lock: LockArg, nodes: usize, threads: usize, secs: Duration) -> Resul
         .map_err(|e| e.to_string())?;
     let data_node = NodeId(if nodes > 1 { 1 } else { 0 });
     let data = cluster.alloc_word(data_node).map_err(|e| e.to_string())?;
-    let l = match lock {
-        LockArg::Nlock => NLock::new(&cluster, data_node).map(AnyLock::N),
-        LockArg::Wlock => WLock::new(&cluster, NodeId(0), threads).map(AnyLock::W),
-        LockArg::Slock => SLock::new(&cluster, NodeId(0), threads).map(AnyLock::S),
-        LockArg::RcasSpinlock => Ok(AnyLock::Spin(
-            cluster.alloc_word(data_node).map_err(|e| e.to_string())?,
-        )),
-    }
-    .map_err(|e| e.to_string())?;
+    let l = new_lock(lock, &cluster, data_node, threads)?;
     let stop = Arc::new(AtomicBool::new(false));
     let start = Arc::new(Barrier::new(threads + 1));
     let handles: Vec<_> = (0..threads)
@@ -275,6 +324,20 @@ fn measure(lock: LockArg, nodes: usize, threads: usize, secs: Duration) -> Resul
         net += n;
     }
     let elapsed = began.elapsed().as_secs_f64();
+    Ok(summarise(lock, nodes, threads, lat, &counts, net, elapsed))
+}
+
+/// The figures of one configuration from every acquire's latency (ns), each thread's count of
+/// critical sections, the network operations and the elapsed seconds.
+fn summarise(
+    lock: LockArg,
+    nodes: usize,
+    threads: usize,
+    mut lat: Vec<u32>,
+    counts: &[usize],
+    net: u64,
+    elapsed: f64,
+) -> Row {
     let total = lat.len();
     lat.sort_unstable();
     let pct = |p: f64| -> f64 {
@@ -288,7 +351,7 @@ fn measure(lock: LockArg, nodes: usize, threads: usize, secs: Duration) -> Resul
         counts.iter().copied().max().unwrap_or(0),
         counts.iter().copied().min().unwrap_or(0),
     );
-    Ok(Row {
+    Row {
         lock: lock.name(),
         nodes,
         threads,
@@ -305,7 +368,86 @@ fn measure(lock: LockArg, nodes: usize, threads: usize, secs: Duration) -> Resul
         } else {
             net as f64 / total as f64
         },
-    })
+    }
+}
+
+/// One configuration under the simulator: a fresh simulated cluster with `profile`, `threads`
+/// simulated threads cycling until `span` of simulated time has passed.
+fn measure_sim(
+    lock: LockArg,
+    nodes: usize,
+    threads: usize,
+    profile: Profile,
+    span: Duration,
+    seed: u64,
+) -> Result<Row, String> {
+    type PerThread = (Vec<u32>, u64);
+    let results: Arc<Mutex<Vec<PerThread>>> = Arc::default();
+    let out = results.clone();
+    let f = move |cluster: &Cluster| -> Result<(), String> {
+        let s = |e: loco_rdmawait::Error| e.to_string();
+        let data_node = NodeId(if nodes > 1 { 1 } else { 0 });
+        let data = cluster.alloc_word(data_node).map_err(s)?;
+        let l = new_lock(lock, cluster, data_node, threads)?;
+        let mut hs = Vec::new();
+        for i in 0..threads {
+            let (l, out) = (l.clone(), out.clone());
+            let node = NodeId((i % nodes) as u16);
+            hs.push(sim::spawn(cluster, node, move |ctx: &Ctx| {
+                let w = words(ctx).map_err(|e| e.to_string())?;
+                let mut lat = Vec::new();
+                let before = ctx.posted();
+                while sim::now() < span {
+                    let t0 = sim::now();
+                    cycle(&l, ctx, &w, &data, data_node, || {
+                        lat.push((sim::now() - t0).as_nanos().min(u32::MAX as u128) as u32)
+                    })
+                    .map_err(|e| e.to_string())?;
+                }
+                let n = ctx.posted() - before;
+                out.lock().unwrap_or_else(|p| p.into_inner()).push((lat, n));
+                Ok::<(), String>(())
+            }));
+        }
+        for h in hs {
+            h.join().map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    };
+    let config = sim::Config::new(nodes)
+        .profile(profile)
+        .memory_per_node(1 << 20)
+        .timeout(Duration::from_secs(1))
+        .max_steps(u64::MAX);
+    let run = sim::replay(config, seed, f).map_err(|e| e.report())?;
+    let per = std::mem::take(&mut *results.lock().unwrap_or_else(|p| p.into_inner()));
+    let counts: Vec<usize> = per.iter().map(|(l, _)| l.len()).collect();
+    let net = per.iter().map(|(_, n)| n).sum();
+    let lat = per.into_iter().flat_map(|(l, _)| l).collect();
+    // Throughput over the span every thread cycled in (the last cycles end a little after).
+    let elapsed = run.time.max(span).as_secs_f64();
+    Ok(summarise(lock, nodes, threads, lat, &counts, net, elapsed))
+}
+
+/// The lock under test, on a cluster whose data node is `data_node`.
+fn new_lock(
+    lock: LockArg,
+    cluster: &Cluster,
+    data_node: NodeId,
+    threads: usize,
+) -> Result<AnyLock, String> {
+    match lock {
+        LockArg::Nlock => NLock::new(cluster, data_node).map(AnyLock::N),
+        LockArg::Wlock => WLock::new(cluster, NodeId(0), threads).map(AnyLock::W),
+        LockArg::Slock => SLock::new(cluster, NodeId(0), threads).map(AnyLock::S),
+        LockArg::RcasSpinlock => {
+            return cluster
+                .alloc_word(data_node)
+                .map(AnyLock::Spin)
+                .map_err(|e| e.to_string())
+        }
+    }
+    .map_err(|e| e.to_string())
 }
 
 fn words(ctx: &Ctx) -> loco_rdmawait::Result<Words> {
@@ -341,13 +483,20 @@ fn cycle(
         AnyLock::S(l) => locked(l, ctx, acquired, || Ok(put()?)),
         AnyLock::Spin(word) => {
             let backoff = crossbeam_utils::Backoff::new();
+            let mut round = 0u32;
             loop {
                 ctx.rcas(word, 0, 1, &w.ret, D)?;
                 ctx.wait(D)?;
                 if ctx.load(&w.ret)? == 0 {
                     break;
                 }
-                backoff.snooze();
+                if loco_rdmawait::clock::simulated() {
+                    // Exponential backoff in simulated time: 0.5, 1, 2, 4, then 8 µs.
+                    round = (round + 1).min(5);
+                    loco_rdmawait::clock::sleep(Duration::from_nanos(250 << round));
+                } else {
+                    backoff.snooze();
+                }
             }
             acquired();
             put()?;

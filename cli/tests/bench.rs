@@ -77,3 +77,47 @@ fn bench_locks_refuses_bad_options() {
         assert!(!out.stderr.is_empty(), "{args:?}: no message");
     }
 }
+
+/// `--backend sim`: figures in simulated time under a profile, the same on every run (they do
+/// not depend on the host), and the profile named in the JSON.
+#[test]
+fn bench_locks_under_the_simulator_is_deterministic() {
+    let args = [
+        "bench",
+        "locks",
+        "--backend",
+        "sim",
+        "--profile",
+        "connectx5",
+        "--sim-us",
+        "60",
+        "--threads",
+        "1,3",
+        "--nodes",
+        "2",
+        "--lock",
+        "nlock,rcas-spinlock",
+        "--json",
+    ];
+    let a = loco(&args);
+    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+    let b = loco(&args);
+    assert_eq!(a.stdout, b.stdout, "same options, same figures");
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&a.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON object per line"))
+        .collect();
+    assert_eq!(lines.len(), 2 * 2);
+    for v in &lines {
+        assert_eq!(v["backend"], "sim");
+        assert_eq!(v["profile"], "connectx5");
+        let ops = v["ops_per_sec"].as_f64().unwrap();
+        // An acquire and a release take at least a couple of round trips of about 2 µs.
+        assert!(ops > 1e4 && ops < 1e7, "{v}");
+        assert!(v["p50_us"].as_f64().unwrap() >= 1.0, "{v}");
+    }
+    // One thread alone: every acquire costs the same, p99 close to p50.
+    let solo = &lines[0];
+    assert_eq!(solo["threads"], 1);
+    assert!(solo["p99_us"].as_f64().unwrap() < 2.0 * solo["p50_us"].as_f64().unwrap());
+}

@@ -346,7 +346,10 @@ fn a_profile_times_round_trips_as_it_predicts() {
         let seen: Arc<Mutex<Vec<Duration>>> = Arc::default();
         let out = seen.clone();
         let f = move |cluster: &Cluster| {
-            let (src, dst) = (cluster.alloc_word(NodeId(0))?, cluster.alloc_word(NodeId(1))?);
+            let (src, dst) = (
+                cluster.alloc_word(NodeId(0))?,
+                cluster.alloc_word(NodeId(1))?,
+            );
             let home = cluster.alloc_word(NodeId(0))?;
             let out = out.clone();
             let h = sim::spawn(cluster, NodeId(0), move |ctx: &Ctx| {
@@ -389,7 +392,10 @@ fn a_timed_run_still_shows_a_late_source_read() {
     let seen: Arc<[AtomicU64; 3]> = Arc::default();
     let out = seen.clone();
     let f = move |cluster: &Cluster| {
-        let (src, dst) = (cluster.alloc_word(NodeId(0))?, cluster.alloc_word(NodeId(1))?);
+        let (src, dst) = (
+            cluster.alloc_word(NodeId(0))?,
+            cluster.alloc_word(NodeId(1))?,
+        );
         let h = sim::spawn(cluster, NodeId(0), move |ctx: &Ctx| {
             ctx.store(&src, 1)?;
             ctx.put(&dst, &src, WorkId::new(1))?;
@@ -413,5 +419,8 @@ fn a_timed_run_still_shows_a_late_source_read() {
     sim::check(Config::new(2).profile(p).runs(200), f).unwrap();
     let n: Vec<u64> = seen.iter().map(|a| a.load(SeqCst)).collect();
     assert_eq!(n[0], 0, "{n:?}");
-    assert!(n[1] > 0 && n[2] > 0, "both the early and the late read: {n:?}");
+    assert!(
+        n[1] > 0 && n[2] > 0,
+        "both the early and the late read: {n:?}"
+    );
 }

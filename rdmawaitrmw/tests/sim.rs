@@ -15,11 +15,17 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 #[test]
 fn an_idle_rfaa_takes_the_predicted_round_trip() {
     for base in [Profile::connectx5(), Profile::rxe()] {
-        let p = Profile { jitter: 0.0, ..base };
+        let p = Profile {
+            jitter: 0.0,
+            ..base
+        };
         let took: Arc<Mutex<Duration>> = Arc::default();
         let out = took.clone();
         let f = move |cluster: &Cluster| {
-            let (x, ret) = (cluster.alloc_word(NodeId(1))?, cluster.alloc_word(NodeId(0))?);
+            let (x, ret) = (
+                cluster.alloc_word(NodeId(1))?,
+                cluster.alloc_word(NodeId(0))?,
+            );
             let out = out.clone();
             sim::spawn(cluster, NodeId(0), move |ctx: &Ctx| {
                 let t0 = sim::now();
@@ -42,7 +48,10 @@ fn contended_rfaas_are_serialised_and_lose_nothing() {
     // the last RMW ends after THREADS * EACH * atomic (7.2 µs).
     const THREADS: u64 = 12;
     const EACH: u64 = 2;
-    let p = Profile { jitter: 0.0, ..Profile::connectx5() };
+    let p = Profile {
+        jitter: 0.0,
+        ..Profile::connectx5()
+    };
     let atomic = p.atomic;
     let f = move |cluster: &Cluster| {
         let x = cluster.alloc_word(NodeId(0))?;

@@ -570,11 +570,9 @@ where
     let words = usize::try_from(words).unwrap_or(usize::MAX);
     let nic_seed = derive(seed, u64::MAX);
     let soft = match &config.profile {
-        None => crate::SoftBackend::try_new(
-            config.nodes,
-            words,
-            Schedule::Chaos { seed: nic_seed },
-        ),
+        None => {
+            crate::SoftBackend::try_new(config.nodes, words, Schedule::Chaos { seed: nic_seed })
+        }
         Some(p) => crate::SoftBackend::timed(config.nodes, words, nic_seed, p.clone()),
     }
     .map(Arc::new)

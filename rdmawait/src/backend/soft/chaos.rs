@@ -26,8 +26,8 @@ use super::{deadline, expired, Fabric};
 use crate::backend::{ThreadNic, WorkRequest};
 use crate::error::TimeoutKind;
 use crate::model::{ClusterMemory, Entry, LocalItem, Post, Qp, SbItem, Step, StoreBuffer};
-use crate::sim::Profile;
 use crate::sim::sched::Op;
+use crate::sim::Profile;
 use crate::{Error, NodeId, Result};
 
 /// Probabilities that a call takes no random step at all (so work stays pending across calls);
@@ -630,9 +630,12 @@ impl Timing {
         }
         debug_assert_eq!(th.times.sb.len(), th.sb.len(), "store buffer times");
         debug_assert!(
-            th.qps.iter().enumerate().all(|(n, q)| th.times.pipe[n].len() == q.pipe.len()
-                && th.times.br[n].len() == q.br.len()
-                && th.times.bl[n].len() == q.bl.len()),
+            th.qps
+                .iter()
+                .enumerate()
+                .all(|(n, q)| th.times.pipe[n].len() == q.pipe.len()
+                    && th.times.br[n].len() == q.br.len()
+                    && th.times.bl[n].len() == q.bl.len()),
             "queue pair times"
         );
     }

@@ -402,7 +402,11 @@ impl SoftBackend {
         profile: crate::sim::Profile,
     ) -> Result<Self> {
         let mut b = Self::try_new(nodes, words, Schedule::Chaos { seed })?;
-        b.engine = Engine::Chaos(Arc::new(chaos::Chaos::timed(b.fabric.clone(), seed, profile)));
+        b.engine = Engine::Chaos(Arc::new(chaos::Chaos::timed(
+            b.fabric.clone(),
+            seed,
+            profile,
+        )));
         Ok(b)
     }
 
