@@ -586,6 +586,10 @@ where
         expected,
         config.profile.clone(),
     ));
+    if config.profile.is_some() {
+        let s = soft.clone();
+        sched.set_nic(Box::new(move |node| s.next_write_due(node)));
+    }
     if !config.faults.is_empty() {
         let c = cluster.clone();
         sched.plan(
@@ -634,6 +638,13 @@ where
 pub(crate) fn idle_until(at: Duration) {
     if let Some(h) = sched::current() {
         h.idle_until(at);
+    }
+}
+
+/// In a timed run, a CPU write of the calling thread ends other threads' spin pauses.
+pub(crate) fn wake_spinners() {
+    if let Some(h) = sched::current() {
+        h.wake_spinners();
     }
 }
 

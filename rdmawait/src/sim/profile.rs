@@ -126,14 +126,14 @@ impl Profile {
     pub fn rxe() -> Self {
         Profile {
             name: "rxe".into(),
-            wire: Duration::from_nanos(28_500),
-            loopback: Duration::from_nanos(28_500),
+            wire: Duration::from_nanos(31_500),
+            loopback: Duration::from_nanos(31_500),
             nic: Duration::from_micros(8),
             doorbell: Duration::from_micros(8),
             pcie_read: Duration::from_micros(2),
             pcie_write: Duration::from_micros(2),
-            read_response: Duration::from_micros(75),
-            atomic: Duration::from_micros(18),
+            read_response: Duration::from_nanos(79_500),
+            atomic: Duration::from_nanos(8_500),
             inbound_gap: Duration::from_micros(3),
             outbound_gap: Duration::from_micros(3),
             cpu_op: Duration::from_nanos(20),
@@ -142,6 +142,32 @@ impl Profile {
             poll: Duration::from_micros(1),
             pause: Duration::from_nanos(200),
             jitter: 0.05,
+        }
+    }
+
+    /// The profile with every cost multiplied by `factor` (jitter unchanged): how to fit a
+    /// profile to a faster or slower host, e.g. `rxe` to a VM that runs at a different speed
+    /// (measure `soft-roce-ci/bench.sh` there and scale by the ratio of round trips).
+    pub fn scaled(self, factor: f64) -> Self {
+        let f = |d: Duration| d.mul_f64(factor.max(0.0));
+        Profile {
+            name: self.name,
+            wire: f(self.wire),
+            loopback: f(self.loopback),
+            nic: f(self.nic),
+            doorbell: f(self.doorbell),
+            pcie_read: f(self.pcie_read),
+            pcie_write: f(self.pcie_write),
+            read_response: f(self.read_response),
+            atomic: f(self.atomic),
+            inbound_gap: f(self.inbound_gap),
+            outbound_gap: f(self.outbound_gap),
+            cpu_op: f(self.cpu_op),
+            cpu_rmw: f(self.cpu_rmw),
+            post: f(self.post),
+            poll: f(self.poll),
+            pause: f(self.pause),
+            jitter: self.jitter,
         }
     }
 

@@ -183,6 +183,12 @@ struct Thread {
     handle: Option<std::thread::Thread>,
     /// Under a profile: the thread's own clock (when its next step happens).
     clock: Duration,
+    /// Under a profile: the thread is in a spin loop's pause, moved on to the NIC's next
+    /// step (a CPU write by another thread brings it back, see [`Handle::wake_spinners`]).
+    spinning: bool,
+    /// Whether the thread posted since its last pause (then its spin polls remote memory, and
+    /// its pause is not stretched).
+    posted: bool,
 }
 
 /// The scheduler's state.
@@ -217,12 +223,21 @@ struct State {
 /// What injects a fault into the simulated cluster.
 pub(super) type Injector = Box<dyn Fn(Inject) + Send + Sync>;
 
+/// What tells a timed run's scheduler when the NIC next takes a step that writes memory of a
+/// node (any node with `None`; `None` back: nothing pending).
+pub(super) type NextStep = Box<dyn Fn(Option<NodeId>) -> Option<Duration> + Send + Sync>;
+
+/// In a timed run, a spinning thread looks again at least this often, even when the NIC has
+/// nothing pending (deadlines in spin loops stay accurate to this).
+const SPIN_LOOK: Duration = Duration::from_micros(1);
+
 /// A simulation's scheduler.
 pub(crate) struct Sched {
     state: Mutex<State>,
     cv: Condvar,
     base: Instant,
     injector: Mutex<Option<Injector>>,
+    nic: Mutex<Option<NextStep>>,
 }
 
 impl fmt::Debug for Sched {
@@ -307,6 +322,7 @@ impl Sched {
             cv: Condvar::new(),
             base: Instant::now(),
             injector: Mutex::new(None),
+            nic: Mutex::new(None),
         }
     }
 
@@ -354,6 +370,11 @@ impl Sched {
         }
     }
 
+    /// Where a timed run learns when the NIC next takes a step.
+    pub(super) fn set_nic(&self, next: NextStep) {
+        *self.nic.lock().unwrap_or_else(|p| p.into_inner()) = Some(next);
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -369,6 +390,8 @@ impl Sched {
             prio,
             handle: None,
             clock,
+            spinning: false,
+            posted: false,
         });
         st.threads.len() - 1
     }
@@ -550,6 +573,12 @@ impl Sched {
 
 impl Handle {
     fn point_inner(&self, op: Op, yielding: bool) {
+        self.point_until(op, yielding, None);
+    }
+
+    /// A scheduling point; in a timed run, with `until`, the thread's clock moves on to at
+    /// least that time (a spin loop's pause waiting for the NIC's next step).
+    fn point_until(&self, op: Op, yielding: bool, until: Option<Duration>) {
         let st = self.sched.lock();
         if st.aborted.is_some() {
             // Teardown after a failure: no more scheduling, threads run as they unwind.
@@ -566,6 +595,11 @@ impl Handle {
             let cost = cost(p, op);
             let th = &mut st.threads[self.me];
             th.clock = th.clock.saturating_add(cost);
+            th.posted |= matches!(op, Op::Post { .. });
+            th.spinning = until.is_some();
+            if let Some(u) = until {
+                th.clock = th.clock.max(u);
+            }
         }
         if st.plan.front().is_some_and(|&(at, _)| at <= st.steps) {
             drop(st);
@@ -592,9 +626,55 @@ impl Handle {
         self.point_inner(op, false);
     }
 
-    /// A spin loop's pause: a scheduling point at which the thread lets others go first.
+    /// A spin loop's pause: a scheduling point at which the thread lets others go first. In a
+    /// timed run, a spin on local memory (no post since the last pause: its loads see only its
+    /// node's memory) pauses until the NIC's next step that writes that memory (or
+    /// [`SPIN_LOOK`]), when what it spins on can next change: a spin of many rounds costs a few scheduling points, not one per round.
+    /// A CPU write of another thread meanwhile ends the pause early ([`Handle::wake_spinners`]).
     pub(crate) fn point(&self) {
-        self.point_inner(Op::Pause, true);
+        let (local, node) = {
+            let mut st = self.sched.lock();
+            let timed = st.profile.is_some();
+            let th = &mut st.threads[self.me];
+            // A spin that posted since its last pause polls remote memory: it sees changes
+            // only through its requests, which must go on at their own pace.
+            let local = timed && !th.posted;
+            th.posted = false;
+            (local, th.node)
+        };
+        let until = if local {
+            // Asked before taking the scheduler's lock: the NIC's lock comes first.
+            let next = self
+                .sched
+                .nic
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                .and_then(|f| f(node));
+            let now = self.elapsed();
+            let look = now.saturating_add(SPIN_LOOK);
+            Some(next.map_or(look, |n| n.min(look)))
+        } else {
+            None
+        };
+        self.point_until(Op::Pause, true, until);
+    }
+
+    /// In a timed run: a CPU write of this thread (a CAS, or a fence's drained stores) may be
+    /// what spinning threads on its node wait for; they look again one pause from now.
+    pub(crate) fn wake_spinners(&self) {
+        let mut st = self.sched.lock();
+        let Some(pause) = st.profile.as_ref().map(|p| p.pause) else {
+            return;
+        };
+        let soon = st.now.saturating_add(pause);
+        let node = st.threads[self.me].node;
+        for th in &mut st.threads {
+            if th.spinning && th.clock > soon && (node.is_none() || th.node == node) {
+                th.clock = soon;
+                th.spinning = false;
+            }
+        }
     }
 
     /// Lets `d` of virtual time pass, as a pause.

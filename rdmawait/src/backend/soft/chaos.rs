@@ -179,6 +179,9 @@ impl State {
                 if self.stalled[th.node] || self.stalled[n] {
                     continue;
                 }
+                if qp.pipe.is_empty() && qp.br.is_empty() && qp.bl.is_empty() {
+                    continue;
+                }
                 self.steps.clear();
                 qp.steps(&self.locks, &mut self.steps);
                 self.actions
@@ -793,6 +796,40 @@ impl Chaos {
         }
     }
 
+    /// Under a profile: when the next step that writes memory of `node` falls due (of any
+    /// node, with `None`).
+    pub(super) fn next_write_due(&self, node: Option<NodeId>) -> Option<Duration> {
+        let mut st = self.lock();
+        let Some(node) = node else {
+            return st.next_step().map(|(_, at)| at);
+        };
+        let n = node.index();
+        st.timing.as_ref()?;
+        st.collect_actions();
+        let st = &*st;
+        let tm = st.timing.as_ref()?;
+        let mut best: Option<Duration> = None;
+        for &a in &st.actions {
+            let t = match a {
+                Action::Flush(t) | Action::Nic(t, _, _) => t,
+            };
+            let th = st.threads[t].as_ref().expect("action of a live slot");
+            let writes = match a {
+                Action::Flush(_) => {
+                    th.node == n && matches!(th.sb.front(), Some(SbItem::Store { .. }))
+                }
+                Action::Nic(_, q, Step::CommitRemote) => q == n,
+                Action::Nic(_, _, Step::CommitLocal(_)) => th.node == n,
+                Action::Nic(_, _, Step::Pipe(_)) => false,
+            };
+            if writes {
+                let at = tm.due(th, a);
+                best = Some(best.map_or(at, |b| b.min(at)));
+            }
+        }
+        best
+    }
+
     /// Applies the faults made since the last call (see `State::sync_faults`).
     pub(super) fn apply_faults(&self) {
         drop(self.lock());
@@ -972,6 +1009,7 @@ impl ThreadNic for ChaosNic {
             super::cpu_cas(fabric, node, word, expected, new)
         });
         crate::sim::sched::note_value(v);
+        crate::sim::wake_spinners();
         Ok(v)
     }
 
@@ -980,6 +1018,7 @@ impl ThreadNic for ChaosNic {
         self.chaos.fabric.check_alive(self.node)?;
         let id = self.id;
         self.chaos.call(|st, fabric| st.flush_all(fabric, id));
+        crate::sim::wake_spinners();
         Ok(())
     }
 }

@@ -393,6 +393,15 @@ impl SoftBackend {
         Ok(SoftBackend { fabric, engine })
     }
 
+    /// Under a profile: when the NIC next takes a step that writes memory of `node` (of any
+    /// node with `None`; `None`: nothing pending, or untimed).
+    pub(crate) fn next_write_due(&self, node: Option<NodeId>) -> Option<Duration> {
+        match &self.engine {
+            Engine::Chaos(c) => c.next_write_due(node),
+            _ => None,
+        }
+    }
+
     /// A `Chaos`-like cluster whose NIC steps are timed by `profile` and taken in the order they
     /// fall due ([`crate::sim::Profile`]); only for simulated runs, whose clock it reads.
     pub(crate) fn timed(
