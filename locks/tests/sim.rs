@@ -3,7 +3,9 @@
 //! mutual exclusion (a host-side occupancy count, bumped at every entry, with NIC operations
 //! inside the critical section so that other threads get scheduled there), and that a thread
 //! that waits as long as it takes always gets in, also when others give their tickets up after
-//! a short timed acquire (abandoned tickets must be passed on).
+//! a short timed acquire (abandoned tickets must be passed on). Untimed runs pick threads and
+//! NIC steps at random; timed runs (a `connectx5` profile with a wide jitter) take them in the
+//! order of their simulated clocks.
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
@@ -27,12 +29,12 @@ fn worker<R: RawLock + Send + Sync + 'static>(
     inside: Arc<AtomicUsize>,
     word: loco_rdmawait::Loc,
     scratch: loco_rdmawait::Loc,
-    impatient: bool,
+    impatient: Option<Duration>,
 ) -> impl FnOnce(&Ctx) -> Result<(), BoxError> + Send + 'static {
     move |ctx: &Ctx| {
         for _ in 0..ROUNDS {
-            let g = if impatient {
-                match lock.acquire_timeout(ctx, Duration::from_micros(30)) {
+            let g = if let Some(patience) = impatient {
+                match lock.acquire_timeout(ctx, patience) {
                     Ok(g) => g,
                     Err(Error::Timeout { .. }) => continue, // the ticket is abandoned
                     Err(e) => return Err(e.into()),
@@ -56,8 +58,13 @@ fn worker<R: RawLock + Send + Sync + 'static>(
     }
 }
 
-/// A run: `THREADS` threads on the lock `make` builds, every other one impatient if `giving_up`.
-fn run<R, M>(make: M, giving_up: bool) -> impl Fn(&Cluster) -> Result<(), BoxError> + Send + Sync
+/// A run: `THREADS` threads on the lock `make` builds, every other one impatient (giving up
+/// after `patience`) if `giving_up`.
+fn run<R, M>(
+    make: M,
+    giving_up: bool,
+    patience: Duration,
+) -> impl Fn(&Cluster) -> Result<(), BoxError> + Send + Sync
 where
     R: RawLock + Send + Sync + 'static,
     M: Fn(&Cluster) -> loco_locks::Result<Lock<R>> + Send + Sync + 'static,
@@ -70,7 +77,7 @@ where
         for t in 0..THREADS {
             let node = NodeId((t % 3) as u16);
             let scratch = cluster.alloc_word(node)?;
-            let impatient = giving_up && t % 2 == 1;
+            let impatient = (giving_up && t % 2 == 1).then_some(patience);
             hs.push(sim::spawn(
                 cluster,
                 node,
@@ -97,11 +104,29 @@ where
 {
     for giving_up in [false, true] {
         for strategy in [Strategy::Random, Strategy::Pct { depth: 3 }] {
-            let r = sim::check(config(20).strategy(strategy), run(make.clone(), giving_up))
-                .unwrap_or_else(|f| panic!("{name}, give-ups {giving_up}:\n{}", f.report()));
+            let patience = Duration::from_micros(30);
+            let r = sim::check(
+                config(20).strategy(strategy),
+                run(make.clone(), giving_up, patience),
+            )
+            .unwrap_or_else(|f| panic!("{name}, give-ups {giving_up}:\n{}", f.report()));
             eprintln!("{name} give-ups={giving_up} {strategy:?}: {r:?}");
             assert_eq!(r.runs, 20);
         }
+        // Timed by a network profile (NIC steps in time order, with a wide jitter so that
+        // seeds differ): the impatient threads give up after 6 µs, a few round trips.
+        let timed = sim::Profile {
+            jitter: 0.5,
+            ..sim::Profile::connectx5()
+        };
+        let patience = Duration::from_micros(6);
+        let r = sim::check(
+            config(20).profile(timed),
+            run(make.clone(), giving_up, patience),
+        )
+        .unwrap_or_else(|f| panic!("{name}, give-ups {giving_up}, timed:\n{}", f.report()));
+        eprintln!("{name} give-ups={giving_up} timed connectx5: {r:?}");
+        assert_eq!(r.runs, 20);
     }
 }
 

@@ -1028,11 +1028,15 @@ impl Drop for ChaosNic {
         let mut st = self.chaos.lock();
         // The NIC goes on while the thread does whatever comes after its last call.
         st.churn(&self.chaos.fabric);
+        let timed = st.timing.is_some();
         let Some(th) = st.threads.get_mut(self.id).and_then(Option::as_mut) else {
             return;
         };
         th.alive = false;
         th.qps.iter_mut().for_each(Qp::drop_notices);
+        if timed {
+            th.times.reconcile(&th.sb, &th.qps);
+        }
         if th.settled() {
             st.threads[self.id] = None;
         }
