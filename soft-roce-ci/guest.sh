@@ -14,7 +14,10 @@ ctl=/run/loco-ctl
 
 finish() { echo "$1" >"$ctl/status"; exit 0; }
 
-if ! rxe_add rxe0 rxenet0 192.0.2.1/24; then
+# On a cluster.sh segment: rxe0 on the virtio NIC, with the VM's own address; alone: on a dummy.
+netdev=rxenet0 cidr=192.0.2.1/24
+[ -f "$ctl/net" ] && read -r netdev cidr <"$ctl/net"
+if ! rxe_add rxe0 "$netdev" "$cidr"; then
     log "rxe setup failed; kernel log:"
     dmesg | tail -n 20 >&2
     finish 125

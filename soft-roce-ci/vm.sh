@@ -9,6 +9,11 @@
 #   -e NAME[=VAL]   pass one more variable into the guest (repeatable)
 #   --verbose       show the kernel log and the init steps on the console
 #   --prepare       only download/build the cached kernel and initramfs, do not boot
+#   --hub DIR --index I --addr CIDR
+#                   also give the VM a virtio NIC on the Ethernet segment of soft-roce-ci/hub.py
+#                   in DIR (as VM I: it sends to DIR/hub-I.sock, receives on DIR/vm-I.sock),
+#                   with address CIDR, and put rxe0 on that NIC instead of a dummy netdev
+#                   (what cluster.sh does)
 #   -h, --help      this text
 #
 # The command's stdout and stderr both arrive on vm.sh's stdout (the VM's serial console);
@@ -33,14 +38,15 @@ usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit "${1:
 # Kernel modules for the initramfs, in load order (dependencies are added by modprobe).
 # crc32_generic/crc32_pclmul must be loaded before rdma_rxe, which otherwise fails with
 # "failed to init crc32 algorithm err:-2" and `rdma link add` reports ENOENT.
-MODULES=(crc32_generic crc32_pclmul virtio_pci 9pnet_virtio 9p overlay dummy
-    ib_core ib_uverbs rdma_rxe rdma_ucm ib_umad)
+MODULES=(crc32_generic crc32_pclmul virtio_pci 9pnet_virtio 9p overlay dummy virtio_net
+    sch_netem ib_core ib_uverbs rdma_rxe rdma_ucm ib_umad)
 
 workdir=$PWD
 timeout_s=${LOCO_VM_TIMEOUT:-1200}
 verbose=0
 prepare_only=0
 extra_env=()
+hub= index= addr=
 while [ $# -gt 0 ]; do
     case $1 in
         --workdir) [ $# -ge 2 ] || usage 2 >&2; workdir=$2; shift ;;
@@ -50,6 +56,9 @@ while [ $# -gt 0 ]; do
         -e) [ $# -ge 2 ] || usage 2 >&2; extra_env+=("$2"); shift ;;
         --verbose) verbose=1 ;;
         --prepare) prepare_only=1 ;;
+        --hub) [ $# -ge 2 ] || usage 2 >&2; hub=$2; shift ;;
+        --index) [ $# -ge 2 ] || usage 2 >&2; index=$2; shift ;;
+        --addr) [ $# -ge 2 ] || usage 2 >&2; addr=$2; shift ;;
         -h | --help) usage 0 ;;
         --) shift; break ;;
         -*) log "unknown option: $1"; usage 2 >&2 ;;
@@ -62,6 +71,11 @@ if [ "$prepare_only" -eq 0 ] && [ $# -eq 0 ]; then
     usage 2 >&2
 fi
 case $timeout_s in '' | *[!0-9]*) die "--timeout wants whole seconds, got '$timeout_s'" ;; esac
+if [ -n "$hub" ]; then
+    [ -d "$hub" ] || die "--hub $hub: no such directory"
+    case $index in '' | *[!0-9]*) die "--hub needs --index I (a whole number)" ;; esac
+    [ -n "$addr" ] || die "--hub needs --addr CIDR"
+fi
 workdir=$(cd "$workdir" 2>/dev/null && pwd -P) || die "work dir does not exist: $workdir"
 [ "$workdir" != / ] || die "the work dir cannot be / (it is shared read-write)"
 
@@ -174,6 +188,7 @@ prepare_kernel() {
             printf '%s %s\n' "$name" "$args" >>"$dir/modules/load.list"
         done <"$tmp/deps"
     done
+    printf '%s\n' "${MODULES[*]}" >"$dir/modules.want"
     printf '%s\n' "$kver" >"$dir/kver"
     rm -rf "$CACHE_DIR/kernel/$kver"
     mv "$dir" "$CACHE_DIR/kernel/$kver"
@@ -202,7 +217,9 @@ else
             die "apt knows no linux-image-amd64 and nothing is cached;" \
                 "run install-deps.sh (apt-get update) or set LOCO_VM_KERNEL_DEB"
         fi
-    elif [ ! -f "$CACHE_DIR/kernel/$kver/kver" ]; then
+    elif [ ! -f "$CACHE_DIR/kernel/$kver/kver" ] \
+        || [ "$(cat "$CACHE_DIR/kernel/$kver/modules.want" 2>/dev/null)" != "${MODULES[*]}" ]; then
+        # Not cached, or cached with another module list.
         kver=$(prepare_kernel "$pkg")
     fi
 fi
@@ -305,6 +322,7 @@ ctl=$(mktemp -d "${TMPDIR:-/tmp}/loco-vm.XXXXXX")
 trap 'rm -rf "$ctl"' EXIT
 printf '%s\n' "$workdir" >"$ctl/workdir"
 printf '%s\n' "$SRC_DIR/guest.sh" >"$ctl/guest"
+[ -z "$hub" ] || printf 'eth0 %s\n' "$addr" >"$ctl/net"
 {
     for name in $(compgen -e); do
         case $name in
@@ -380,6 +398,11 @@ qemu=(qemu-system-x86_64 -M pc "${accel_args[@]}" -m "${LOCO_VM_MEM:-2048}" -smp
     -virtfs "local,path=/,mount_tag=hostroot,readonly=on,$virtfs"
     -virtfs "local,path=$workdir,mount_tag=work,$virtfs"
     -virtfs "local,path=$ctl,mount_tag=ctl,$virtfs")
+if [ -n "$hub" ]; then
+    rm -f "$hub/vm-$index.sock"
+    qemu+=(-netdev "dgram,id=seg,local.type=unix,local.path=$hub/vm-$index.sock,remote.type=unix,remote.path=$hub/hub-$index.sock"
+        -device "virtio-net-pci,netdev=seg,mac=52:54:00:4c:00:$(printf %02x $((index + 1)))")
+fi
 [ "$verbose" -eq 0 ] || log "${qemu[*]}"
 
 # qemu runs under `timeout`, which puts it in a process group of its own, so a Ctrl-C or a
