@@ -7,6 +7,8 @@
 # On a fresh Debian/Ubuntu machine it installs what it needs first: a Rust toolchain (rustup)
 # if cargo is missing, and the Debian packages of soft-roce-ci/install-deps.sh for the verbs part
 # (cmake, libclang, qemu, a Debian kernel for rxe, perftest). Needs root or sudo for apt.
+# The verbs part ends with soft-roce-ci/cluster-suite.sh: the cases that need separate hosts,
+# on three VMs.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
@@ -51,5 +53,9 @@ if [ "$soft_only" = 0 ]; then
     RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --features loco/verbs,loco-litmus/verbs --quiet
     step "verbs test suite on Soft-RoCE (rdma_rxe)"
     soft-roce-ci/run.sh
+    # About 1.5 min: four runs of 3 VMs joined by an in-host Ethernet segment (cluster.sh),
+    # with the examples run.sh built.
+    step "multi-host cases on a 3-VM Soft-RoCE cluster (packets between kernels, killed host, partition, netem)"
+    soft-roce-ci/cluster-suite.sh
 fi
 step "all tests passed"

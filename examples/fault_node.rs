@@ -91,6 +91,11 @@ mod verbs_main {
         /// victim's counter word here does not change (a stopped victim resumes meanwhile).
         #[arg(long, default_value_t = 0)]
         linger_ms: u64,
+        /// Victim at `faa-wait`: after this many milliseconds there (0: never), try one FAA
+        /// towards every other node, as after a stop (`resumed after a stop: ...`): what a host
+        /// cut off by a partition does once the partition heals. Exit 0 iff none landed.
+        #[arg(long, default_value_t = 0)]
+        probe_after_ms: u64,
         /// This process is the victim, started again after it was killed (`--at rejoin`).
         #[arg(long)]
         restarted: bool,
@@ -234,10 +239,13 @@ mod verbs_main {
                     // stopped (SIGSTOP) and resumed: then it tries to write into the others'
                     // memory, which must fail (they declared it dead and fenced it out).
                     let start = Instant::now();
+                    let probe = Duration::from_millis(args.probe_after_ms);
                     while start.elapsed() < timeout * 3 {
                         let t = Instant::now();
                         std::thread::sleep(Duration::from_millis(100));
-                        if t.elapsed() > Duration::from_secs(1) {
+                        if t.elapsed() > Duration::from_secs(1)
+                            || (args.probe_after_ms > 0 && start.elapsed() >= probe)
+                        {
                             return resumed(&ctx, me, &others, &counters, &scratch);
                         }
                     }

@@ -40,7 +40,8 @@ host_pkgs=(libibverbs1 ibverbs-providers ibverbs-utils librdmacm1 rdmacm-utils p
 # VM path. qemu-system-x86 depends on qemu-system-data (qboot.rom, used for the fast PVH boot)
 # and seabios (the fallback firmware); listed explicitly so a minimal install cannot miss them.
 # The guest runs the host's binaries (virtfs + chroot), so it needs the host packages too.
-vm_pkgs=(qemu-system-x86 qemu-system-data seabios xz-utils kmod busybox-static "${host_pkgs[@]}")
+# python3 runs the Ethernet hub of the multi-VM cluster (cluster.sh, hub.py).
+vm_pkgs=(qemu-system-x86 qemu-system-data seabios xz-utils kmod busybox-static python3 "${host_pkgs[@]}")
 
 is_installed() {
     [ "$(dpkg-query -W -f='${db:Status-Abbrev}' "$1" 2>/dev/null)" = "ii " ]
