@@ -5,6 +5,9 @@
 # Usage: soft-roce-ci/cluster-suite.sh [SCENARIO...]   (default: all, in this order)
 #   counter    examples/distributed_counter, one process per VM: exact totals; every VM's rxe
 #              packet counters are printed (the packets crossed between VMs)
+#   checks     examples/cluster_checks: the locks (NLock, WLock + gf, SLock: exact counters,
+#              no overlapping critical sections), sv publication with bcast and gf (no stale
+#              read), SC faa_sc (every value handed out once), one process per VM
 #   killed     examples/fault_node, victim n2 at faa-wait; its whole VM is killed (qemu SIGKILL:
 #              no FIN, no RST). n0 and n1 must find n2 dead by heartbeats, finish, and lose
 #              none of their FAAs; the detection time is printed
@@ -17,7 +20,8 @@
 # Exit status: 0 if every scenario passed.
 #
 # Needs the debug builds of the examples with the verbs feature (run.sh builds them):
-#   cargo build -p loco --features verbs --example distributed_counter --example fault_node
+#   cargo build -p loco --features verbs --example distributed_counter --example fault_node \
+#       --example cluster_checks
 # Cost: each scenario boots 3 VMs (about 10-20 s on 2 cores) and runs 10-40 s.
 set -euo pipefail
 # shellcheck source=lib.sh
@@ -30,7 +34,8 @@ ROOT=$(cd "$SRC_DIR/.." && pwd)
 cd "$ROOT"
 COUNTER=target/debug/examples/distributed_counter
 FAULT=target/debug/examples/fault_node
-for b in "$COUNTER" "$FAULT"; do
+CHECKS=target/debug/examples/cluster_checks
+for b in "$COUNTER" "$FAULT" "$CHECKS"; do
     [ -x "$b" ] || die "$b missing: cargo build -p loco --features verbs --example ${b##*/}"
 done
 CLUSTER=$SRC_DIR/cluster.sh
@@ -52,6 +57,20 @@ scenario_counter() {
         # Every VM must have sent and received packets of its own: they crossed the segment.
         grep -Eq "^\[vm$i\] rxe0 packets: sent [1-9][0-9]* received [1-9]" "$out" \
             || { echo "   vm$i: no RoCE packets counted"; rc=1; }
+    done
+    return "$rc"
+}
+
+scenario_checks() {
+    local out=$1 rc=0 i
+    "$CLUSTER" --vms 3 -- "$CHECKS" --rounds 20 >"$out" 2>&1 || true
+    for i in 0 1 2; do
+        grep -q "^\[vm$i\] n$i: checks OK" "$out" || { echo "   n$i: no 'checks OK'"; rc=1; }
+        [ "$(vm_exit "$out" "$i")" = 0 ] || { echo "   vm$i: exit $(vm_exit "$out" "$i")"; rc=1; }
+    done
+    for what in 'nlock counter 60 (expected 60) OK' 'wlock counter 60 (expected 60) OK' \
+        'slock counter 60 (expected 60) OK' 'each of 0..60 once: OK'; do
+        grep -qF "$what" "$out" || { echo "   missing: $what"; rc=1; }
     done
     return "$rc"
 }
@@ -125,10 +144,10 @@ scenario_netem() {
 }
 
 scenarios=("$@")
-[ "${#scenarios[@]}" -gt 0 ] || scenarios=(counter killed partition netem)
+[ "${#scenarios[@]}" -gt 0 ] || scenarios=(counter checks killed partition netem)
 passed=0 failed=0 bad=() t0=$(now)
 for s in "${scenarios[@]}"; do
-    declare -F "scenario_$s" >/dev/null || die "no scenario '$s' (counter killed partition netem)"
+    declare -F "scenario_$s" >/dev/null || die "no scenario '$s' (counter checks killed partition netem)"
     echo "-- cluster of 3 VMs: $s"
     out=$(mktemp)
     t1=$(now)
@@ -140,7 +159,7 @@ for s in "${scenarios[@]}"; do
         bad+=("$s")
         verdict=FAILED
     fi
-    grep -E '^\[vm[0-9]\] (n[0-9]: (counter|survivor|peer|resumed|joined|error)|rxe0 packets|qdisc)|^cluster.sh: (hub|killing|cut|vm)' "$out" \
+    grep -E '^\[vm[0-9]\] (n[0-9]: (counter|survivor|peer|resumed|joined|error|locks|sv|sc|checks)|rxe0 packets|qdisc)|^cluster.sh: (hub|killing|cut|vm)' "$out" \
         | sed 's/^/   | /' || true
     [ "$verdict" = ok ] && [ -z "${LOCO_CLUSTER_VERBOSE:-}" ] || sed "s/^/   ! /" "$out"
     echo "   $s: $verdict ($(elapsed "$t1") s)"
