@@ -8,6 +8,11 @@
 //! cargo run --release --features verbs --example verbs_latency -- --iters 1000
 //! ```
 //!
+//! Across hosts: with `LOCO_NODE_ID` and `LOCO_PEERS` set (two entries), each of two processes
+//! is one node and n0's process measures towards n1's, over the network (what
+//! `soft-roce-ci/bench.sh --hosts 2` runs on two VMs of `soft-roce-ci/cluster.sh`); n1's
+//! process only serves and waits at the closing barrier.
+//!
 //! Each operation is a full round trip: the wait returns once the completion is polled. Output:
 //! a table, then one `RESULT <op> <iters> <avg µs> <median µs> <min µs> <p99 µs>` line per
 //! operation for scripts.
@@ -43,10 +48,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .memory_per_node(4096)
         .verbs(VerbsConfig::from_env()?)
         .build()?;
-    let device = Process::of(&cluster)?.device().to_string();
+    let process = Process::of(&cluster)?;
+    let device = process.device().to_string();
     let (n0, n1) = (NodeId(0), NodeId(1));
     let remote = cluster.alloc_word(n1)?;
     let local = cluster.alloc_word(n0)?;
+    // Two processes: n1's serves (its memory is the target) until n0's is done.
+    if process.node() == Some(n1) {
+        process.barrier()?;
+        process.barrier()?;
+        println!("loco verbs latency: n1 served n0's operations on {device}");
+        return Ok(());
+    }
+    let distributed = process.node().is_some();
+    if distributed {
+        process.barrier()?;
+    }
     let ctx = cluster.context(n0)?;
     let d = WorkId::new(1);
     type Op<'a> = Box<dyn Fn() -> Result<(), loco::rdmawait::Error> + 'a>;
@@ -97,6 +114,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     for r in results {
         println!("{r}");
+    }
+    if distributed {
+        process.barrier()?;
     }
     Ok(())
 }

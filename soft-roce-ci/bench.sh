@@ -5,7 +5,12 @@
 # loco's put+wait, get+wait, rfaa+wait (examples/verbs_latency.rs, release build). Prints a
 # table of both and their ratio.
 #
-# Usage: soft-roce-ci/bench.sh [--native | --vm] [--iters N]   (default N = 2000)
+# Usage: soft-roce-ci/bench.sh [--native | --vm | --hosts 2] [--iters N]   (default N = 2000)
+#
+# --hosts 2: across two hosts, on two VMs of soft-roce-ci/cluster.sh (each with its own rxe
+# device, packets crossing the in-host Ethernet segment): perftest's server on VM 0 and client
+# on VM 1 (10.77.0.1), and loco's verbs_latency as two processes, n0 on VM 0 measuring towards
+# n1 on VM 1. Same table.
 #
 # Reading the table: every row compares full round trips. ib_write_lat is a ping-pong and
 # reports half a round trip, so its figure is doubled; ib_read_lat and ib_atomic_lat report the
@@ -21,15 +26,9 @@ usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit "${1:
 
 ROOT=$(cd "$SRC_DIR/.." && pwd)
 
-inside() {
-    local example=$1 iters=$2 pt loco
-    log "perftest on ${LOCO_RDMA_DEVICE:-rxe0} (soft-roce-ci/bench-perftest.sh), $iters iterations each"
-    pt=$("$SRC_DIR/bench-perftest.sh" -n "$iters") || log "perftest did not give every number"
-    echo "$pt" | grep -v '^perftest' >&2
-    log "loco ($example)"
-    loco=$("$example" --iters "$iters" --warmup 200)
-    echo "$loco" | grep -v '^RESULT' >&2
-    printf '%s\n%s\n' "$pt" "$loco" | awk -v dev="${LOCO_RDMA_DEVICE:-default}" -v kern="$(uname -r)" '
+# table: the ratio table from perftest's and loco's machine-readable lines on stdin.
+table() {
+    awk -v dev="${LOCO_RDMA_DEVICE:-default}" -v kern="$(uname -r)" '
         BEGIN {
             tool["put+wait"] = "ib_write_lat"; tool["get+wait"] = "ib_read_lat"; tool["rfaa+wait"] = "ib_atomic_lat"
         }
@@ -51,9 +50,58 @@ inside() {
         }'
 }
 
+inside() {
+    local example=$1 iters=$2 pt loco
+    log "perftest on ${LOCO_RDMA_DEVICE:-rxe0} (soft-roce-ci/bench-perftest.sh), $iters iterations each"
+    pt=$("$SRC_DIR/bench-perftest.sh" -n "$iters") || log "perftest did not give every number"
+    echo "$pt" | grep -v '^perftest' >&2
+    log "loco ($example)"
+    loco=$("$example" --iters "$iters" --warmup 200)
+    echo "$loco" | grep -v '^RESULT' >&2
+    printf '%s\n%s\n' "$pt" "$loco" | table
+}
+
+# cross_inside EXAMPLE ITERS: one VM of the two-host run (role from LOCO_NODE_ID): perftest's
+# server (VM 0) or client (VM 1, printing the machine-readable lines), then verbs_latency as
+# one of two processes.
+cross_inside() {
+    local example=$1 iters=$2 port=18600 t opts out try v
+    for t in ib_write_lat ib_read_lat ib_atomic_lat; do
+        port=$((port + 1))
+        opts=(-d "${LOCO_RDMA_DEVICE:-rxe0}" -x "${LOCO_GID_INDEX:-1}" -F -n "$iters" -p "$port")
+        [ "$t" != ib_atomic_lat ] || opts+=(-A FETCH_AND_ADD)
+        if [ "${LOCO_NODE_ID:?}" = 0 ]; then
+            timeout 300 "$t" "${opts[@]}" >/dev/null 2>&1 || log "perftest server $t failed"
+            continue
+        fi
+        # The server may not listen yet: retry the client until it connects.
+        for try in $(seq 200); do
+            if out=$(timeout 300 "$t" "${opts[@]}" 10.77.0.1 2>&1); then
+                break
+            fi
+            out=
+            sleep 0.25
+        done
+        v=$(awk '/t_avg/ { for (i = 1; i <= NF; i++) { if ($i ~ /^t_avg/) a = i; if ($i ~ /^t_typical/) b = i }; next }
+            a && b && $1 ~ /^[0-9]+$/ && NF >= a && NF >= b { print $a, $b; exit }' <<<"$out")
+        if [ -n "$v" ]; then
+            echo "perftest $t ${v% *}"
+            echo "perftest-typical $t ${v#* }"
+        else
+            log "perftest client $t gave no numbers after $try tries: $(tail -n 2 <<<"$out")"
+        fi
+    done
+    "$example" --iters "$iters" --warmup 200
+}
+
 if [ "${1:-}" = --inside ]; then
     shift
     inside "$@"
+    exit $?
+fi
+if [ "${1:-}" = --cross-inside ]; then
+    shift
+    cross_inside "$@"
     exit $?
 fi
 
@@ -63,6 +111,7 @@ while [ $# -gt 0 ]; do
     case $1 in
         --native) mode=native ;;
         --vm) mode=vm ;;
+        --hosts) [ $# -ge 2 ] || usage 2 >&2; [ "$2" = 2 ] || die "--hosts: only 2 is supported"; mode=hosts; shift ;;
         --iters) [ $# -ge 2 ] || usage 2 >&2; iters=$2; shift ;;
         --iters=*) iters=${1#*=} ;;
         -h | --help) usage 0 ;;
@@ -88,6 +137,19 @@ has_device() {
     done
     return 1
 }
+if [ "$mode" = hosts ]; then
+    out=$(mktemp)
+    trap 'rm -f "$out"' EXIT
+    "$SRC_DIR/cluster.sh" --vms 2 --timeout "${LOCO_VM_TIMEOUT:-900}" -- \
+        "$SRC_DIR/bench.sh" --cross-inside "$example" "$iters" >"$out" 2>&1 || {
+        cat "$out" >&2
+        die "the two-host run failed"
+    }
+    grep -v '^\[vm[01]\] \(perftest\|RESULT\)' "$out" >&2 || true
+    echo "(across two VMs: perftest server on VM 0, client on VM 1; loco n0 on VM 0 -> n1 on VM 1)"
+    sed -n 's/^\[vm1\] \(perftest.*\)$/\1/p; s/^\[vm0\] \(RESULT .*\)$/\1/p' "$out" | table
+    exit 0
+fi
 if [ "$mode" = native ] || { [ "$mode" = auto ] && has_device; }; then
     has_device || die "no active RDMA device on this host; use --vm"
     exec "$0" --inside "$example" "$iters"

@@ -126,6 +126,13 @@ pub struct LocksArgs {
     /// One JSON object per line and configuration instead of the table.
     #[arg(long)]
     json: bool,
+    /// Where to write the plot (SVG: throughput against threads, one line per lock and node
+    /// count).
+    #[arg(long, default_value = "loco-bench-locks.svg")]
+    plot: std::path::PathBuf,
+    /// Write no plot.
+    #[arg(long)]
+    no_plot: bool,
 }
 
 /// A count in `1..=MAX` (command-line parser).
@@ -214,6 +221,38 @@ pub fn locks(args: &LocksArgs) -> Result<(), String> {
     if !args.json {
         print!("{}", table(&rows, args));
     }
+    if !args.no_plot {
+        write_plot(&rows, args)?;
+    }
+    Ok(())
+}
+
+/// Throughput against threads, one line per lock and node count, as SVG at `args.plot`.
+fn write_plot(rows: &[Row], args: &LocksArgs) -> Result<(), String> {
+    let mut series: Vec<crate::plot::Series> = Vec::new();
+    for r in rows {
+        let name = format!("{} ({} nodes)", r.lock, r.nodes);
+        match series.iter_mut().find(|s| s.name == name) {
+            Some(s) => s.points.push((r.threads as f64, r.ops_per_sec)),
+            None => series.push(crate::plot::Series {
+                name,
+                points: vec![(r.threads as f64, r.ops_per_sec)],
+            }),
+        }
+    }
+    let backend = match profile_name(args) {
+        Some(p) => format!("sim, profile {p}, simulated time"),
+        None => "soft NIC (Threaded), real time".into(),
+    };
+    let svg = crate::plot::svg(
+        &format!("loco bench locks: {backend}"),
+        "threads",
+        "critical sections per second",
+        &series,
+    );
+    std::fs::write(&args.plot, svg)
+        .map_err(|e| format!("cannot write the plot to {}: {e}", args.plot.display()))?;
+    eprintln!("plot written to {}", args.plot.display());
     Ok(())
 }
 

@@ -25,6 +25,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 mod bench;
 mod keygen;
+mod plot;
 use indicatif::{ProgressBar, ProgressStyle};
 use loco_litmus::explore::satisfies;
 use loco_litmus::{Exploration, RunBackend, RunConfig, RunError, Test};

@@ -11,6 +11,9 @@ fn loco(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn bench_locks_prints_one_json_object_per_configuration() {
+    let dir = std::env::temp_dir().join(format!("loco-bench-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plot = dir.join("locks.svg");
     let out = loco(&[
         "bench",
         "locks",
@@ -21,6 +24,8 @@ fn bench_locks_prints_one_json_object_per_configuration() {
         "--nodes",
         "2",
         "--json",
+        "--plot",
+        plot.to_str().unwrap(),
     ]);
     assert!(
         out.status.success(),
@@ -56,6 +61,10 @@ fn bench_locks_prints_one_json_object_per_configuration() {
     for l in ["nlock", "wlock", "slock", "rcas-spinlock"] {
         assert!(locks.contains(&l), "{l} missing");
     }
+    // The plot: one line per lock (one node count here).
+    let svg = std::fs::read_to_string(&plot).expect("the plot was written");
+    assert_eq!(svg.matches("<polyline").count(), 4, "{svg}");
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -67,6 +76,15 @@ fn bench_locks_refuses_bad_options() {
         &["bench", "locks", "--secs", "NaN"],
         &["bench", "locks", "--threads", "257"],
         &["bench", "locks", "--lock", "mutex"],
+        &[
+            "bench",
+            "locks",
+            "--backend",
+            "sim",
+            "--profile",
+            "infiniband9000",
+        ],
+        &["bench", "locks", "--backend", "sim", "--sim-us", "0"],
     ] {
         let out = loco(args);
         assert_eq!(
@@ -98,6 +116,7 @@ fn bench_locks_under_the_simulator_is_deterministic() {
         "--lock",
         "nlock,rcas-spinlock",
         "--json",
+        "--no-plot",
     ];
     let a = loco(&args);
     assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
