@@ -17,7 +17,14 @@
 //!   `rxe`, see `loco_rdmawait::sim::Profile`): every figure is in simulated time, for
 //!   `--sim-us` microseconds of it, and the same options give the same figures on any host.
 //!
-//! The verbs backend (one process per node on rxe) comes with its issue.
+//! - `verbs`: real RDMA. Without `LOCO_NODE_ID`, every node in this process over one device
+//!   (as on `soft`). With `LOCO_NODE_ID`
+//!   and `LOCO_PEERS`, one process per node: every process runs the same command, creates the
+//!   same objects in the same order, runs the threads of its own node (thread i on node i mod
+//!   N) from a common barrier, and puts its counts and a latency histogram (256 log buckets,
+//!   about 9% wide) into a table on n0; n0's process prints the figures, the others print
+//!   nothing. `soft-roce-ci/cluster.sh -- loco bench locks --backend verbs ...` runs it with
+//!   one process per VM.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -54,6 +61,7 @@ impl BenchBackend {
         match self {
             BenchBackend::Soft => "soft",
             BenchBackend::Sim => "sim",
+            BenchBackend::Verbs => "verbs",
         }
     }
 }
@@ -76,6 +84,11 @@ pub enum BenchBackend {
     Soft,
     /// The deterministic simulator with a network profile (simulated time).
     Sim,
+    /// Real RDMA (build with the `verbs` feature): in one process over one device, or, with
+    /// `LOCO_NODE_ID` and `LOCO_PEERS` set, as one process per node (run the same command in
+    /// every process, e.g. `soft-roce-ci/cluster.sh -- loco bench locks --backend verbs`; node
+    /// 0's process prints the figures).
+    Verbs,
 }
 
 /// Network profiles for `--backend sim`.
@@ -196,12 +209,38 @@ pub fn locks(args: &LocksArgs) -> Result<(), String> {
         ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
+    // A multi-process verbs cluster: one for every configuration, its node count fixed by the
+    // peer list.
+    let spanning = match args.backend {
+        BenchBackend::Verbs => verbs_cluster(args)?,
+        _ => None,
+    };
+    let quiet = spanning.as_ref().is_some_and(|s| s.me != NodeId(0));
+    if quiet {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
     let mut rows = Vec::new();
     for (lock, nodes, threads) in configs {
         bar.set_message(format!("{} n={nodes} t={threads}", lock.name()));
-        let row = match args.backend {
-            BenchBackend::Soft => measure(lock, nodes, threads, secs),
-            BenchBackend::Sim => measure_sim(
+        let row = match (args.backend, &spanning) {
+            (BenchBackend::Verbs, Some(sp)) => {
+                let r = measure_spanning(sp, lock, threads, secs).map_err(|e| {
+                    format!("{} on {nodes} nodes, {threads} threads: {e}", lock.name())
+                })?;
+                bar.inc(1);
+                if let Some(row) = r {
+                    if args.json {
+                        bar.suspend(|| println!("{}", json_row(&row, args)));
+                    }
+                    rows.push(row);
+                }
+                continue;
+            }
+            (BenchBackend::Verbs, None) => {
+                measure_with(verbs_single(nodes)?, lock, nodes, threads, secs)
+            }
+            (BenchBackend::Soft, _) => measure(lock, nodes, threads, secs),
+            (BenchBackend::Sim, _) => measure_sim(
                 lock,
                 nodes,
                 threads,
@@ -218,6 +257,9 @@ pub fn locks(args: &LocksArgs) -> Result<(), String> {
         rows.push(row);
     }
     bar.finish_and_clear();
+    if quiet {
+        return Ok(());
+    }
     if !args.json {
         print!("{}", table(&rows, args));
     }
@@ -240,9 +282,10 @@ fn write_plot(rows: &[Row], args: &LocksArgs) -> Result<(), String> {
             }),
         }
     }
-    let backend = match profile_name(args) {
-        Some(p) => format!("sim, profile {p}, simulated time"),
-        None => "soft NIC (Threaded), real time".into(),
+    let backend = match (args.backend, profile_name(args)) {
+        (_, Some(p)) => format!("sim, profile {p}, simulated time"),
+        (BenchBackend::Verbs, _) => "verbs, real time".into(),
+        _ => "soft NIC (Threaded), real time".into(),
     };
     let svg = crate::plot::svg(
         &format!("loco bench locks: {backend}"),
@@ -297,12 +340,13 @@ fn table(rows: &[Row], args: &LocksArgs) -> String {
             r.net_ops_per_acquire
         );
     }
-    let backend = match profile_name(args) {
-        Some(p) => format!(
+    let backend = match (args.backend, profile_name(args)) {
+        (_, Some(p)) => format!(
             "backend sim, profile {p}: simulated time ({} µs per configuration, seed {})",
             args.sim_us, args.seed
         ),
-        None => "backend soft (Threaded): work done per protocol, not network timing".into(),
+        (BenchBackend::Verbs, _) => "backend verbs: real RDMA, real time".into(),
+        _ => "backend soft (Threaded): work done per protocol, not network timing".into(),
     };
     let _ = writeln!(
         s,
@@ -319,6 +363,17 @@ fn measure(lock: LockArg, nodes: usize, threads: usize, secs: Duration) -> Resul
         .soft(Schedule::Threaded)
         .build()
         .map_err(|e| e.to_string())?;
+    measure_with(cluster, lock, nodes, threads, secs)
+}
+
+/// One configuration on `cluster` (all its nodes in this process).
+fn measure_with(
+    cluster: Cluster,
+    lock: LockArg,
+    nodes: usize,
+    threads: usize,
+    secs: Duration,
+) -> Result<Row, String> {
     let data_node = NodeId(if nodes > 1 { 1 } else { 0 });
     let data = cluster.alloc_word(data_node).map_err(|e| e.to_string())?;
     let l = new_lock(lock, &cluster, data_node, threads)?;
@@ -557,4 +612,256 @@ fn locked<R: RawLock + 'static>(
     acquired();
     section()?;
     Ok(LockGuard::release(g)?)
+}
+
+/// A verbs cluster in this process over one device (`--backend verbs` without `LOCO_NODE_ID`).
+fn verbs_single(nodes: usize) -> Result<Cluster, String> {
+    #[cfg(feature = "verbs")]
+    {
+        use loco_rdmawait::backend::verbs::VerbsConfig;
+        Cluster::builder()
+            .nodes(nodes)
+            .memory_per_node(1 << 20)
+            .verbs(VerbsConfig::from_env().map_err(|e| e.to_string())?)
+            .build()
+            .map_err(|e| e.to_string())
+    }
+    #[cfg(not(feature = "verbs"))]
+    {
+        let _ = nodes;
+        Err(NO_VERBS.into())
+    }
+}
+
+#[cfg(not(feature = "verbs"))]
+const NO_VERBS: &str =
+    "this loco was built without the verbs backend: cargo build -p loco-cli --features verbs";
+
+/// A cluster spanning processes, one node each (`--backend verbs` with `LOCO_NODE_ID`).
+struct Spanning {
+    cluster: Cluster,
+    me: NodeId,
+    nodes: usize,
+    #[cfg(feature = "verbs")]
+    process: Arc<loco_rdmawait::backend::verbs::Process>,
+}
+
+impl Spanning {
+    fn barrier(&self) -> Result<(), String> {
+        #[cfg(feature = "verbs")]
+        {
+            self.process.barrier().map_err(|e| e.to_string())
+        }
+        #[cfg(not(feature = "verbs"))]
+        {
+            Ok(())
+        }
+    }
+}
+
+/// The spanning cluster when `LOCO_NODE_ID` is set; `None` for a single process.
+fn verbs_cluster(args: &LocksArgs) -> Result<Option<Spanning>, String> {
+    if std::env::var_os("LOCO_NODE_ID").is_none() {
+        return Ok(None);
+    }
+    #[cfg(feature = "verbs")]
+    {
+        use loco_rdmawait::backend::verbs::{Process, VerbsConfig};
+        let config = VerbsConfig::from_env().map_err(|e| e.to_string())?;
+        let peers = std::env::var("LOCO_PEERS").unwrap_or_default();
+        let nodes = peers.split(',').filter(|p| !p.trim().is_empty()).count();
+        if args.nodes.iter().any(|&n| n != nodes) {
+            return Err(format!(
+                "--nodes {:?}: a cluster of processes has as many nodes as LOCO_PEERS names ({nodes})",
+                args.nodes
+            ));
+        }
+        // Every configuration allocates afresh: room for the largest run of them.
+        let configs = (args.lock.len() * args.threads.len()) as u64;
+        let max_threads = args.threads.iter().copied().max().unwrap_or(1) as u64;
+        let memory = (configs
+            * (64 * 1024 + max_threads * 64 + nodes as u64 * 8 * (STATS as u64 + 8)))
+            .max(1 << 20);
+        let cluster = Cluster::builder()
+            .nodes(nodes)
+            .memory_per_node(memory)
+            .timeout(Duration::from_secs(120))
+            .verbs(config)
+            .build()
+            .map_err(|e| e.to_string())?;
+        let process = Process::of(&cluster).map_err(|e| e.to_string())?;
+        let me = process
+            .node()
+            .ok_or_else(|| "LOCO_NODE_ID is set but the cluster is not distributed".to_string())?;
+        process.barrier().map_err(|e| e.to_string())?;
+        Ok(Some(Spanning {
+            cluster,
+            me,
+            nodes,
+            process,
+        }))
+    }
+    #[cfg(not(feature = "verbs"))]
+    {
+        let _ = args;
+        Err(NO_VERBS.into())
+    }
+}
+
+/// Latency histogram buckets: bucket b holds latencies around 2^(b / 8) ns.
+const BUCKETS: usize = 256;
+/// Words of one process's statistics: count, network operations, fewest and most critical
+/// sections of one of its threads, then the histogram.
+const STATS: usize = 4 + BUCKETS;
+
+fn bucket(ns: u32) -> usize {
+    ((f64::from(ns.max(1))).log2() * 8.0).min((BUCKETS - 1) as f64) as usize
+}
+
+fn bucket_ns(b: usize) -> f64 {
+    2f64.powf((b as f64 + 0.5) / 8.0)
+}
+
+/// One configuration on a cluster of processes: this process runs the threads of its node
+/// (thread i is on node i mod N), for `secs` from a common barrier; every process puts its
+/// statistics into a table on n0, whose process returns the row.
+fn measure_spanning(
+    sp: &Spanning,
+    lock: LockArg,
+    threads: usize,
+    secs: Duration,
+) -> Result<Option<Row>, String> {
+    let s = |e: loco_rdmawait::Error| e.to_string();
+    let (cluster, me, nodes) = (&sp.cluster, sp.me, sp.nodes);
+    // The same allocations, in the same order, in every process.
+    let data_node = NodeId(if nodes > 1 { 1 } else { 0 });
+    let data = cluster.alloc_word(data_node).map_err(s)?;
+    let l = new_lock(lock, cluster, data_node, threads)?;
+    let thread_words: Vec<Words> = (0..threads)
+        .map(|i| {
+            let node = NodeId((i % nodes) as u16);
+            Ok(Words {
+                one: cluster.alloc_word(node)?,
+                zero: cluster.alloc_word(node)?,
+                ret: cluster.alloc_word(node)?,
+            })
+        })
+        .collect::<Result<_, loco_rdmawait::Error>>()
+        .map_err(s)?;
+    let table = cluster
+        .alloc_words(NodeId(0), (nodes * STATS) as u64)
+        .map_err(s)?;
+    let outbox: Vec<Loc> = (0..nodes)
+        .map(|i| cluster.alloc_words(NodeId(i as u16), STATS as u64))
+        .collect::<Result<_, _>>()
+        .map_err(s)?;
+    sp.barrier()?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let mine: Vec<usize> = (0..threads).filter(|i| i % nodes == me.index()).collect();
+    let handles: Vec<_> = mine
+        .iter()
+        .map(|&i| {
+            let (c, l, stop) = (cluster.clone(), l.clone(), stop.clone());
+            let w = Words {
+                one: thread_words[i].one,
+                zero: thread_words[i].zero,
+                ret: thread_words[i].ret,
+            };
+            thread::spawn(move || -> Result<(Vec<u32>, u64), String> {
+                let ctx = c.context(me).map_err(|e| e.to_string())?;
+                ctx.store(&w.one, 1).map_err(|e| e.to_string())?;
+                let mut lat = Vec::new();
+                let before = ctx.posted();
+                while !stop.load(Ordering::Relaxed) {
+                    let t0 = Instant::now();
+                    cycle(&l, &ctx, &w, &data, data_node, || {
+                        lat.push(t0.elapsed().as_nanos().min(u32::MAX as u128) as u32)
+                    })
+                    .map_err(|e| e.to_string())?;
+                }
+                Ok((lat, ctx.posted() - before))
+            })
+        })
+        .collect();
+    let began = Instant::now();
+    thread::sleep(secs);
+    stop.store(true, Ordering::Relaxed);
+    let mut hist = vec![0u64; BUCKETS];
+    let (mut count, mut net, mut least, mut most) = (0u64, 0u64, u64::MAX, 0u64);
+    for h in handles {
+        let (lat, n) = h
+            .join()
+            .map_err(|_| "a benchmark thread panicked".to_string())??;
+        count += lat.len() as u64;
+        net += n;
+        least = least.min(lat.len() as u64);
+        most = most.max(lat.len() as u64);
+        for ns in lat {
+            hist[bucket(ns)] += 1;
+        }
+    }
+    let elapsed = began.elapsed().as_secs_f64();
+    // This process's statistics, into its slot of n0's table.
+    let ctx = cluster.context(me).map_err(s)?;
+    let out = &outbox[me.index()];
+    let values = [count, net, least, most].into_iter().chain(hist);
+    for (k, v) in values.enumerate() {
+        ctx.store(&out.word(k as u64).map_err(s)?, v).map_err(s)?;
+    }
+    let bytes = STATS as u64 * loco_rdmawait::WORD;
+    let slot = table.slice(me.index() as u64 * bytes, bytes).map_err(s)?;
+    ctx.put(&slot, out, WorkId::new(1)).map_err(s)?;
+    ctx.wait(WorkId::new(1)).map_err(s)?;
+    ctx.gf([NodeId(0)]).map_err(|e| e.to_string())?;
+    drop(ctx);
+    sp.barrier()?;
+    if me != NodeId(0) {
+        sp.barrier()?;
+        return Ok(None);
+    }
+    let all = cluster.peek_words(&table).map_err(s)?;
+    sp.barrier()?;
+    let mut hist = vec![0u64; BUCKETS];
+    let (mut count, mut net, mut least, mut most) = (0u64, 0u64, u64::MAX, 0u64);
+    for p in all.chunks(STATS) {
+        count += p[0];
+        net += p[1];
+        if p[2] != u64::MAX {
+            least = least.min(p[2]);
+        }
+        most = most.max(p[3]);
+        for (b, v) in p[4..].iter().enumerate() {
+            hist[b] += v;
+        }
+    }
+    let pct = |q: f64| -> f64 {
+        let want = (count as f64 * q).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (b, &v) in hist.iter().enumerate() {
+            seen += v;
+            if seen >= want {
+                return bucket_ns(b) / 1000.0;
+            }
+        }
+        0.0
+    };
+    Ok(Some(Row {
+        lock: lock.name(),
+        nodes,
+        threads,
+        ops_per_sec: count as f64 / elapsed,
+        p50_us: pct(0.5),
+        p99_us: pct(0.99),
+        fairness: if least == 0 || least == u64::MAX {
+            f64::INFINITY
+        } else {
+            most as f64 / least as f64
+        },
+        net_ops_per_acquire: if count == 0 {
+            0.0
+        } else {
+            net as f64 / count as f64
+        },
+    }))
 }
