@@ -52,7 +52,7 @@ pub enum LockArg {
     Wlock,
     /// The strong lock (docs/model.md §5.4), ticket node 0.
     Slock,
-    /// Baseline: a remote-CAS spinlock on the data node, with backoff.
+    /// Baseline: a remote-CAS spinlock on the data node, with backoff, released by an rCAS.
     RcasSpinlock,
 }
 
@@ -409,13 +409,22 @@ fn measure_with(
     let mut lat = Vec::new();
     let mut counts = Vec::new();
     let mut net = 0;
-    for h in handles {
-        let (l, n) = h
-            .join()
-            .map_err(|_| "a benchmark thread panicked".to_string())??;
-        counts.push(l.len());
-        lat.extend(l);
-        net += n;
+    // Every thread's error, not just the first joined: the first to fail is the likely cause
+    // of the others (a holder that failed leaves its lock held).
+    let mut errors: Vec<String> = Vec::new();
+    for (i, h) in handles.into_iter().enumerate() {
+        match h.join() {
+            Ok(Ok((l, n))) => {
+                counts.push(l.len());
+                lat.extend(l);
+                net += n;
+            }
+            Ok(Err(e)) => errors.push(format!("thread {i}: {e}")),
+            Err(_) => errors.push(format!("thread {i} panicked")),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors.join("; "));
     }
     let elapsed = began.elapsed().as_secs_f64();
     Ok(summarise(lock, nodes, threads, lat, &counts, net, elapsed))
@@ -578,11 +587,21 @@ fn cycle(
         AnyLock::Spin(word) => {
             let backoff = crossbeam_utils::Backoff::new();
             let mut round = 0u32;
+            // Bounded like every wait of loco-rs: a holder that never releases is an error.
+            let start = loco_rdmawait::clock::now();
+            let limit = ctx.cluster().timeout();
             loop {
                 ctx.rcas(word, 0, 1, &w.ret, D)?;
                 ctx.wait(D)?;
-                if ctx.load(&w.ret)? == 0 {
+                let seen = ctx.load(&w.ret)?;
+                if seen == 0 {
                     break;
+                }
+                if loco_rdmawait::clock::now().saturating_duration_since(start) > limit {
+                    return Err(format!(
+                        "rcas spinlock: not acquired within {limit:?} (the word holds {seen})"
+                    )
+                    .into());
                 }
                 if loco_rdmawait::clock::simulated() {
                     // Exponential backoff in simulated time: 0.5, 1, 2, 4, then 8 µs.
@@ -594,8 +613,12 @@ fn cycle(
             }
             acquired();
             put()?;
-            // The release put follows the critical section's put on the same queue pair.
-            ctx.put(word, &w.zero, D)?;
+            // Released by an rCAS, not a put: on rxe a failed rCAS writes back the value it
+            // read, so a release put landing inside a waiter's failing rCAS is lost and the
+            // lock stays taken for ever (seen with 6 threads; docs/verbs-notes.md pitfall 9).
+            // RMWs are atomic with each other everywhere. It follows the critical section's
+            // put on the same queue pair.
+            ctx.rcas(word, 1, 0, &w.ret, D)?;
             Ok(ctx.wait(D)?)
         }
     }

@@ -140,3 +140,21 @@ fn bench_locks_under_the_simulator_is_deterministic() {
     assert_eq!(solo["threads"], 1);
     assert!(solo["p99_us"].as_f64().unwrap() < 2.0 * solo["p50_us"].as_f64().unwrap());
 }
+
+/// `--backend verbs` in a build without the verbs backend says how to get it.
+#[cfg(not(feature = "verbs"))]
+#[test]
+fn bench_locks_on_verbs_without_the_feature_says_how_to_build_it() {
+    let out = loco(&[
+        "bench",
+        "locks",
+        "--backend",
+        "verbs",
+        "--secs",
+        "0.01",
+        "--no-plot",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--features verbs"), "{err}");
+}
