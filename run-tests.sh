@@ -53,9 +53,9 @@ if [ "$soft_only" = 0 ]; then
     RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --features loco/verbs,loco-litmus/verbs --quiet
     step "verbs test suite on Soft-RoCE (rdma_rxe)"
     soft-roce-ci/run.sh
-    # About 2 min: five runs of 3 VMs joined by an in-host Ethernet segment (cluster.sh),
+    # About 2.5 min: six runs of 3 VMs joined by an in-host Ethernet segment (cluster.sh),
     # with the examples run.sh built.
-    step "multi-host cases on a 3-VM Soft-RoCE cluster (packets between kernels, locks/sv/SC, killed host, partition, netem)"
+    step "multi-host cases on a 3-VM Soft-RoCE cluster (packets between kernels, locks/sv/SC, killed host, partition, dropped packets, netem)"
     soft-roce-ci/cluster-suite.sh
 fi
 step "all tests passed"

@@ -14,6 +14,9 @@
 #   partition  the same, but n2's VM is cut off the segment by the hub for 6 s, then healed. The
 #              survivors must behave as above; n2, probing after the heal, must find its FAAs
 #              towards them refused (fenced out), none landed
+#   dropped    the same with the drop made inside the victim's own kernel: once n2 is at
+#              faa-wait, its VM runs `tc qdisc add dev eth0 root netem loss 100%` (every packet
+#              it sends is dropped), removes it 6 s later, and n2 probes as above
 #   netem      distributed_counter with every VM's eth0 under `tc netem` (delay 2 ms ± 1 ms,
 #              so packets reorder, and 2% loss each way): rxe retransmits, so the totals must
 #              be exact; a typed error is tolerated (reported), wrong data is not
@@ -75,13 +78,23 @@ scenario_checks() {
     return "$rc"
 }
 
-# fault_scenario OUT DURING [VICTIM-ARGS...]: fault_node on 3 VMs, victim n2 at faa-wait; DURING
-# runs on the host once n2 is there. n0 and n1 must pass their survivor check.
+# fault_scenario OUT DURING [VICTIM-ARGS... | -- CMD...]: fault_node on 3 VMs (or CMD on each),
+# victim n2 at faa-wait; DURING runs on the host once n2's output has a line matching
+# $FAULT_MARK (default: its faa-wait line). n0 and n1 must pass their survivor check.
 fault_scenario() {
-    local out=$1 during=$2 rc=0 i t
+    local out=$1 during=$2 rc=0 i t cmd
+    # The line of n2's output after which the fault counts as made (detection is timed from it).
+    local mark=${FAULT_MARK:-^n2: at faa-wait}
     shift 2
+    # ARGS for fault_node, or `-- CMD...` to run instead of it.
+    if [ "${1:-}" = -- ]; then
+        shift
+        cmd=("$@")
+    else
+        cmd=("$FAULT" --victim 2 --at faa-wait --timeout 20 --work-ms 60000 "$@")
+    fi
     LOCO_PEER_TIMEOUT_MS=2000 "$CLUSTER" --vms 3 --during "
-        for _ in \$(seq 900); do grep -q '^n2: at faa-wait' \"\$dir/out-2\" && break; sleep 0.1; done
+        for _ in \$(seq 900); do grep -q '$mark' \"\$dir/out-2\" && break; sleep 0.1; done
         t_fault=\$(date +%s%3N)
         ( $during ) &
         # Detection as the host sees it: when each survivor's console says so.
@@ -90,7 +103,7 @@ fault_scenario() {
             echo \"n\$i \$((\$(date +%s%3N) - t_fault))\" >>'$out.t'
         done
         wait" \
-        -- "$FAULT" --victim 2 --at faa-wait --timeout 20 --work-ms 60000 "$@" >"$out" 2>&1 || true
+        -- "${cmd[@]}" >"$out" 2>&1 || true
     for i in 0 1; do
         grep -q "^\[vm$i\] n$i: survivor check OK" "$out" || { echo "   n$i: no 'survivor check OK'"; rc=1; }
         [ "$(vm_exit "$out" "$i")" = 0 ] || { echo "   vm$i: exit $(vm_exit "$out" "$i")"; rc=1; }
@@ -122,6 +135,31 @@ scenario_partition() {
     return "$rc"
 }
 
+scenario_dropped() {
+    local out=$1 rc=0
+    # n2's VM drops its own packets with netem (tc inside the VM); n0 and n1 run plainly.
+    local victim="$FAULT --victim 2 --at faa-wait --timeout 20 --work-ms 60000 --probe-after-ms 12000"
+    local script='
+        if [ "$LOCO_NODE_ID" != 2 ]; then exec '"$victim"'; fi
+        '"$victim"' | tee /tmp/n2.out &
+        for _ in $(seq 900); do grep -q "^n2: at faa-wait" /tmp/n2.out 2>/dev/null && break; sleep 0.1; done
+        grep -q "^n2: at faa-wait" /tmp/n2.out || { echo "n2 never reached faa-wait"; kill %1; exit 1; }
+        tc qdisc add dev eth0 root netem loss 100% && echo "n2: eth0 drops every packet it sends"
+        sleep 6
+        tc qdisc del dev eth0 root && echo "n2: eth0 sends again"
+        wait'
+    FAULT_MARK='^n2: eth0 drops every packet' fault_scenario "$out" ':' -- bash -c "$script" || rc=1
+    if ! grep -q '^\[vm2\] n2: eth0 drops every packet' "$out"; then
+        echo "   the drop was never put in place"
+        rc=1
+    fi
+    if ! grep -q '^\[vm2\] n2: resumed after a stop: towards' "$out" || grep -q 'LANDED' "$out"; then
+        echo "   n2, after the drop ended: its FAAs were not all refused (or it never tried)"
+        rc=1
+    fi
+    return "$rc"
+}
+
 scenario_netem() {
     local out=$1 rc=0 i
     local qdisc='tc qdisc add dev eth0 root netem delay 2ms 1ms loss 2%'
@@ -144,10 +182,10 @@ scenario_netem() {
 }
 
 scenarios=("$@")
-[ "${#scenarios[@]}" -gt 0 ] || scenarios=(counter checks killed partition netem)
+[ "${#scenarios[@]}" -gt 0 ] || scenarios=(counter checks killed partition dropped netem)
 passed=0 failed=0 bad=() t0=$(now)
 for s in "${scenarios[@]}"; do
-    declare -F "scenario_$s" >/dev/null || die "no scenario '$s' (counter checks killed partition netem)"
+    declare -F "scenario_$s" >/dev/null || die "no scenario '$s' (counter checks killed partition dropped netem)"
     echo "-- cluster of 3 VMs: $s"
     out=$(mktemp)
     t1=$(now)
@@ -159,7 +197,7 @@ for s in "${scenarios[@]}"; do
         bad+=("$s")
         verdict=FAILED
     fi
-    grep -E '^\[vm[0-9]\] (n[0-9]: (counter|survivor|peer|resumed|joined|error|locks|sv|sc|checks)|rxe0 packets|qdisc)|^cluster.sh: (hub|killing|cut|vm)' "$out" \
+    grep -E '^\[vm[0-9]\] (n[0-9]: (counter|survivor|peer|resumed|joined|error|locks|sv|sc|checks|eth0)|rxe0 packets|qdisc)|^cluster.sh: (hub|killing|cut|vm)' "$out" \
         | sed 's/^/   | /' || true
     [ "$verdict" = ok ] && [ -z "${LOCO_CLUSTER_VERBOSE:-}" ] || sed "s/^/   ! /" "$out"
     echo "   $s: $verdict ($(elapsed "$t1") s)"
