@@ -389,16 +389,7 @@ fn measure_with(
                 start.wait();
                 let ctx = ctx?;
                 let w = words(&ctx).map_err(|e| e.to_string())?;
-                let mut lat = Vec::new();
-                let before = ctx.posted();
-                while !stop.load(Ordering::Relaxed) {
-                    let t0 = Instant::now();
-                    cycle(&l, &ctx, &w, &data, data_node, || {
-                        lat.push(t0.elapsed().as_nanos().min(u32::MAX as u128) as u32)
-                    })
-                    .map_err(|e| e.to_string())?;
-                }
-                Ok((lat, ctx.posted() - before))
+                cycles(&l, &ctx, &w, &data, data_node, &stop)
             })
         })
         .collect();
@@ -551,6 +542,28 @@ fn new_lock(
         }
     }
     .map_err(|e| e.to_string())
+}
+
+/// A benchmark thread's work in real time: cycles until `stop`; every acquire's latency (ns)
+/// and the network operations posted.
+fn cycles(
+    l: &AnyLock,
+    ctx: &Ctx,
+    w: &Words,
+    data: &Loc,
+    data_node: NodeId,
+    stop: &AtomicBool,
+) -> Result<(Vec<u32>, u64), String> {
+    let mut lat = Vec::new();
+    let before = ctx.posted();
+    while !stop.load(Ordering::Relaxed) {
+        let t0 = Instant::now();
+        cycle(l, ctx, w, data, data_node, || {
+            lat.push(t0.elapsed().as_nanos().min(u32::MAX as u128) as u32)
+        })
+        .map_err(|e| e.to_string())?;
+    }
+    Ok((lat, ctx.posted() - before))
 }
 
 fn words(ctx: &Ctx) -> loco_rdmawait::Result<Words> {
@@ -794,16 +807,7 @@ fn measure_spanning(
             thread::spawn(move || -> Result<(Vec<u32>, u64), String> {
                 let ctx = c.context(me).map_err(|e| e.to_string())?;
                 ctx.store(&w.one, 1).map_err(|e| e.to_string())?;
-                let mut lat = Vec::new();
-                let before = ctx.posted();
-                while !stop.load(Ordering::Relaxed) {
-                    let t0 = Instant::now();
-                    cycle(&l, &ctx, &w, &data, data_node, || {
-                        lat.push(t0.elapsed().as_nanos().min(u32::MAX as u128) as u32)
-                    })
-                    .map_err(|e| e.to_string())?;
-                }
-                Ok((lat, ctx.posted() - before))
+                cycles(&l, &ctx, &w, &data, data_node, &stop)
             })
         })
         .collect();
