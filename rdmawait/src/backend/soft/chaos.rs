@@ -490,15 +490,19 @@ struct Timing {
     outbound_free: Vec<Duration>,
 }
 
+/// `d` multiplied by a factor drawn uniformly from `1 ± j` (`j` capped at 1).
+fn jitter(j: f64, rng: &mut ChaCha8Rng, d: Duration) -> Duration {
+    if j <= 0.0 || d.is_zero() {
+        return d;
+    }
+    let j = j.min(1.0);
+    d.mul_f64(rng.random_range(1.0 - j..=1.0 + j))
+}
+
 impl Timing {
     /// `d` stretched or shrunk by the profile's jitter.
     fn jitter(&self, rng: &mut ChaCha8Rng, d: Duration) -> Duration {
-        let j = self.profile.jitter;
-        if j <= 0.0 || d.is_zero() {
-            return d;
-        }
-        let j = j.min(1.0);
-        d.mul_f64(rng.random_range(1.0 - j..=1.0 + j))
+        jitter(self.profile.jitter, rng, d)
     }
 
     /// One-way latency from `from` to `to`.
@@ -552,8 +556,9 @@ impl Timing {
         before: Before,
         at: Duration,
     ) {
-        let p = self.profile.clone();
         let me = th.node;
+        let p = &self.profile;
+        let j = |rng: &mut ChaCha8Rng, d| jitter(p.jitter, rng, d);
         match (a, before) {
             (Action::Flush(_), Before::Store) => {
                 th.times.sb.pop_front();
@@ -562,13 +567,11 @@ impl Timing {
                 th.times.sb.pop_front();
                 self.outbound_free[me] = at + p.outbound_gap;
                 let d = match wr {
-                    WorkRequest::Write { .. } => self.jitter(rng, p.pcie_read),
+                    WorkRequest::Write { .. } => j(rng, p.pcie_read),
                     WorkRequest::Fence => Duration::ZERO,
                     WorkRequest::Read { .. }
                     | WorkRequest::CompareSwap { .. }
-                    | WorkRequest::FetchAdd { .. } => {
-                        self.jitter(rng, self.wire(me, n)) + self.jitter(rng, p.nic)
-                    }
+                    | WorkRequest::FetchAdd { .. } => j(rng, self.wire(me, n)) + j(rng, p.nic),
                 };
                 th.times.pipe[n].push_back(at + d);
             }
@@ -579,33 +582,32 @@ impl Timing {
                     Kind::Fence => {
                         pipe.remove(i);
                     }
-                    Kind::Put => pipe[i] = at + self.jitter(rng, p.nic),
+                    Kind::Put => pipe[i] = at + j(rng, p.nic),
                     Kind::Send => {
-                        let land = at + self.jitter(rng, wire) + self.jitter(rng, p.nic);
+                        let land = at + j(rng, wire) + j(rng, p.nic);
                         th.times.br[n].push_back(land);
-                        let ack = at + 2 * self.jitter(rng, wire) + self.jitter(rng, p.nic);
-                        th.times.pipe[n][i] = ack;
+                        let ack = at + 2 * j(rng, wire) + j(rng, p.nic);
+                        pipe[i] = ack;
                     }
                     Kind::Ack => {
                         pipe.remove(i);
-                        th.times.bl[n].push_back(at + self.jitter(rng, p.pcie_write));
+                        th.times.bl[n].push_back(at + j(rng, p.pcie_write));
                     }
                     Kind::Get => {
                         self.inbound_free[n] = at + p.inbound_gap;
-                        pipe[i] = at + self.jitter(rng, wire) + self.jitter(rng, p.read_response);
+                        pipe[i] = at + j(rng, wire) + j(rng, p.read_response);
                     }
                     Kind::Load => {
                         pipe.remove(i);
-                        let w = at + self.jitter(rng, p.pcie_write);
+                        let w = at + j(rng, p.pcie_write);
                         // The data, then its completion notice.
                         th.times.bl[n].push_back(w);
                         th.times.bl[n].push_back(w);
                     }
                     Kind::Rmw => {
                         self.inbound_free[n] = at + p.inbound_gap;
-                        let done = at + self.jitter(rng, p.atomic);
-                        let back = done + self.jitter(rng, wire);
-                        let pipe = &mut th.times.pipe[n];
+                        let done = at + j(rng, p.atomic);
+                        let back = done + j(rng, wire);
                         // Succeeded: the atomic write stays at i, its response follows.
                         if matches!(th.qps[n].pipe.get(i), Some(Entry::Atomic { .. })) {
                             pipe[i] = done;
@@ -668,6 +670,15 @@ impl State {
 
     /// The enabled step that falls due first, and when.
     fn next_step(&mut self) -> Option<(Action, Duration)> {
+        self.earliest(|_, _| true)
+    }
+
+    /// Under a profile: the enabled step among those `keep` accepts that falls due first,
+    /// and when (ties: the first listed).
+    fn earliest(
+        &mut self,
+        keep: impl Fn(&ThreadState, Action) -> bool,
+    ) -> Option<(Action, Duration)> {
         self.timing.as_ref()?;
         self.collect_actions();
         let tm = self.timing.as_ref()?;
@@ -677,6 +688,9 @@ impl State {
                 Action::Flush(t) | Action::Nic(t, _, _) => t,
             };
             let th = self.threads[t].as_ref().expect("action of a live slot");
+            if !keep(th, a) {
+                continue;
+            }
             let at = tm.due(th, a);
             if best.is_none_or(|(_, b)| at < b) {
                 best = Some((a, at));
@@ -804,30 +818,13 @@ impl Chaos {
             return st.next_step().map(|(_, at)| at);
         };
         let n = node.index();
-        st.timing.as_ref()?;
-        st.collect_actions();
-        let st = &*st;
-        let tm = st.timing.as_ref()?;
-        let mut best: Option<Duration> = None;
-        for &a in &st.actions {
-            let t = match a {
-                Action::Flush(t) | Action::Nic(t, _, _) => t,
-            };
-            let th = st.threads[t].as_ref().expect("action of a live slot");
-            let writes = match a {
-                Action::Flush(_) => {
-                    th.node == n && matches!(th.sb.front(), Some(SbItem::Store { .. }))
-                }
-                Action::Nic(_, q, Step::CommitRemote) => q == n,
-                Action::Nic(_, _, Step::CommitLocal(_)) => th.node == n,
-                Action::Nic(_, _, Step::Pipe(_)) => false,
-            };
-            if writes {
-                let at = tm.due(th, a);
-                best = Some(best.map_or(at, |b| b.min(at)));
-            }
-        }
-        best
+        st.earliest(|th, a| match a {
+            Action::Flush(_) => th.node == n && matches!(th.sb.front(), Some(SbItem::Store { .. })),
+            Action::Nic(_, q, Step::CommitRemote) => q == n,
+            Action::Nic(_, _, Step::CommitLocal(_)) => th.node == n,
+            Action::Nic(_, _, Step::Pipe(_)) => false,
+        })
+        .map(|(_, at)| at)
     }
 
     /// Applies the faults made since the last call (see `State::sync_faults`).
