@@ -176,6 +176,44 @@ struct Row {
     net_ops_per_acquire: f64,
 }
 
+impl Row {
+    /// The figures of `count` critical sections in `elapsed` seconds: `least` and `most` are
+    /// the fewest and most of one thread (`least` 0: a thread starved, fairness infinite), `net`
+    /// the network operations posted, `p50`/`p99` the acquire latencies in µs.
+    fn new(
+        lock: LockArg,
+        (nodes, threads): (usize, usize),
+        count: u64,
+        elapsed: f64,
+        (p50_us, p99_us): (f64, f64),
+        (least, most): (u64, u64),
+        net: u64,
+    ) -> Row {
+        Row {
+            lock: lock.name(),
+            nodes,
+            threads,
+            ops_per_sec: count as f64 / elapsed,
+            p50_us,
+            p99_us,
+            fairness: if least == 0 {
+                f64::INFINITY
+            } else {
+                most as f64 / least as f64
+            },
+            net_ops_per_acquire: if count == 0 {
+                0.0
+            } else {
+                net as f64 / count as f64
+            },
+        }
+    }
+}
+
+/// What a benchmark thread brings back: every acquire's latency (ns) and the network
+/// operations it posted.
+type Done = (Vec<u32>, u64);
+
 /// A lock of any kind, shared by the threads.
 #[derive(Clone)]
 enum AnyLock {
@@ -222,24 +260,13 @@ pub fn locks(args: &LocksArgs) -> Result<(), String> {
     let mut rows = Vec::new();
     for (lock, nodes, threads) in configs {
         bar.set_message(format!("{} n={nodes} t={threads}", lock.name()));
+        // `None`: another process of a spanning run prints this configuration.
         let row = match (args.backend, &spanning) {
-            (BenchBackend::Verbs, Some(sp)) => {
-                let r = measure_spanning(sp, lock, threads, secs).map_err(|e| {
-                    format!("{} on {nodes} nodes, {threads} threads: {e}", lock.name())
-                })?;
-                bar.inc(1);
-                if let Some(row) = r {
-                    if args.json {
-                        bar.suspend(|| println!("{}", json_row(&row, args)));
-                    }
-                    rows.push(row);
-                }
-                continue;
-            }
-            (BenchBackend::Verbs, None) => {
-                measure_with(verbs_single(nodes)?, lock, nodes, threads, secs)
-            }
-            (BenchBackend::Soft, _) => measure(lock, nodes, threads, secs),
+            (BenchBackend::Verbs, Some(sp)) => measure_spanning(sp, lock, threads, secs),
+            (BenchBackend::Verbs, None) => verbs_single(nodes)
+                .and_then(|c| measure_with(c, lock, nodes, threads, secs))
+                .map(Some),
+            (BenchBackend::Soft, _) => measure(lock, nodes, threads, secs).map(Some),
             (BenchBackend::Sim, _) => measure_sim(
                 lock,
                 nodes,
@@ -247,14 +274,17 @@ pub fn locks(args: &LocksArgs) -> Result<(), String> {
                 args.profile.profile(),
                 Duration::from_micros(args.sim_us as u64),
                 args.seed,
-            ),
+            )
+            .map(Some),
         }
         .map_err(|e| format!("{} on {nodes} nodes, {threads} threads: {e}", lock.name()))?;
         bar.inc(1);
-        if args.json {
-            bar.suspend(|| println!("{}", json_row(&row, args)));
+        if let Some(row) = row {
+            if args.json {
+                bar.suspend(|| println!("{}", json_row(&row, args)));
+            }
+            rows.push(row);
         }
-        rows.push(row);
     }
     bar.finish_and_clear();
     if quiet {
@@ -383,13 +413,15 @@ fn measure_with(
         .map(|i| {
             let (c, l, stop, start) = (cluster.clone(), l.clone(), stop.clone(), start.clone());
             let node = NodeId((i % nodes) as u16);
-            thread::spawn(move || -> Result<(Vec<u32>, u64), String> {
+            thread::spawn(move || -> Result<Done, String> {
                 let ctx = c.context(node).map_err(|e| e.to_string());
                 // Every thread reaches the barrier, failed or not, so that none waits forever.
                 start.wait();
                 let ctx = ctx?;
                 let w = words(&ctx).map_err(|e| e.to_string())?;
-                cycles(&l, &ctx, &w, &data, data_node, &stop)
+                cycles(&l, &ctx, &w, &data, data_node, || {
+                    !stop.load(Ordering::Relaxed)
+                })
             })
         })
         .collect();
@@ -400,22 +432,10 @@ fn measure_with(
     let mut lat = Vec::new();
     let mut counts = Vec::new();
     let mut net = 0;
-    // Every thread's error, not just the first joined: the first to fail is the likely cause
-    // of the others (a holder that failed leaves its lock held).
-    let mut errors: Vec<String> = Vec::new();
-    for (i, h) in handles.into_iter().enumerate() {
-        match h.join() {
-            Ok(Ok((l, n))) => {
-                counts.push(l.len());
-                lat.extend(l);
-                net += n;
-            }
-            Ok(Err(e)) => errors.push(format!("thread {i}: {e}")),
-            Err(_) => errors.push(format!("thread {i} panicked")),
-        }
-    }
-    if !errors.is_empty() {
-        return Err(errors.join("; "));
+    for (l, n) in join_all(handles)? {
+        counts.push(l.len());
+        lat.extend(l);
+        net += n;
     }
     let elapsed = began.elapsed().as_secs_f64();
     Ok(summarise(lock, nodes, threads, lat, &counts, net, elapsed))
@@ -445,24 +465,15 @@ fn summarise(
         counts.iter().copied().max().unwrap_or(0),
         counts.iter().copied().min().unwrap_or(0),
     );
-    Row {
-        lock: lock.name(),
-        nodes,
-        threads,
-        ops_per_sec: total as f64 / elapsed,
-        p50_us: pct(0.5),
-        p99_us: pct(0.99),
-        fairness: if min == 0 {
-            f64::INFINITY
-        } else {
-            max as f64 / min as f64
-        },
-        net_ops_per_acquire: if total == 0 {
-            0.0
-        } else {
-            net as f64 / total as f64
-        },
-    }
+    Row::new(
+        lock,
+        (nodes, threads),
+        total as u64,
+        elapsed,
+        (pct(0.5), pct(0.99)),
+        (min as u64, max as u64),
+        net,
+    )
 }
 
 /// One configuration under the simulator: a fresh simulated cluster with `profile`, `threads`
@@ -475,8 +486,7 @@ fn measure_sim(
     span: Duration,
     seed: u64,
 ) -> Result<Row, String> {
-    type PerThread = (Vec<u32>, u64);
-    let results: Arc<Mutex<Vec<PerThread>>> = Arc::default();
+    let results: Arc<Mutex<Vec<Done>>> = Arc::default();
     let out = results.clone();
     let f = move |cluster: &Cluster| -> Result<(), String> {
         let s = |e: loco_rdmawait::Error| e.to_string();
@@ -489,17 +499,8 @@ fn measure_sim(
             let node = NodeId((i % nodes) as u16);
             hs.push(sim::spawn(cluster, node, move |ctx: &Ctx| {
                 let w = words(ctx).map_err(|e| e.to_string())?;
-                let mut lat = Vec::new();
-                let before = ctx.posted();
-                while sim::now() < span {
-                    let t0 = sim::now();
-                    cycle(&l, ctx, &w, &data, data_node, || {
-                        lat.push((sim::now() - t0).as_nanos().min(u32::MAX as u128) as u32)
-                    })
-                    .map_err(|e| e.to_string())?;
-                }
-                let n = ctx.posted() - before;
-                out.lock().unwrap_or_else(|p| p.into_inner()).push((lat, n));
+                let done = cycles(&l, ctx, &w, &data, data_node, || sim::now() < span)?;
+                out.lock().unwrap_or_else(|p| p.into_inner()).push(done);
                 Ok::<(), String>(())
             }));
         }
@@ -544,22 +545,24 @@ fn new_lock(
     .map_err(|e| e.to_string())
 }
 
-/// A benchmark thread's work in real time: cycles until `stop`; every acquire's latency (ns)
-/// and the network operations posted.
+/// A benchmark thread's work: cycles while `go_on()`; every acquire's latency (ns, on
+/// [`loco_rdmawait::clock`]: real time, or simulated time on a simulated thread) and the
+/// network operations posted.
 fn cycles(
     l: &AnyLock,
     ctx: &Ctx,
     w: &Words,
     data: &Loc,
     data_node: NodeId,
-    stop: &AtomicBool,
-) -> Result<(Vec<u32>, u64), String> {
+    go_on: impl Fn() -> bool,
+) -> Result<Done, String> {
     let mut lat = Vec::new();
     let before = ctx.posted();
-    while !stop.load(Ordering::Relaxed) {
-        let t0 = Instant::now();
+    while go_on() {
+        let t0 = loco_rdmawait::clock::now();
         cycle(l, ctx, w, data, data_node, || {
-            lat.push(t0.elapsed().as_nanos().min(u32::MAX as u128) as u32)
+            let took = loco_rdmawait::clock::now().saturating_duration_since(t0);
+            lat.push(took.as_nanos().min(u32::MAX as u128) as u32)
         })
         .map_err(|e| e.to_string())?;
     }
@@ -804,36 +807,27 @@ fn measure_spanning(
                 zero: thread_words[i].zero,
                 ret: thread_words[i].ret,
             };
-            thread::spawn(move || -> Result<(Vec<u32>, u64), String> {
+            thread::spawn(move || -> Result<Done, String> {
                 let ctx = c.context(me).map_err(|e| e.to_string())?;
                 ctx.store(&w.one, 1).map_err(|e| e.to_string())?;
-                cycles(&l, &ctx, &w, &data, data_node, &stop)
+                cycles(&l, &ctx, &w, &data, data_node, || {
+                    !stop.load(Ordering::Relaxed)
+                })
             })
         })
         .collect();
     let began = Instant::now();
     thread::sleep(secs);
     stop.store(true, Ordering::Relaxed);
-    let mut hist = vec![0u64; BUCKETS];
-    let (mut count, mut net, mut least, mut most) = (0u64, 0u64, u64::MAX, 0u64);
-    for h in handles {
-        let (lat, n) = h
-            .join()
-            .map_err(|_| "a benchmark thread panicked".to_string())??;
-        count += lat.len() as u64;
-        net += n;
-        least = least.min(lat.len() as u64);
-        most = most.max(lat.len() as u64);
-        for ns in lat {
-            hist[bucket(ns)] += 1;
-        }
+    let mut mine = Stats::new();
+    for (lat, n) in join_all(handles)? {
+        mine.add_thread(&lat, n);
     }
     let elapsed = began.elapsed().as_secs_f64();
     // This process's statistics, into its slot of n0's table.
     let ctx = cluster.context(me).map_err(s)?;
     let out = &outbox[me.index()];
-    let values = [count, net, least, most].into_iter().chain(hist);
-    for (k, v) in values.enumerate() {
+    for (k, v) in mine.words().enumerate() {
         ctx.store(&out.word(k as u64).map_err(s)?, v).map_err(s)?;
     }
     let bytes = STATS as u64 * loco_rdmawait::WORD;
@@ -849,46 +843,108 @@ fn measure_spanning(
     }
     let all = cluster.peek_words(&table).map_err(s)?;
     sp.barrier()?;
-    let mut hist = vec![0u64; BUCKETS];
-    let (mut count, mut net, mut least, mut most) = (0u64, 0u64, u64::MAX, 0u64);
+    let mut total = Stats::new();
     for p in all.chunks(STATS) {
-        count += p[0];
-        net += p[1];
-        if p[2] != u64::MAX {
-            least = least.min(p[2]);
-        }
-        most = most.max(p[3]);
-        for (b, v) in p[4..].iter().enumerate() {
-            hist[b] += v;
+        total.merge(p);
+    }
+    // No thread anywhere (`least` never lowered) counts as starved, as in `summarise`.
+    let least = if total.least == u64::MAX {
+        0
+    } else {
+        total.least
+    };
+    Ok(Some(Row::new(
+        lock,
+        (nodes, threads),
+        total.count,
+        elapsed,
+        (total.percentile(0.5), total.percentile(0.99)),
+        (least, total.most),
+        total.net,
+    )))
+}
+
+/// One process's (or, merged, every process's) statistics in a spanning run: the layout of a
+/// slot of n0's table is `count, net, least, most`, then the histogram ([`STATS`] words).
+struct Stats {
+    count: u64,
+    net: u64,
+    /// The fewest critical sections of one thread (`u64::MAX` before any thread).
+    least: u64,
+    most: u64,
+    hist: Vec<u64>,
+}
+
+impl Stats {
+    fn new() -> Stats {
+        Stats {
+            count: 0,
+            net: 0,
+            least: u64::MAX,
+            most: 0,
+            hist: vec![0; BUCKETS],
         }
     }
-    let pct = |q: f64| -> f64 {
-        let want = (count as f64 * q).ceil().max(1.0) as u64;
+
+    /// Adds a thread's acquire latencies (ns) and network operations.
+    fn add_thread(&mut self, lat: &[u32], net: u64) {
+        let n = lat.len() as u64;
+        self.count += n;
+        self.net += net;
+        self.least = self.least.min(n);
+        self.most = self.most.max(n);
+        for &ns in lat {
+            self.hist[bucket(ns)] += 1;
+        }
+    }
+
+    /// The table slot's words.
+    fn words(&self) -> impl Iterator<Item = u64> + '_ {
+        [self.count, self.net, self.least, self.most]
+            .into_iter()
+            .chain(self.hist.iter().copied())
+    }
+
+    /// Adds a process's slot (as [`Stats::words`] wrote it).
+    fn merge(&mut self, p: &[u64]) {
+        self.count += p[0];
+        self.net += p[1];
+        self.least = self.least.min(p[2]);
+        self.most = self.most.max(p[3]);
+        for (b, v) in p[4..].iter().enumerate() {
+            self.hist[b] += v;
+        }
+    }
+
+    /// The `q` quantile of the acquire latency, µs (a bucket's middle).
+    fn percentile(&self, q: f64) -> f64 {
+        let want = (self.count as f64 * q).ceil().max(1.0) as u64;
         let mut seen = 0;
-        for (b, &v) in hist.iter().enumerate() {
+        for (b, &v) in self.hist.iter().enumerate() {
             seen += v;
             if seen >= want {
                 return bucket_ns(b) / 1000.0;
             }
         }
         0.0
-    };
-    Ok(Some(Row {
-        lock: lock.name(),
-        nodes,
-        threads,
-        ops_per_sec: count as f64 / elapsed,
-        p50_us: pct(0.5),
-        p99_us: pct(0.99),
-        fairness: if least == 0 || least == u64::MAX {
-            f64::INFINITY
-        } else {
-            most as f64 / least as f64
-        },
-        net_ops_per_acquire: if count == 0 {
-            0.0
-        } else {
-            net as f64 / count as f64
-        },
-    }))
+    }
+}
+
+/// Joins the benchmark threads: their results, or every thread's error (the first to fail is
+/// the likely cause of the others: a holder that failed leaves its lock held).
+fn join_all(handles: Vec<thread::JoinHandle<Result<Done, String>>>) -> Result<Vec<Done>, String> {
+    let mut done = Vec::new();
+    let mut errors: Vec<String> = Vec::new();
+    for (i, h) in handles.into_iter().enumerate() {
+        match h.join() {
+            Ok(Ok(r)) => done.push(r),
+            Ok(Err(e)) => errors.push(format!("thread {i}: {e}")),
+            Err(_) => errors.push(format!("thread {i} panicked")),
+        }
+    }
+    if errors.is_empty() {
+        Ok(done)
+    } else {
+        Err(errors.join("; "))
+    }
 }
