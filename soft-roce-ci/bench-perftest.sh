@@ -8,6 +8,10 @@
 #   -n        iterations per test (default 1000)
 #   --retries extra runs allowed per test when a run fails or prints `inf` (default 3)
 #   --device, --gid-index   default $LOCO_RDMA_DEVICE / $LOCO_GID_INDEX, else rxe0 / 1
+#   --serve   across hosts: run only the servers, one test after the other (ports 18601...),
+#             and print nothing; the other host runs the same command with --peer
+#   --peer A  across hosts: run only the clients, towards the --serve host at address A
+#             (each retried until its server listens), and print the results as below
 #
 # When the device does not exist here, the script re-runs itself inside soft-roce-ci/vm.sh.
 # Output (stdout): a table, then machine-readable lines, one of each kind per test
@@ -24,7 +28,7 @@ set -euo pipefail
 
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit "${1:-0}"; }
 
-iters=1000 retries=3
+iters=1000 retries=3 role=loopback peer=
 dev=${LOCO_RDMA_DEVICE:-rxe0}
 gid_index=${LOCO_GID_INDEX:-1}
 tests=()
@@ -35,6 +39,8 @@ while [ $# -gt 0 ]; do
         --retries) retries=$2; shift ;;
         --device) dev=$2; shift ;;
         --gid-index) gid_index=$2; shift ;;
+        --serve) role=serve ;;
+        --peer) peer=$2; role=client; shift ;;
         -h | --help) usage 0 ;;
         ib_write_lat | ib_read_lat | ib_atomic_lat) tests+=("$1") ;;
         *) log "unknown argument: $1"; usage 2 >&2 ;;
@@ -82,12 +88,31 @@ parse_result() {
     ' "$1"
 }
 
+# opts_for TEST PORT: perftest's options for TEST on PORT, into the array `opts`.
+opts_for() {
+    opts=(-d "$dev" -x "$gid_index" -F -n "$iters" -p "$2")
+    [ "$1" != ib_atomic_lat ] || opts+=(-A FETCH_AND_ADD)
+}
+
+# client_result TEST FILE: "t_avg t_typical" from a client's output, or fails.
+client_result() {
+    local t=$1 out=$2 value
+    # TSC calibration under TCG sometimes fails ("Correlation coefficient r^2 < 0.9") and the
+    # results come out as inf.
+    if grep -qw inf "$out"; then
+        log "$t printed inf (TSC calibration failed)"
+        return 1
+    fi
+    value=$(parse_result "$out")
+    [ -n "$value" ] || { log "$t: no t_avg in its output:"; cat "$out" >&2; return 1; }
+    printf '%s\n' "$value"
+}
+
 # run_once TEST PORT: one loopback run (server in the background, client here); prints
 # "t_avg t_typical" or fails. Each run gets its own port so a stuck server cannot block the next attempt.
 run_once() {
-    local t=$1 port=$2 extra=() spid tries value
-    [ "$t" != ib_atomic_lat ] || extra=(-A FETCH_AND_ADD)
-    local opts=(-d "$dev" -x "$gid_index" -F -n "$iters" -p "$port" "${extra[@]}")
+    local t=$1 port=$2 spid tries opts
+    opts_for "$t" "$port"
     timeout 120 "$t" "${opts[@]}" >"$tmp/server" 2>&1 &
     spid=$!
     # Wait for the server's TCP listener rather than sleeping a fixed time (boots are slow).
@@ -109,21 +134,49 @@ run_once() {
         return 1
     fi
     wait "$spid" 2>/dev/null || true
-    # TSC calibration under TCG sometimes fails ("Correlation coefficient r^2 < 0.9") and the
-    # results come out as inf.
-    if grep -qw inf "$tmp/client"; then
-        log "$t printed inf (TSC calibration failed), retrying"
-        return 1
-    fi
-    value=$(parse_result "$tmp/client")
-    [ -n "$value" ] || { log "$t: no t_avg in its output:"; cat "$tmp/client" >&2; return 1; }
-    printf '%s\n' "$value"
+    client_result "$t" "$tmp/client"
 }
+
+# peer_once TEST PORT: the client of a run across hosts, towards $peer; retried (up to 50 s)
+# until the server there listens. Prints "t_avg t_typical" or fails.
+peer_once() {
+    local t=$1 port=$2 opts try
+    opts_for "$t" "$port"
+    for try in $(seq 200); do
+        if timeout 300 "$t" "${opts[@]}" "$peer" >"$tmp/client" 2>&1; then
+            client_result "$t" "$tmp/client"
+            return
+        fi
+        sleep 0.25
+    done
+    log "$t client towards $peer failed $try times: $(tail -n 3 "$tmp/client")"
+    return 1
+}
+
+if [ "$role" = serve ]; then
+    k=0
+    for t in "${tests[@]}"; do
+        k=$((k + 1))
+        opts_for "$t" $((18600 + k))
+        timeout 300 "$t" "${opts[@]}" >/dev/null 2>&1 || log "$t server failed"
+    done
+    exit 0
+fi
 
 declare -A result typical
 failed=0
+k=0
 for t in "${tests[@]}"; do
     result[$t]=
+    k=$((k + 1))
+    if [ "$role" = client ]; then
+        if v=$(peer_once "$t" $((18600 + k))); then
+            result[$t]=${v% *}
+            typical[$t]=${v#* }
+        fi
+        [ -n "${result[$t]}" ] || failed=1
+        continue
+    fi
     for attempt in $(seq 0 "$retries"); do
         port=$((port + 1))
         if v=$(run_once "$t" "$port"); then

@@ -62,35 +62,16 @@ inside() {
 }
 
 # cross_inside EXAMPLE ITERS: one VM of the two-host run (role from LOCO_NODE_ID): perftest's
-# server (VM 0) or client (VM 1, printing the machine-readable lines), then verbs_latency as
-# one of two processes.
+# servers (VM 0) or clients (VM 1, printing the machine-readable lines), through
+# bench-perftest.sh --serve / --peer, then verbs_latency as one of two processes.
 cross_inside() {
-    local example=$1 iters=$2 port=18600 t opts out try v
-    for t in ib_write_lat ib_read_lat ib_atomic_lat; do
-        port=$((port + 1))
-        opts=(-d "${LOCO_RDMA_DEVICE:-rxe0}" -x "${LOCO_GID_INDEX:-1}" -F -n "$iters" -p "$port")
-        [ "$t" != ib_atomic_lat ] || opts+=(-A FETCH_AND_ADD)
-        if [ "${LOCO_NODE_ID:?}" = 0 ]; then
-            timeout 300 "$t" "${opts[@]}" >/dev/null 2>&1 || log "perftest server $t failed"
-            continue
-        fi
-        # The server may not listen yet: retry the client until it connects.
-        for try in $(seq 200); do
-            if out=$(timeout 300 "$t" "${opts[@]}" 10.77.0.1 2>&1); then
-                break
-            fi
-            out=
-            sleep 0.25
-        done
-        v=$(awk '/t_avg/ { for (i = 1; i <= NF; i++) { if ($i ~ /^t_avg/) a = i; if ($i ~ /^t_typical/) b = i }; next }
-            a && b && $1 ~ /^[0-9]+$/ && NF >= a && NF >= b { print $a, $b; exit }' <<<"$out")
-        if [ -n "$v" ]; then
-            echo "perftest $t ${v% *}"
-            echo "perftest-typical $t ${v#* }"
-        else
-            log "perftest client $t gave no numbers after $try tries: $(tail -n 2 <<<"$out")"
-        fi
-    done
+    local example=$1 iters=$2
+    if [ "${LOCO_NODE_ID:?}" = 0 ]; then
+        "$SRC_DIR/bench-perftest.sh" -n "$iters" --serve
+    else
+        "$SRC_DIR/bench-perftest.sh" -n "$iters" --peer 10.77.0.1 | grep '^perftest' \
+            || log "perftest gave no numbers"
+    fi
     "$example" --iters "$iters" --warmup 200
 }
 
