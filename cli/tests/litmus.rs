@@ -324,7 +324,14 @@ fn run_on_soft_sees_every_allowed_exists_outcome() {
         &files,
     );
     let rows = json(&out);
-    for r in &rows {
+    assert_exists_seen(&rows);
+    assert!(out.status.success());
+}
+
+/// Every row of a `--until-exists` run saw its `exists` outcome and no forbidden one; prints
+/// the runs each needed.
+fn assert_exists_seen(rows: &[serde_json::Value]) {
+    for r in rows {
         eprintln!(
             "{:32} seen after {} runs",
             r["name"].as_str().unwrap(),
@@ -333,7 +340,6 @@ fn run_on_soft_sees_every_allowed_exists_outcome() {
         assert_eq!(r["exists_seen"], true, "{r:#}");
         assert_eq!(r["forbidden_seen"], 0, "{r:#}");
     }
-    assert!(out.status.success());
 }
 
 /// `loco litmus run --schedule sim`: under the deterministic simulator the `exists` outcome of
@@ -351,15 +357,7 @@ fn run_under_the_simulator_sees_every_allowed_outcome_and_no_forbidden_one() {
         args.extend_from_slice(extra);
         json(&loco(&args, files))
     };
-    for r in run(&allowed, &["--runs", "10000", "--until-exists"]) {
-        eprintln!(
-            "{:32} seen after {} runs",
-            r["name"].as_str().unwrap(),
-            r["runs"]
-        );
-        assert_eq!(r["exists_seen"], true, "{r:#}");
-        assert_eq!(r["forbidden_seen"], 0, "{r:#}");
-    }
+    assert_exists_seen(&run(&allowed, &["--runs", "10000", "--until-exists"]));
     for r in run(&forbidden, &["--runs", "100"]) {
         assert_eq!(r["exists_seen"], false, "{r:#}");
         assert_eq!(r["forbidden_seen"], 0, "{r:#}");
