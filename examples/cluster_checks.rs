@@ -37,13 +37,18 @@ fn main() {
 }
 
 #[cfg(feature = "verbs")]
+#[path = "common/member.rs"]
+mod member;
+
+#[cfg(feature = "verbs")]
 mod verbs_main {
     use std::time::{Duration, Instant};
+
+    use super::member::Member;
 
     use clap::Parser;
     use loco::locks::{Lock, LockGuard, NLock, RawLock, SLock, WLock};
     use loco::prelude::*;
-    use loco::rdmawait::backend::verbs::{Process, VerbsConfig};
     use loco::rdmawaitrmw::Rmw;
     use loco::sc::{Sc, ScLoc};
     use loco::sv::{GlobalFence, SharedVar};
@@ -51,12 +56,8 @@ mod verbs_main {
     #[derive(Parser)]
     #[command(about = "lock, sv and SC checks across N processes, one node each, over RDMA")]
     struct Args {
-        /// This process's node id (0..N).
-        #[arg(long, env = "LOCO_NODE_ID")]
-        node: u16,
-        /// Every node's rendezvous address, in node order: host:port,host:port,...
-        #[arg(long, env = "LOCO_PEERS", value_delimiter = ',', required = true)]
-        peers: Vec<String>,
+        #[command(flatten)]
+        member: Member,
         /// Critical sections per lock, publication rounds, and SC FAAs, per process.
         #[arg(long, default_value_t = 20)]
         rounds: u64,
@@ -71,15 +72,15 @@ mod verbs_main {
         let args = Args::parse();
         match run(&args) {
             Ok(true) => {
-                println!("n{}: checks OK", args.node);
+                println!("n{}: checks OK", args.member.node);
                 0
             }
             Ok(false) => {
-                println!("n{}: checks FAILED", args.node);
+                println!("n{}: checks FAILED", args.member.node);
                 1
             }
             Err(e) => {
-                eprintln!("n{}: error: {e}", args.node);
+                eprintln!("n{}: error: {e}", args.member.node);
                 2
             }
         }
@@ -96,16 +97,11 @@ mod verbs_main {
     }
 
     fn run(args: &Args) -> Result<bool, Failure> {
-        let me = NodeId(args.node);
-        let n = args.peers.len();
-        let config = VerbsConfig::from_env()?.distributed(me, args.peers.clone());
-        let cluster = Cluster::builder()
-            .nodes(n)
-            .memory_per_node(256 * 1024)
-            .timeout(Duration::from_secs(args.timeout))
-            .verbs(config)
-            .build()?;
-        let process = Process::of(&cluster)?;
+        let me = args.member.me();
+        let n = args.member.peers.len();
+        let (cluster, process) = args
+            .member
+            .cluster(256 * 1024, Duration::from_secs(args.timeout))?;
         let ids: Vec<NodeId> = cluster.node_ids().collect();
         let data = *ids.last().expect("a cluster has a node");
         let others: Vec<NodeId> = ids.iter().copied().filter(|&q| q != me).collect();

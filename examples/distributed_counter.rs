@@ -35,22 +35,23 @@ fn main() {
 }
 
 #[cfg(feature = "verbs")]
+#[path = "common/member.rs"]
+mod member;
+
+#[cfg(feature = "verbs")]
 mod verbs_main {
     use std::time::{Duration, Instant};
 
+    use super::member::Member;
+
     use clap::Parser;
     use loco::prelude::*;
-    use loco::rdmawait::backend::verbs::{Process, VerbsConfig};
 
     #[derive(Parser)]
     #[command(about = "remote FAAs and puts between N processes, one node each, over RDMA")]
     struct Args {
-        /// This process's node id (0..N).
-        #[arg(long, env = "LOCO_NODE_ID")]
-        node: u16,
-        /// Every node's rendezvous address, in node order: host:port,host:port,...
-        #[arg(long, env = "LOCO_PEERS", value_delimiter = ',', required = true)]
-        peers: Vec<String>,
+        #[command(flatten)]
+        member: Member,
         /// Remote FAAs on each other node's counter.
         #[arg(long, default_value_t = 10_000)]
         ops: u64,
@@ -82,7 +83,7 @@ mod verbs_main {
             Ok(true) => 0,
             Ok(false) => 1,
             Err(e) => {
-                eprintln!("n{}: error: {e}", args.node);
+                eprintln!("n{}: error: {e}", args.member.node);
                 let mut source = std::error::Error::source(&e);
                 while let Some(s) = source {
                     eprintln!("  caused by: {s}");
@@ -94,17 +95,12 @@ mod verbs_main {
     }
 
     fn run(args: &Args) -> Result<bool, loco::rdmawait::Error> {
-        let me = NodeId(args.node);
-        let n = args.peers.len();
-        let config = VerbsConfig::from_env()?.distributed(me, args.peers.clone());
+        let me = args.member.me();
+        let n = args.member.peers.len();
         let started = Instant::now();
-        let cluster = Cluster::builder()
-            .nodes(n)
-            .memory_per_node(64 * 1024)
-            .timeout(Duration::from_secs(args.timeout))
-            .verbs(config)
-            .build()?;
-        let process = Process::of(&cluster)?;
+        let (cluster, process) = args
+            .member
+            .cluster(64 * 1024, Duration::from_secs(args.timeout))?;
         let ids: Vec<NodeId> = cluster.node_ids().collect();
         let l = Layout {
             counters: ids

@@ -46,12 +46,18 @@ fn main() {
 }
 
 #[cfg(feature = "verbs")]
+#[path = "common/member.rs"]
+mod member;
+
+#[cfg(feature = "verbs")]
 mod verbs_main {
     use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+    use super::member::Member;
+
     use clap::{Parser, ValueEnum};
     use loco::prelude::*;
-    use loco::rdmawait::backend::verbs::{Process, VerbsConfig};
+    use loco::rdmawait::backend::verbs::Process;
 
     #[derive(Clone, Copy, PartialEq, Eq, ValueEnum, Debug)]
     enum At {
@@ -68,12 +74,8 @@ mod verbs_main {
     #[derive(Parser)]
     #[command(about = "remote FAAs between N processes while one of them is killed")]
     struct Args {
-        /// This process's node id (0..N).
-        #[arg(long, env = "LOCO_NODE_ID")]
-        node: u16,
-        /// Every node's rendezvous address, in node order: host:port,host:port,...
-        #[arg(long, env = "LOCO_PEERS", value_delimiter = ',', required = true)]
-        peers: Vec<String>,
+        #[command(flatten)]
+        member: Member,
         /// The node that stops (and is killed by whoever runs this).
         #[arg(long)]
         victim: u16,
@@ -163,7 +165,7 @@ mod verbs_main {
             Ok(true) => 0,
             Ok(false) => 1,
             Err(e) => {
-                println!("n{}: error: {e}", args.node);
+                println!("n{}: error: {e}", args.member.node);
                 2
             }
         }
@@ -176,18 +178,11 @@ mod verbs_main {
     }
 
     fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
-        let me = NodeId(args.node);
+        let me = args.member.me();
         let victim = NodeId(args.victim);
-        let n = args.peers.len();
-        let config = VerbsConfig::from_env()?.distributed(me, args.peers.clone());
+        let n = args.member.peers.len();
         let timeout = Duration::from_secs(args.timeout);
-        let cluster = Cluster::builder()
-            .nodes(n)
-            .memory_per_node(64 * 1024)
-            .timeout(timeout)
-            .verbs(config)
-            .build()?;
-        let process = Process::of(&cluster)?;
+        let (cluster, process) = args.member.cluster(64 * 1024, timeout)?;
         let ids: Vec<NodeId> = cluster.node_ids().collect();
         // Same allocation order everywhere: per node, a counter word and a slot per writer.
         let counters: Vec<Loc> = ids
@@ -459,7 +454,7 @@ mod verbs_main {
         said: &Loc,
         scratch: &[Loc],
     ) -> Result<bool, Box<dyn std::error::Error>> {
-        let me = NodeId(args.node);
+        let me = args.member.me();
         let n = cluster.nodes();
         let timeout = Duration::from_secs(args.timeout);
         process.barrier()?;
