@@ -424,3 +424,70 @@ fn a_timed_run_still_shows_a_late_source_read() {
         "both the early and the late read: {n:?}"
     );
 }
+
+/// Edge values of a profile end in a result, never a panic of the simulator: every cost at
+/// `Duration::MAX`, a jitter that is negative, huge or NaN, a profile scaled by infinity or a
+/// negative factor. The put still completes (time saturates) and the run passes.
+#[test]
+fn edge_values_of_a_profile() {
+    let put = |cluster: &Cluster| {
+        let (src, dst) = (
+            cluster.alloc_word(NodeId(0))?,
+            cluster.alloc_word(NodeId(1))?,
+        );
+        let h = sim::spawn(cluster, NodeId(0), move |ctx: &Ctx| {
+            ctx.put(&dst, &src, WorkId::new(1))?;
+            ctx.rfence(NodeId(1))?;
+            ctx.get(&src, &dst, WorkId::new(1))?;
+            ctx.wait(WorkId::new(1))
+        });
+        h.join()?;
+        Ok::<(), BoxError>(())
+    };
+    let max = Duration::MAX;
+    let huge = sim::Profile {
+        wire: max,
+        loopback: max,
+        nic: max,
+        doorbell: max,
+        pcie_read: max,
+        pcie_write: max,
+        read_response: max,
+        atomic: max,
+        inbound_gap: max,
+        outbound_gap: max,
+        cpu_op: max,
+        cpu_rmw: max,
+        post: max,
+        poll: max,
+        pause: max,
+        jitter: 0.5,
+        ..sim::Profile::connectx5()
+    };
+    let profiles = [
+        huge,
+        sim::Profile::connectx5().scaled(f64::INFINITY),
+        sim::Profile::connectx5().scaled(-3.0),
+        sim::Profile::connectx5().scaled(f64::NAN),
+        sim::Profile {
+            jitter: f64::NAN,
+            ..sim::Profile::rxe()
+        },
+        sim::Profile {
+            jitter: -1.0,
+            ..sim::Profile::rxe()
+        },
+        sim::Profile {
+            jitter: 1e300,
+            ..sim::Profile::rxe()
+        },
+    ];
+    for p in profiles {
+        let config = Config::new(2)
+            .runs(3)
+            .timeout(Duration::MAX)
+            .profile(p.clone());
+        let r = sim::check(config, put).unwrap_or_else(|f| panic!("{p:?}:\n{}", f.report()));
+        assert_eq!(r.runs, 3);
+    }
+}

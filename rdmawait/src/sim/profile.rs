@@ -148,8 +148,9 @@ impl Profile {
     /// The profile with every cost multiplied by `factor` (jitter unchanged): how to fit a
     /// profile to a faster or slower host, e.g. `rxe` to a VM that runs at a different speed
     /// (measure `soft-roce-ci/bench.sh` there and scale by the ratio of round trips).
+    /// A negative or NaN factor makes every cost zero; costs saturate at `Duration::MAX`.
     pub fn scaled(self, factor: f64) -> Self {
-        let f = |d: Duration| d.mul_f64(factor.max(0.0));
+        let f = |d: Duration| mul_saturating(d, factor);
         Profile {
             name: self.name,
             wire: f(self.wire),
@@ -186,37 +187,60 @@ impl Profile {
     /// The round trip of an idle 8-byte `put` + `wait` between two nodes, without jitter: from
     /// the post until the wait has its completion.
     pub fn predict_put(&self) -> Duration {
-        self.post
-            + self.doorbell
-            + self.pcie_read
-            + self.nic
-            + 2 * self.wire
-            + self.nic
-            + self.pcie_write
-            + self.poll
+        sum(&[
+            self.post,
+            self.doorbell,
+            self.pcie_read,
+            self.nic,
+            self.wire,
+            self.wire,
+            self.nic,
+            self.pcie_write,
+            self.poll,
+        ])
     }
 
     /// The round trip of an idle 8-byte `get` + `wait` between two nodes, without jitter.
     pub fn predict_get(&self) -> Duration {
-        self.post
-            + self.doorbell
-            + 2 * self.wire
-            + self.nic
-            + self.read_response
-            + self.pcie_write
-            + self.poll
+        sum(&[
+            self.post,
+            self.doorbell,
+            self.wire,
+            self.wire,
+            self.nic,
+            self.read_response,
+            self.pcie_write,
+            self.poll,
+        ])
     }
 
     /// The round trip of an idle remote FAA (or CAS) + `wait`, without jitter.
     pub fn predict_rmw(&self) -> Duration {
-        self.post
-            + self.doorbell
-            + 2 * self.wire
-            + self.nic
-            + self.atomic
-            + self.pcie_write
-            + self.poll
+        sum(&[
+            self.post,
+            self.doorbell,
+            self.wire,
+            self.wire,
+            self.nic,
+            self.atomic,
+            self.pcie_write,
+            self.poll,
+        ])
     }
+}
+
+/// The sum of `ds`, saturating at `Duration::MAX`.
+fn sum(ds: &[Duration]) -> Duration {
+    ds.iter().fold(Duration::ZERO, |a, &d| a.saturating_add(d))
+}
+
+/// `d × factor`, saturating at `Duration::MAX`; zero for a negative or NaN factor (a profile's
+/// value is the user's: nothing here may panic on it).
+pub(crate) fn mul_saturating(d: Duration, factor: f64) -> Duration {
+    if factor.is_nan() || factor <= 0.0 {
+        return Duration::ZERO;
+    }
+    Duration::try_from_secs_f64(d.as_secs_f64() * factor).unwrap_or(Duration::MAX)
 }
 
 impl Default for Profile {

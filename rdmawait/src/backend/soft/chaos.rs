@@ -267,7 +267,10 @@ impl State {
     /// A post enters thread `t`'s store buffer.
     fn push_post(&mut self, t: usize, post: Post) {
         let due = match self.timing.as_mut() {
-            Some(tm) => Some(tm.now + tm.jitter(&mut self.rng, tm.profile.doorbell)),
+            Some(tm) => Some(
+                tm.now
+                    .saturating_add(tm.jitter(&mut self.rng, tm.profile.doorbell)),
+            ),
             None => None,
         };
         let th = self.thread(t);
@@ -490,13 +493,19 @@ struct Timing {
     outbound_free: Vec<Duration>,
 }
 
-/// `d` multiplied by a factor drawn uniformly from `1 ± j` (`j` capped at 1).
+/// `d` multiplied by a factor drawn uniformly from `1 ± j` (`j` capped at 1; none when it is
+/// not positive or NaN), saturating.
 fn jitter(j: f64, rng: &mut ChaCha8Rng, d: Duration) -> Duration {
-    if j <= 0.0 || d.is_zero() {
+    if j.is_nan() || j <= 0.0 || d.is_zero() {
         return d;
     }
     let j = j.min(1.0);
-    d.mul_f64(rng.random_range(1.0 - j..=1.0 + j))
+    crate::sim::profile::mul_saturating(d, rng.random_range(1.0 - j..=1.0 + j))
+}
+
+/// `at` plus every one of `ds`, saturating.
+fn sum(at: Duration, ds: &[Duration]) -> Duration {
+    ds.iter().fold(at, |a, &d| a.saturating_add(d))
 }
 
 impl Timing {
@@ -565,15 +574,17 @@ impl Timing {
             }
             (Action::Flush(_), Before::Post(n, wr)) => {
                 th.times.sb.pop_front();
-                self.outbound_free[me] = at + p.outbound_gap;
+                self.outbound_free[me] = at.saturating_add(p.outbound_gap);
                 let d = match wr {
                     WorkRequest::Write { .. } => j(rng, p.pcie_read),
                     WorkRequest::Fence => Duration::ZERO,
                     WorkRequest::Read { .. }
                     | WorkRequest::CompareSwap { .. }
-                    | WorkRequest::FetchAdd { .. } => j(rng, self.wire(me, n)) + j(rng, p.nic),
+                    | WorkRequest::FetchAdd { .. } => {
+                        j(rng, self.wire(me, n)).saturating_add(j(rng, p.nic))
+                    }
                 };
-                th.times.pipe[n].push_back(at + d);
+                th.times.pipe[n].push_back(at.saturating_add(d));
             }
             (Action::Nic(_, n, Step::Pipe(i)), Before::Pipe(kind)) => {
                 let wire = self.wire(me, n);
@@ -582,32 +593,32 @@ impl Timing {
                     Kind::Fence => {
                         pipe.remove(i);
                     }
-                    Kind::Put => pipe[i] = at + j(rng, p.nic),
+                    Kind::Put => pipe[i] = at.saturating_add(j(rng, p.nic)),
                     Kind::Send => {
-                        let land = at + j(rng, wire) + j(rng, p.nic);
+                        let land = sum(at, &[j(rng, wire), j(rng, p.nic)]);
                         th.times.br[n].push_back(land);
-                        let ack = at + 2 * j(rng, wire) + j(rng, p.nic);
+                        let ack = sum(at, &[j(rng, wire).saturating_mul(2), j(rng, p.nic)]);
                         pipe[i] = ack;
                     }
                     Kind::Ack => {
                         pipe.remove(i);
-                        th.times.bl[n].push_back(at + j(rng, p.pcie_write));
+                        th.times.bl[n].push_back(at.saturating_add(j(rng, p.pcie_write)));
                     }
                     Kind::Get => {
-                        self.inbound_free[n] = at + p.inbound_gap;
-                        pipe[i] = at + j(rng, wire) + j(rng, p.read_response);
+                        self.inbound_free[n] = at.saturating_add(p.inbound_gap);
+                        pipe[i] = sum(at, &[j(rng, wire), j(rng, p.read_response)]);
                     }
                     Kind::Load => {
                         pipe.remove(i);
-                        let w = at + j(rng, p.pcie_write);
+                        let w = at.saturating_add(j(rng, p.pcie_write));
                         // The data, then its completion notice.
                         th.times.bl[n].push_back(w);
                         th.times.bl[n].push_back(w);
                     }
                     Kind::Rmw => {
-                        self.inbound_free[n] = at + p.inbound_gap;
-                        let done = at + j(rng, p.atomic);
-                        let back = done + j(rng, wire);
+                        self.inbound_free[n] = at.saturating_add(p.inbound_gap);
+                        let done = at.saturating_add(j(rng, p.atomic));
+                        let back = done.saturating_add(j(rng, wire));
                         // Succeeded: the atomic write stays at i, its response follows.
                         if matches!(th.qps[n].pipe.get(i), Some(Entry::Atomic { .. })) {
                             pipe[i] = done;
@@ -626,7 +637,7 @@ impl Timing {
                 // Before the pop: `before` does not say whether it was atomic; the due time
                 // already waited for the NIC when it was not.
                 th.times.br[n].pop_front();
-                self.inbound_free[n] = self.inbound_free[n].max(at + p.inbound_gap);
+                self.inbound_free[n] = self.inbound_free[n].max(at.saturating_add(p.inbound_gap));
             }
             (Action::Nic(_, n, Step::CommitLocal(j)), _) => {
                 th.times.bl[n].remove(j);
@@ -950,7 +961,8 @@ impl ThreadNic for ChaosNic {
                     }
                     if timed {
                         // Time moves only between scheduling points.
-                        again = Some(st.next_event(id, t).unwrap_or(now + IDLE_POLL));
+                        let idle = now.saturating_add(IDLE_POLL);
+                        again = Some(st.next_event(id, t).unwrap_or(idle));
                         break;
                     }
                     if !st.step_own(&chaos.fabric, id) {
