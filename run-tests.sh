@@ -43,7 +43,7 @@ step "default test suite (soft NIC)"
 cargo test --workspace --quiet
 
 step "explorer: reduced vs unreduced on every shipped litmus test (release)"
-cargo test --release -p loco-litmus --test reduction_crosscheck -- --nocapture
+cargo test --release -p loco-litmus --test reduction_crosscheck --test rxe_atomics -- --nocapture
 
 if [ "$soft_only" = 0 ]; then
     step "Debian packages for the verbs build and Soft-RoCE"

@@ -27,6 +27,7 @@ mod bench;
 mod keygen;
 mod plot;
 use indicatif::{ProgressBar, ProgressStyle};
+use loco_litmus::ast::FailedCas;
 use loco_litmus::explore::satisfies;
 use loco_litmus::{Exploration, RunBackend, RunConfig, RunError, Test};
 use serde_json::{json, Value};
@@ -93,6 +94,34 @@ struct Budget {
     max_memory: usize,
 }
 
+/// What the model assumes of the device (`check`, `run`, `show`).
+#[derive(Args, Clone, Copy)]
+struct ModelArgs {
+    /// What a failed remote CAS does, for every test (default: each test's `atomics` line):
+    /// `model` (rule 9: it only reads) or `rxe` (Soft-RoCE writes back the value read). With
+    /// `run`, it also sets the soft NIC's behaviour; on verbs, say what the device does.
+    #[arg(long, value_enum)]
+    atomics: Option<AtomicsArg>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum AtomicsArg {
+    /// The model's rule 9.
+    Model,
+    /// Soft-RoCE's write-back (docs/verbs-notes.md, pitfall 9).
+    Rxe,
+}
+
+impl ModelArgs {
+    fn apply(self, test: &mut Test) {
+        match self.atomics {
+            Some(AtomicsArg::Model) => test.atomics = FailedCas::Reads,
+            Some(AtomicsArg::Rxe) => test.atomics = FailedCas::WritesBack,
+            None => {}
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum Litmus {
     /// Decide each test's `exists` condition with the model explorer.
@@ -105,6 +134,8 @@ enum Litmus {
         json: bool,
         #[command(flatten)]
         budget: Budget,
+        #[command(flatten)]
+        model: ModelArgs,
     },
     /// Run each test for real and compare the observed outcomes with the model.
     Run {
@@ -134,6 +165,8 @@ enum Litmus {
         json: bool,
         #[command(flatten)]
         budget: Budget,
+        #[command(flatten)]
+        model: ModelArgs,
     },
     /// Print the outcomes the model allows.
     Show {
@@ -147,6 +180,8 @@ enum Litmus {
         json: bool,
         #[command(flatten)]
         budget: Budget,
+        #[command(flatten)]
+        model: ModelArgs,
     },
 }
 
@@ -195,8 +230,10 @@ impl Status {
 }
 
 /// Loads a file, or reports why not and counts a file error.
-fn load_or_count(path: &Path, status: &mut Status) -> Result<Test, String> {
-    load(path).inspect_err(|_| status.file_errors += 1)
+fn load_or_count(path: &Path, status: &mut Status, model: ModelArgs) -> Result<Test, String> {
+    let mut t = load(path).inspect_err(|_| status.file_errors += 1)?;
+    model.apply(&mut t);
+    Ok(t)
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -239,7 +276,8 @@ fn litmus(cmd: Litmus) -> Status {
             files,
             json,
             budget,
-        } => check(&files, json, budget),
+            model,
+        } => check(&files, json, budget, model),
         Litmus::Run {
             backend,
             schedule,
@@ -250,6 +288,7 @@ fn litmus(cmd: Litmus) -> Status {
             files,
             json,
             budget,
+            model,
         } => {
             let backend = match (backend, schedule) {
                 (BackendArg::Soft, ScheduleArg::Chaos) => RunBackend::SoftChaos,
@@ -260,14 +299,15 @@ fn litmus(cmd: Litmus) -> Status {
             let mut cfg = RunConfig::new(backend, runs, seed);
             cfg.until_exists = until_exists;
             cfg.timeout = Duration::from_secs(timeout);
-            run(&files, &cfg, json, budget)
+            run(&files, &cfg, json, budget, model)
         }
         Litmus::Show {
             file,
             traces,
             json,
             budget,
-        } => show(&file, traces, json, budget),
+            model,
+        } => show(&file, traces, json, budget, model),
     }
 }
 
@@ -336,13 +376,13 @@ fn outcome_json(
     Value::Object(map)
 }
 
-fn check(files: &[PathBuf], json: bool, budget: Budget) -> Status {
+fn check(files: &[PathBuf], json: bool, budget: Budget, model: ModelArgs) -> Status {
     let mut status = Status::default();
     let mut rows = Vec::new();
     // Every file is read and parsed first, so that their errors come before the table.
     let tests: Vec<_> = files
         .iter()
-        .map(|f| load_or_count(f, &mut status))
+        .map(|f| load_or_count(f, &mut status, model))
         .collect();
     let pb = bar(files.len(), "checking");
     if !json {
@@ -462,7 +502,13 @@ fn check(files: &[PathBuf], json: bool, budget: Budget) -> Status {
     status
 }
 
-fn run(files: &[PathBuf], cfg: &RunConfig, json: bool, budget: Budget) -> Status {
+fn run(
+    files: &[PathBuf],
+    cfg: &RunConfig,
+    json: bool,
+    budget: Budget,
+    model_args: ModelArgs,
+) -> Status {
     let mut status = Status::default();
     let mut rows = Vec::new();
     let backend = match cfg.backend {
@@ -472,7 +518,7 @@ fn run(files: &[PathBuf], cfg: &RunConfig, json: bool, budget: Budget) -> Status
         RunBackend::Verbs => "verbs",
     };
     for f in files {
-        let test = match load_or_count(f, &mut status) {
+        let test = match load_or_count(f, &mut status, model_args) {
             Ok(t) => t,
             Err(msg) => {
                 rows.push(json!({"file": f, "error": msg, "kind": "file"}));
@@ -598,9 +644,9 @@ fn run(files: &[PathBuf], cfg: &RunConfig, json: bool, budget: Budget) -> Status
     status
 }
 
-fn show(file: &Path, traces: bool, json: bool, budget: Budget) -> Status {
+fn show(file: &Path, traces: bool, json: bool, budget: Budget, model: ModelArgs) -> Status {
     let mut status = Status::default();
-    let Ok(test) = load_or_count(file, &mut status) else {
+    let Ok(test) = load_or_count(file, &mut status, model) else {
         return status;
     };
     let e = match explore(&test, budget) {

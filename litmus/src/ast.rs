@@ -6,6 +6,7 @@
 
 use std::fmt;
 
+pub use loco_rdmawait::model::FailedCas;
 pub use loco_rdmawait::NodeId;
 
 macro_rules! index {
@@ -75,6 +76,9 @@ pub struct Test {
     pub work_ids: Vec<String>,
     /// Every node named anywhere in the test, ascending (what `all` means).
     pub nodes: Vec<NodeId>,
+    /// What a failed remote CAS does: the model's rule 9 ([`FailedCas::Reads`], the default),
+    /// or rxe's write-back (`atomics rxe`: [`FailedCas::WritesBack`]).
+    pub atomics: FailedCas,
     /// The `exists` condition.
     pub exists: Cond,
     /// The expected verdict.

@@ -177,7 +177,10 @@ impl State {
                         regs: vec![0; c.regs],
                         sb: StoreBuffer::new(),
                         qps: (0..nodes)
-                            .map(|n| Qp::new(node_id(c.node), node_id(n)))
+                            .map(|n| {
+                                Qp::new(node_id(c.node), node_id(n))
+                                    .with_failed_cas(prog.failed_cas)
+                            })
                             .collect(),
                         guard: None,
                     };

@@ -305,6 +305,8 @@ pub(crate) struct Program {
     pub threads: Vec<Code>,
     /// Names of words, per node, for traces.
     pub word_names: Vec<Vec<String>>,
+    /// What a failed remote CAS does (`atomics` of the test).
+    pub failed_cas: loco_rdmawait::model::FailedCas,
 }
 
 impl Program {
@@ -548,6 +550,7 @@ pub(crate) fn lower(test: &Test) -> Program {
         sc_words: lw.sc_words,
         threads,
         word_names: lw.lay.names,
+        failed_cas: test.atomics,
     }
 }
 
@@ -1129,21 +1132,24 @@ impl RmwMachine for Emit<'_> {
 /// The node lock of an SC location, as the SC protocol's critical section.
 struct ScLock {
     words: locks::NLockWords<Word>,
-    ticket: Option<Val>,
+    /// The ticket held, and the value of `rel` that let it in.
+    ticket: Option<(Val, Val)>,
 }
 
 impl<'a> sc::Critical<Emit<'a>> for ScLock {
     type Error = Infallible;
 
     fn acquire(&mut self, m: &mut Emit<'a>) -> Result<(), Infallible> {
-        let (t, _) = locks::nlock_acquire(m, &self.words)?;
-        self.ticket = Some(t);
+        self.ticket = Some(locks::nlock_acquire(m, &self.words)?);
         Ok(())
     }
 
     fn release(&mut self, m: &mut Emit<'a>) -> Result<(), Infallible> {
-        let t = self.ticket.take().unwrap_or(Val::constant(0));
-        locks::nlock_release(m, &self.words, t, false)
+        let (t, raw) = self
+            .ticket
+            .take()
+            .unwrap_or((Val::constant(0), Val::constant(0)));
+        locks::nlock_release(m, &self.words, t, raw, false)
     }
 }
 
@@ -1166,7 +1172,8 @@ impl Lowering<'_> {
         };
         // Per lock, the ticket of the thread's current hold (the parser pairs every release
         // with an acquire before it).
-        let mut held: Vec<Option<Val>> = vec![None; self.locks.len()];
+        // Per lock: the ticket held, and the value that let it in.
+        let mut held: Vec<Option<(Val, Val)>> = vec![None; self.locks.len()];
         for (s, stmt) in th.body.iter().enumerate() {
             e.stmt = s;
             e.text = stmt.text.clone();
@@ -1279,7 +1286,14 @@ impl Lowering<'_> {
 
     /// A library operation: the library's own protocol, run on the recording machine. `held`:
     /// per lock, the ticket of the thread's current hold.
-    fn library_op(&self, e: &mut Emit, op: &Op, t: usize, me: usize, held: &mut [Option<Val>]) {
+    fn library_op(
+        &self,
+        e: &mut Emit,
+        op: &Op,
+        t: usize,
+        me: usize,
+        held: &mut [Option<(Val, Val)>],
+    ) {
         match op {
             Op::Bcast { sv, nodes, wid } => {
                 let copies = self.sv_copies(*sv);
@@ -1304,14 +1318,14 @@ impl Lowering<'_> {
                             nodes: &self.test.nodes,
                         };
                         e.rounds = count(self.test, &|op| matches!(op, Op::GiveUp(x) if x == l));
-                        let t = done(locks::wlock_acquire(e, &w, &copies, publish)).0;
+                        let t = done(locks::wlock_acquire(e, &w, &copies, publish));
                         e.rounds = 0;
                         t
                     }
                     node @ LockWords::Node { .. } => {
                         let w = node_lock(node, t, me);
                         e.rounds = count(self.test, &|op| matches!(op, Op::GiveUp(x) if x == l));
-                        let t = done(locks::nlock_acquire(e, &w)).0;
+                        let t = done(locks::nlock_acquire(e, &w));
                         e.rounds = 0;
                         t
                     }
@@ -1339,7 +1353,9 @@ impl Lowering<'_> {
                 }
             },
             Op::Release(l) => {
-                let ticket = held[l.0].take().unwrap_or(Val::constant(0));
+                let (ticket, raw) = held[l.0]
+                    .take()
+                    .unwrap_or((Val::constant(0), Val::constant(0)));
                 match &self.locks[l.0] {
                     LockWords::Ticket { rel, strong, .. } => {
                         let copies = rel[t].as_ref().expect("rel words of a user");
@@ -1356,7 +1372,7 @@ impl Lowering<'_> {
                     }
                     node @ LockWords::Node { .. } => {
                         let w = node_lock(node, t, me);
-                        done(locks::nlock_release(e, &w, ticket, false));
+                        done(locks::nlock_release(e, &w, ticket, raw, false));
                     }
                 }
             }
@@ -1608,10 +1624,10 @@ expect allowed
         assert!(matches!(posts[0].0, Instr::Post { target: 1, tag, .. } if *tag == wlr));
     }
 
-    /// The node lock's release put and `held` announcement carry their own tag, which no
+    /// The node lock's release CAS and `held` announcement carry their own tag, which no
     /// `wait` of the acquire waits for (as in the crate).
     #[test]
-    fn nlock_release_puts_are_not_waited_by_the_next_acquire() {
+    fn nlock_release_ops_are_not_waited_by_the_next_acquire() {
         let p = lowered(LOCKS);
         let t0 = &p.threads[0];
         let nlr = tags::of(loco_locks::protocol::NL_REL);
@@ -1627,26 +1643,20 @@ expect allowed
         assert!(ops
             .iter()
             .any(|i| matches!(i, Instr::Post { guard: Some(_), tag, .. } if *tag == nl)));
-        let puts = ops
-            .iter()
-            .filter(|i| {
-                matches!(
-                    i,
-                    Instr::Post {
-                        op: PostOp::Put { .. },
-                        ..
-                    }
-                )
-            })
-            .collect::<Vec<_>>();
-        assert_eq!(puts.len(), 2, "the held announcement and the release");
-        assert!(puts
-            .iter()
-            .all(|i| matches!(i, Instr::Post { tag, .. } if *tag == nlr)));
+        let tagged = |i: &&&Instr| matches!(i, Instr::Post { tag, .. } if *tag == nlr);
+        let released: Vec<_> = ops.iter().filter(tagged).collect();
+        assert_eq!(released.len(), 2, "the held announcement and the release");
+        assert!(matches!(
+            released[0],
+            Instr::Post {
+                op: PostOp::Put { .. },
+                ..
+            }
+        ));
         assert!(!ops
             .iter()
             .any(|i| matches!(i, Instr::Wait { tag } if *tag == nlr)));
-        // The release is `rfence(n1); put(rel, loc)`.
+        // The release is `rfence(n1); rcas(rel, raw, t + 1, loc)`.
         let n = ops.len();
         assert!(matches!(
             ops[n - 2],
@@ -1655,6 +1665,10 @@ expect allowed
                 op: PostOp::Fence,
                 ..
             }
+        ));
+        assert!(matches!(
+            ops[n - 1],
+            Instr::Post { target: 1, op: PostOp::Rcas { .. }, tag, .. } if *tag == nlr
         ));
     }
 

@@ -358,6 +358,7 @@ fn cluster(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Cluster, RunError>
     let b = Cluster::builder()
         .nodes(test.cluster_nodes())
         .memory_per_node(4096)
+        .failed_cas(test.atomics)
         .timeout(cfg.timeout);
     let c = match cfg.backend {
         RunBackend::SoftChaos => b.soft(Schedule::Chaos { seed }).build(),
@@ -423,6 +424,7 @@ fn sim_once(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Outcome, RunError
     };
     let config = sim::Config::new(test.cluster_nodes())
         .memory_per_node(4096)
+        .failed_cas(test.atomics)
         .timeout(SIM_TIMEOUT.min(cfg.timeout))
         .max_steps(1_000_000);
     let res = sim::replay(config, seed, body);

@@ -134,7 +134,7 @@
 //! late put of the old owner can overwrite its releases. Private words
 //! ([`Cluster::alloc_private`] has no `free`) go back to a per-node pool kept by this crate (a
 //! [`Cluster`] extension) when no operation can still read or write them: always after
-//! [`Lock::leave`]; on a plain drop unless a release put of the node lock or a timed-out wait is
+//! [`Lock::leave`]; on a plain drop unless a release CAS of the node lock or a timed-out wait is
 //! outstanding (then they are leaked, three words, which is safe). A weak or strong lock's
 //! release first waits for its hold's announcement (usually long complete), so its words come
 //! back on a plain drop after a release.
@@ -305,7 +305,8 @@ pub type SLock = Lock<RawSLock>;
 /// Words on n: `tkt`, `rel`, `held[k]` and `waiting[k]` per node k, and a ring of abandon marks
 /// `ab[K]`. `rel` holds the ticket the lock is released to, plus a poison bit.
 /// - A thread that enters with ticket t announces it: `put(held[me], loc)` (`loc` = t+1), not
-///   waited for; it lands before its release's `put(rel)` (same queue pair, in order). A thread
+///   waited for; it lands before its release's `rcas(rel, t, t+1)` (same queue pair, in order).
+///   A thread
 ///   that has to wait announces its ticket the same way in `waiting[me]` (on its first failed read).
 /// - A thread that gives ticket u up (timeout, error) writes `ab[u mod K] = u+1` with a remote
 ///   CAS, then reads `rel`; if the lock was handed to it meanwhile it passes it on itself with
@@ -316,13 +317,14 @@ pub type SLock = Lock<RawSLock>;
 ///   same before giving up. A thread whose own node is reported dead stops waiting at once and
 ///   writes nothing more, so a ticket skipped as dead is never entered.
 ///
-/// Why mutual exclusion survives: `rel` is written by a put only by the holder of ticket
-/// `rel`'s value, and by a CAS only from a value r whose ticket will never enter (marked
+/// Why mutual exclusion survives: `rel` is written only by CASes: by the holder of ticket
+/// `rel`'s value (its release), and from a value r whose ticket will never enter (marked
 /// abandoned after its thread stopped waiting, or entered on a dead node). While `rel = r` with
 /// such an r, nobody else writes `rel` (no holder exists), and CASes are atomic against each
-/// other (Fig. 6), so exactly one CAS moves r to r+1 and a stale one fails; no put can land
-/// between the CAS's read and write, because a put needs a holder, which needs the CAS's write
-/// first. The race where the lock reaches u exactly as u gives up: its thread marks first, then
+/// other (Fig. 6), so exactly one CAS moves r to r+1 and a stale one fails. Every word of the
+/// lock that an RMW touches (`tkt`, `rel`, `ab`) is written by RMWs only, so also on rxe, whose
+/// failing CAS writes back what it read (docs/verbs-notes.md, pitfall 9), no write is lost:
+/// the paper's release put was, and `tests/litmus/nlock-rxe-pass-on-race.litmus` shows how. The race where the lock reaches u exactly as u gives up: its thread marks first, then
 /// reads `rel`; if it reads u it CASes u→u+1; a waiter that read u before the mark landed reads
 /// again later; either one CAS wins or the lock has already moved on. `rel` only grows, and a
 /// ticket is passed on only if it is never entered.
@@ -333,7 +335,7 @@ pub type SLock = Lock<RawSLock>;
 ///
 /// Why Fig. 8f survives: the thread that passes r on read `rel = r` first — the same read the
 /// next holder makes in the plain protocol — and everything it and the next holder do comes
-/// after that read completed (waits), so what the releaser's `rfence(n); put(rel)` published is
+/// after that read completed (waits), so what the releaser's `rfence(n); rcas(rel)` published is
 /// visible to the next holder as before.
 pub type NLock = Lock<RawNLock>;
 

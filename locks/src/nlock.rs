@@ -30,7 +30,8 @@ const LOOK_EVERY: Duration = Duration::from_millis(1);
 ///
 /// Acquire: `rfaa(tkt, 1, ret=loc, d); wait(d)`, then `get(loc, rel, d); wait(d)` until it reads
 /// the ticket; keep `ticket+1` in `loc`, and announce the hold with `put(held[me], loc)` (not
-/// waited). Release: `rfence(n); put(rel, loc)`, not waited for. Both are
+/// waited). Release: `rfence(n); rcas(rel, t, t+1, loc)`, not waited for (the paper's Fig. 13
+/// puts; a CAS is what keeps the release on rxe, see [`protocol::nlock_release`]). Both are
 /// [`protocol::nlock_acquire`] and [`protocol::nlock_release`], the definitions the litmus
 /// explorer checks. See [`NLock`](crate::NLock) for the guarantee, and for what happens when
 /// threads give up or die.
@@ -366,7 +367,9 @@ impl RawNLock {
         self.home.check_release(&self.cluster, &me)?;
         let w = self.words(ctx, &me)?;
         let d = Deadline::after(self.cluster.timeout());
-        protocol::nlock_release(&mut self.run(ctx, &me, &d), &w, t, poison)?;
+        // The value of `rel` that let this hold in: the ticket, and the poison bit it came with.
+        let raw = if me.poisoned.get() { t | POISON } else { t };
+        protocol::nlock_release(&mut self.run(ctx, &me, &d), &w, t, raw, poison)?;
         me.held.set(None);
         me.poisoned.set(false);
         me.unreaped.set(true);
@@ -374,7 +377,7 @@ impl RawNLock {
         Ok(())
     }
 
-    /// Reaps this thread's release put, so that its words can be recycled.
+    /// Reaps this thread's release CAS, so that its words can be recycled.
     pub(crate) fn leave_now(&self, ctx: &Ctx) -> Result<()> {
         let me = self.me(ctx)?;
         Self::check_not_held(&me)?;

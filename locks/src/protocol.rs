@@ -34,7 +34,7 @@ pub const WL_ACQ: WorkId = WorkId::internal(0x4C4B_0001);
 pub const WL_REL: WorkId = WorkId::internal(0x4C4B_0002);
 /// Work id of the node lock's acquire operations (FAA, CAS, polling gets, marks).
 pub const NL_ACQ: WorkId = WorkId::internal(0x4C4B_0011);
-/// Work id of the node lock's release put and `held` announcement. Not waited for (the release
+/// Work id of the node lock's release CAS and `held` announcement. Not waited for (the release
 /// does not block the CPU); later operations on the same queue pair reap them.
 pub const NL_REL: WorkId = WorkId::internal(0x4C4B_0012);
 
@@ -358,7 +358,7 @@ pub struct NLockWords<W> {
 
 /// The node lock's acquire (docs/model.md §5.5, Fig. 13): `rfaa(tkt, 1, loc); wait; t :=
 /// load(loc)` ([`nlock_take`]); `get(loc, rel); wait` until it reads `t`, passing on marked
-/// tickets it finds released to ([`nlock_pass_on`]); `store(loc, t+1)` (for the release's put)
+/// tickets it finds released to ([`nlock_pass_on`]); `store(loc, t+1)` (for the announcement)
 /// and `put(held[me], loc)` (the hold's announcement, for waiters that find this node dead; not
 /// waited for). Returns `t` and the value of `rel` that let it in.
 pub fn nlock_acquire<M: RmwMachine>(
@@ -384,7 +384,7 @@ pub fn nlock_take<M: RmwMachine>(m: &mut M, w: &NLockWords<M::Word>) -> Result<M
     m.load(w.loc)
 }
 
-/// Entering the node lock with ticket `t`: `store(loc, t+1)` (for the release's put) and
+/// Entering the node lock with ticket `t`: `store(loc, t+1)` (the announcement's source) and
 /// `put(held[me], loc)` (the hold's announcement; not waited for).
 pub fn nlock_enter<M: Machine>(
     m: &mut M,
@@ -459,20 +459,29 @@ pub fn nlock_give_up<M: RmwMachine>(
     )
 }
 
-/// The node lock's release of ticket `t` (Fig. 13): `rfence(n); put(rel, loc)`, not waited for.
-/// `loc` holds `t + 1` since the acquire; a poisoned release stores it again with the poison
-/// bit first.
-pub fn nlock_release<M: Machine>(
+/// The node lock's release of ticket `t`, entered on `raw` (the value of `rel` that let it in:
+/// `t`, with the poison bit if the section before did not finish): `rfence(n); rcas(rel, raw,
+/// t + 1, loc)`, not waited for (the poison bit is set in the new value if `poison`).
+///
+/// The paper's Fig. 13 releases with `put(rel, loc)`. The CAS keeps its guarantee and more: like
+/// the put, it starts only once the critical section's operations towards n have left the pipe
+/// (the rfence), and it reads `rel` only once their writes have landed (rules 9-11 wait for an
+/// empty `Br`, where the put's write queued behind them). It is needed on rxe, where a pass-on
+/// CAS that fails writes back the value it read (docs/verbs-notes.md, pitfall 9): a put release
+/// landing in between would be lost, and every later ticket stuck
+/// (`tests/litmus/nlock-rxe-pass-on-race.litmus`). Remote RMWs exclude each other, so a CAS
+/// release cannot be lost. While ticket `t` holds, nothing else changes `rel` (pass-on CASes
+/// expect earlier tickets), so the CAS succeeds, except when a waiter skipped this thread as
+/// dead (its node was declared dead): then it fails and writes nothing the lock relies on.
+pub fn nlock_release<M: RmwMachine>(
     m: &mut M,
     w: &NLockWords<M::Word>,
     t: M::Val,
+    raw: M::Val,
     poison: bool,
 ) -> Result<(), M::Error> {
-    if poison {
-        let v = next(m, t, true);
-        m.store(w.loc, v)?;
-    }
+    let v = next(m, t, poison);
     let n = m.node_of(w.rel);
     m.rfence(n)?;
-    m.put(w.rel, w.loc, NL_REL)
+    m.rcas(w.rel, raw, v, w.loc, NL_REL)
 }

@@ -211,7 +211,7 @@ impl Machine for Run<'_> {
                     self.me.dirty.set(false);
                     if std::mem::take(&mut self.faa_out) {
                         // The FAA completed: so did every earlier operation of the queue pair
-                        // to the lock's node (completions are in order), release puts included.
+                        // to the lock's node (completions are in order), release CASes included.
                         self.me.unreaped.set(false);
                     }
                 }

@@ -331,7 +331,7 @@ fn slock_release_lands_every_put() -> Result<()> {
     Ok(())
 }
 
-/// The node lock's release (`rfence(n); put(rel)`) does not wait: the put (and the acquire's
+/// The node lock's release (`rfence(n); rcas(rel)`) does not wait: the CAS (and the acquire's
 /// `held` announcement) are still pending when it returns, and the next acquire of the same
 /// thread reaps them.
 #[test]
@@ -343,13 +343,13 @@ fn nlock_release_does_not_wait() -> Result<()> {
     assert_eq!(
         ctx.unpolled(NodeId(2))?,
         2,
-        "the release put and the held announcement are not waited for"
+        "the release CAS and the held announcement are not waited for"
     );
     LockGuard::release(l.acquire(&ctx)?)?;
     assert_eq!(
         ctx.unpolled(NodeId(2))?,
         2,
-        "only the latest release put and announcement are pending"
+        "only the latest release CAS and announcement are pending"
     );
     Ok(())
 }
@@ -380,7 +380,7 @@ fn completions_do_not_pile_up() -> Result<()> {
 /// lock's words on n1.
 ///
 /// - `NLock`: `rfaa(tkt)`, one `get(rel)` (free at once), the `held` announcement put, the
-///   release put: 4 (the release's `rfence` sends nothing).
+///   release CAS: 4 (the release's `rfence` sends nothing).
 /// - `WLock`: `rfaa(tkt)`, the `held` put, the release broadcast to the 2 other nodes: 4.
 /// - `SLock`: the weak lock's 4, and the release's `gf(all)`, one get per node: 7.
 #[test]

@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 
 use crate::backend::soft::{Schedule, SoftBackend};
 use crate::backend::Backend;
+use crate::model::FailedCas;
 use crate::{Ctx, Error, Loc, NodeId, Result, WORD};
 
 static NEXT_CLUSTER: AtomicU32 = AtomicU32::new(1);
@@ -165,6 +166,7 @@ pub struct ClusterBuilder {
     nodes: usize,
     memory: u64,
     schedule: Schedule,
+    failed_cas: FailedCas,
     timeout: Duration,
     /// The verbs backend's configuration, when it replaces the soft NIC.
     #[cfg(feature = "verbs")]
@@ -177,6 +179,7 @@ impl Default for ClusterBuilder {
             nodes: 2,
             memory: DEFAULT_MEMORY,
             schedule: Schedule::default(),
+            failed_cas: FailedCas::Reads,
             timeout: DEFAULT_TIMEOUT,
             #[cfg(feature = "verbs")]
             verbs: None,
@@ -205,6 +208,15 @@ impl ClusterBuilder {
     /// Use the soft NIC with this schedule (the default backend, with [`Schedule::Immediate`]).
     pub fn soft(mut self, schedule: Schedule) -> Self {
         self.schedule = schedule;
+        self
+    }
+
+    /// What a failed remote CAS does on the soft NIC: the model's rule 9 (the default), or
+    /// Soft-RoCE's write-back ([`FailedCas::WritesBack`]; see
+    /// [`SoftBackend::with_failed_cas`] for which schedules show it). Ignored on verbs, where
+    /// the device decides.
+    pub fn failed_cas(mut self, mode: FailedCas) -> Self {
+        self.failed_cas = mode;
         self
     }
 
@@ -284,7 +296,8 @@ impl ClusterBuilder {
         if let Some(config) = self.verbs {
             return crate::backend::verbs::build_cluster(self.nodes, words, self.timeout, config);
         }
-        let backend = SoftBackend::try_new(self.nodes, words, self.schedule)?;
+        let backend =
+            SoftBackend::with_failed_cas(self.nodes, words, self.schedule, self.failed_cas)?;
         Ok(Cluster::with_backend(Box::new(backend), self.timeout))
     }
 }

@@ -96,6 +96,7 @@ pub use cluster::{BackendKind, Cluster, ClusterBuilder, DEFAULT_MEMORY, DEFAULT_
 #[allow(deprecated)]
 pub use ctx::{Ctx, Raw, RdmaTso};
 pub use error::{Error, Result, TimeoutKind};
+pub use model::FailedCas;
 pub use types::{Loc, NodeId, WorkId, WORD};
 
 #[cfg(feature = "verbs")]

@@ -54,6 +54,20 @@ pub enum RmwOp {
     },
 }
 
+/// What a remote compare-and-swap that fails does at its target (docs/model.md §4.4, rule 9).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum FailedCas {
+    /// The model's rule 9: it only reads. It takes no lock and writes nothing.
+    #[default]
+    Reads,
+    /// What Soft-RoCE does (docs/verbs-notes.md, pitfall 9): it reads and writes the value it
+    /// read back, under the target's remote-atomic lock, like a successful CAS whose new value
+    /// is the old one (rule 10 with `new = old`). A put or a CPU store that lands between its
+    /// read and its write is lost. Outside the model; code that must also be right on rxe is
+    /// checked under it too (`atomics rxe` in a litmus test).
+    WritesBack,
+}
+
 /// A pipe entry: a posted operation at some phase (docs/model.md §4.3).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Entry {
@@ -197,6 +211,8 @@ pub struct Qp {
     pub br: VecDeque<RemoteWrite>,
     /// Local write buffer: local writes and completion notices.
     pub bl: VecDeque<LocalItem>,
+    /// What a failed rcas does (rule 9, or rxe's write-back).
+    pub failed_cas: FailedCas,
 }
 
 impl Qp {
@@ -208,7 +224,14 @@ impl Qp {
             pipe: VecDeque::new(),
             br: VecDeque::new(),
             bl: VecDeque::new(),
+            failed_cas: FailedCas::Reads,
         }
+    }
+
+    /// The same queue pair with failed remote CASes behaving as `mode` says.
+    pub fn with_failed_cas(mut self, mode: FailedCas) -> Self {
+        self.failed_cas = mode;
+        self
     }
 
     /// Appends a posted request to the pipe; `tag` comes back in its completion notice.
@@ -368,7 +391,11 @@ impl Qp {
                 } => {
                     let old = mem.read(rn, remote);
                     let new = match op {
-                        RmwOp::Cas { expected, new } => (old == expected).then_some(new),
+                        RmwOp::Cas { expected, new } if old == expected => Some(new),
+                        RmwOp::Cas { .. } => match self.failed_cas {
+                            FailedCas::Reads => None,
+                            FailedCas::WritesBack => Some(old), // rxe: as rule 10, new = old
+                        },
                         RmwOp::Faa { add } => Some(old.wrapping_add(add)),
                     };
                     let load = Entry::Load {
@@ -626,6 +653,31 @@ mod tests {
         qp.apply(Step::Pipe(0), &mut mem, &mut locks);
         assert!(!locks[1]);
         run_in_order(&mut qp, &mut mem, &mut locks);
+        assert_eq!((mem.0[1][0], mem.0[0][0]), (9, 9));
+        assert_eq!(qp.take_notice(), Some(4));
+    }
+
+    #[test]
+    fn rxe_failed_cas_takes_the_lock_and_writes_back() {
+        let mut mem = Mem::default();
+        mem.0[1][0] = 9;
+        let mut locks = [false; 2];
+        let mut qp = Qp::new(NodeId(0), NodeId(1)).with_failed_cas(FailedCas::WritesBack);
+        qp.issue(
+            WorkRequest::CompareSwap {
+                remote: 0,
+                expected: 1,
+                new: 2,
+                local: 0,
+            },
+            4,
+        );
+        qp.apply(Step::Pipe(0), &mut mem, &mut locks);
+        assert!(locks[1], "the write-back holds the remote-atomic lock");
+        // A put's write landing now is overwritten by the write-back: the lost update.
+        mem.0[1][0] = 7;
+        run_in_order(&mut qp, &mut mem, &mut locks);
+        assert!(!locks[1]);
         assert_eq!((mem.0[1][0], mem.0[0][0]), (9, 9));
         assert_eq!(qp.take_notice(), Some(4));
     }

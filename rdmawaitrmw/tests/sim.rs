@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use loco_rdmawait::sim::{self, Config, Profile};
+use loco_rdmawait::sim::{self, Config, FailedCas, Profile};
 use loco_rdmawait::{Cluster, Ctx, NodeId, WorkId};
 use loco_rdmawaitrmw::Rmw;
 
@@ -83,4 +83,45 @@ fn contended_rfaas_are_serialised_and_lose_nothing() {
     };
     let r = sim::check(Config::new(4).profile(p).runs(10), f).unwrap();
     assert_eq!(r.runs, 10);
+}
+
+/// A failing remote CAS against a put on the same word (Fig. 6b with a CAS that fails): under
+/// the model's rule 9 the put is never lost; with rxe's write-back (`FailedCas::WritesBack`,
+/// docs/verbs-notes.md pitfall 9) the simulator finds a run where it is, and replays it.
+#[test]
+fn a_failed_cas_loses_a_put_only_with_rxe_write_back() {
+    fn race(cluster: &Cluster) -> Result<(), BoxError> {
+        let x = cluster.alloc_word(NodeId(1))?;
+        let ret = cluster.alloc_word(NodeId(0))?;
+        let two = cluster.alloc_word(NodeId(2))?;
+        let cas = sim::spawn(cluster, NodeId(0), move |ctx: &Ctx| {
+            ctx.rcas(&x, 5, 6, &ret, WorkId::new(1))?; // x is 0 or 2: it fails
+            ctx.wait(WorkId::new(1))
+        });
+        let put = sim::spawn(cluster, NodeId(2), move |ctx: &Ctx| {
+            ctx.store(&two, 2)?;
+            ctx.put(&x, &two, WorkId::new(1))?;
+            ctx.wait(WorkId::new(1))
+        });
+        cas.join()?;
+        put.join()?;
+        // Both done; every write landed once the NIC has quiesced.
+        cluster.quiesce()?;
+        match cluster.peek(&x)? {
+            2 => Ok(()),
+            v => Err(format!("the put was lost: x = {v}").into()),
+        }
+    }
+    let config = |mode| Config::new(3).runs(300).seed(5).failed_cas(mode);
+    sim::check(config(FailedCas::Reads), race).unwrap_or_else(|f| panic!("{}", f.report()));
+    let f = sim::check(config(FailedCas::WritesBack), race)
+        .expect_err("rxe's write-back loses the put in some run");
+    assert!(f.to_string().contains("the put was lost"), "{f}");
+    let again = sim::replay(
+        Config::new(3).failed_cas(FailedCas::WritesBack),
+        f.seed(),
+        race,
+    )
+    .expect_err("the replay fails the same way");
+    assert_eq!(again.to_string(), f.to_string());
 }

@@ -318,8 +318,8 @@ enum Mutant {
     Unlocked,
     /// The weak lock instead of the node lock, its tickets on node 0 rather than the location's
     /// node: mutual exclusion only, so a write's put may land after the next holder's get
-    /// (Fig. 8b). (With its tickets on the location's node, the release's put follows the write's
-    /// on the same queue pair, which is enough for the shapes here: not a mutant they can catch.)
+    /// (Fig. 8b). (With its tickets on the location's node, the release's writes follow the
+    /// write's on the same queue pair, which is enough for the shapes here: not a mutant they can catch.)
     WeakLock,
     /// The node lock, as in the library, but one scratch word `b` per thread for all locations.
     SharedScratch,

@@ -259,6 +259,8 @@ struct Parser {
     held: Vec<(LockId, Span)>,
     exists: Option<Cond>,
     expect: Option<Expect>,
+    /// `atomics ...`, with where it was given.
+    atomics: Option<(FailedCas, Span)>,
     /// Condition atoms naming sv copies: their node must be a node of the test, known at the end.
     sv_atoms: Vec<(NodeId, Span)>,
 }
@@ -279,8 +281,34 @@ impl Parser {
             held: Vec::new(),
             exists: None,
             expect: None,
+            atomics: None,
             sv_atoms: Vec::new(),
         }
+    }
+
+    /// `atomics model` (the default) or `atomics rxe`: what a failed remote CAS does.
+    fn decl_atomics(&mut self, line: &mut Line, kw: Span) -> PResult<()> {
+        if let Some((_, first)) = self.atomics {
+            let kind = ParseErrorKind::Duplicate {
+                what: "setting",
+                name: "atomics".to_string(),
+                first,
+            };
+            return Err((kw, kind));
+        }
+        const WANT: &str = "`model` or `rxe` after `atomics`";
+        let (v, _) = line.ident(WANT)?;
+        let mode = match v.as_str() {
+            "model" => FailedCas::Reads,
+            "rxe" => FailedCas::WritesBack,
+            _ => {
+                line.pos -= 1;
+                return Err(line.err(WANT));
+            }
+        };
+        line.end()?;
+        self.atomics = Some((mode, kw));
+        Ok(())
     }
 
     fn error(&self, (span, kind): (Span, ParseErrorKind)) -> ParseError {
@@ -394,6 +422,7 @@ impl Parser {
             threads: self.threads.into_iter().map(|d| d.0).collect(),
             work_ids: self.work_ids,
             nodes: self.nodes,
+            atomics: self.atomics.map_or(FailedCas::Reads, |(a, _)| a),
             exists: self.exists.expect("phase Done has a condition"),
             expect: self.expect.expect("phase Done has a verdict"),
         })
@@ -419,12 +448,13 @@ impl Parser {
             }
             Phase::Top => {
                 const WANT: &str =
-                    "a declaration (`loc`, `sv`, `sc`, `lock`), a `thread`, or `exists`";
+                    "a declaration (`loc`, `sv`, `sc`, `lock`, `atomics`), a `thread`, or `exists`";
                 let (kw, span) = line.ident(WANT)?;
                 match kw.as_str() {
                     "loc" | "sc" => self.decl_word(&kw == "sc", line, span).map(|()| Phase::Top),
                     "sv" => self.decl_sv(line, span).map(|()| Phase::Top),
                     "lock" => self.decl_lock(line, span).map(|()| Phase::Top),
+                    "atomics" => self.decl_atomics(line, span).map(|()| Phase::Top),
                     "thread" => self.open_thread(line, span).map(|()| Phase::Thread),
                     "exists" => {
                         let cond = self.cond(line)?;
@@ -449,7 +479,7 @@ impl Parser {
                     return Ok(Phase::Top);
                 }
                 let top_kw = matches!(line.peek(), Some(Tok::Ident(k))
-                    if matches!(k.as_str(), "exists" | "thread" | "loc" | "sv" | "sc" | "lock" | "expect"))
+                    if matches!(k.as_str(), "exists" | "thread" | "loc" | "sv" | "sc" | "lock" | "atomics" | "expect"))
                     && !matches!(line.toks.get(1), Some((Tok::LParen | Tok::Eq, _)));
                 if top_kw {
                     let (t, opened) = self.threads.last().expect("an open thread");

@@ -270,3 +270,29 @@ expect allowed
     let t = parse(&src.replace("s@n5", "s@n0"), "t.litmus").unwrap();
     assert_eq!(t.nodes, vec![NodeId(0)]);
 }
+
+#[test]
+fn atomics_setting() {
+    assert_eq!(parse(FIG2D, "t").unwrap().atomics, FailedCas::Reads);
+    let with = |line: &str| FIG2D.replacen("loc x @n0", &format!("{line}\nloc x @n0"), 1);
+    assert_eq!(
+        parse(&with("atomics rxe"), "t").unwrap().atomics,
+        FailedCas::WritesBack
+    );
+    assert_eq!(
+        parse(&with("atomics model"), "t").unwrap().atomics,
+        FailedCas::Reads
+    );
+    assert_eq!(
+        err(&with("atomics mlx5")),
+        "t.litmus:2:9: expected `model` or `rxe` after `atomics`, found `mlx5`"
+    );
+    assert_eq!(
+        err(&with("atomics rxe now")),
+        "t.litmus:2:13: expected end of line, found `now`"
+    );
+    assert_eq!(
+        err(&with("atomics rxe\natomics model")),
+        "t.litmus:3:1: setting `atomics` is already declared at line 2"
+    );
+}

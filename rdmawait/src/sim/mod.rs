@@ -68,6 +68,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+pub use crate::model::FailedCas;
 use crate::{Cluster, Ctx, NodeId, Schedule};
 
 use sched::{Handle, Op, Sched};
@@ -154,6 +155,7 @@ pub struct Config {
     memory: Option<u64>,
     faults: Vec<Fault>,
     profile: Option<Profile>,
+    failed_cas: FailedCas,
 }
 
 impl Config {
@@ -170,7 +172,17 @@ impl Config {
             memory: None,
             faults: Vec::new(),
             profile: None,
+            failed_cas: FailedCas::Reads,
         }
+    }
+
+    /// What a failed remote CAS does: the model's rule 9 (the default), or Soft-RoCE's
+    /// write-back ([`FailedCas::WritesBack`], docs/verbs-notes.md pitfall 9), under which a put
+    /// or a store landing inside a failing CAS is lost. Check code that mixes remote CASes with
+    /// puts or stores on one word under both before running it on rxe.
+    pub fn failed_cas(mut self, mode: FailedCas) -> Self {
+        self.failed_cas = mode;
+        self
     }
 
     /// Times the run with a network profile (see [`profile`]): each thread's operations and
@@ -570,10 +582,15 @@ where
     let words = usize::try_from(words).unwrap_or(usize::MAX);
     let nic_seed = derive(seed, u64::MAX);
     let soft = match &config.profile {
-        None => {
-            crate::SoftBackend::try_new(config.nodes, words, Schedule::Chaos { seed: nic_seed })
+        None => crate::SoftBackend::with_failed_cas(
+            config.nodes,
+            words,
+            Schedule::Chaos { seed: nic_seed },
+            config.failed_cas,
+        ),
+        Some(p) => {
+            crate::SoftBackend::timed(config.nodes, words, nic_seed, p.clone(), config.failed_cas)
         }
-        Some(p) => crate::SoftBackend::timed(config.nodes, words, nic_seed, p.clone()),
     }
     .map(Arc::new)
     .map_err(|e| setup(e.to_string()))?;

@@ -147,7 +147,7 @@ impl State {
                     if holds_lock(qp) {
                         locks[qp.remote_node.index()] = false;
                     }
-                    *qp = Qp::new(qp.local_node, qp.remote_node);
+                    *qp = Qp::new(qp.local_node, qp.remote_node).with_failed_cas(fabric.failed_cas);
                 }
             } else {
                 th.sb.retain_posts(|p| !dead[p.target.index()]);
@@ -796,7 +796,10 @@ impl Chaos {
             alive: true,
             sb: StoreBuffer::new(),
             qps: (0..nodes)
-                .map(|n| Qp::new(NodeId(node as u16), NodeId(n as u16)))
+                .map(|n| {
+                    Qp::new(NodeId(node as u16), NodeId(n as u16))
+                        .with_failed_cas(this.fabric.failed_cas)
+                })
                 .collect(),
             times: if st.timing.is_some() {
                 Times::new(nodes)

@@ -72,6 +72,7 @@ use crossbeam_utils::Backoff;
 
 use super::{Backend, ThreadNic, WorkRequest};
 use crate::mem::Words;
+use crate::model::FailedCas;
 use crate::{Error, NodeId, Result, WORD};
 
 /// When the soft NIC executes posted work (see the [module docs](self)).
@@ -132,6 +133,8 @@ pub(crate) struct Fabric {
     incarnations: Vec<AtomicU64>,
     /// Restarts so far, over all nodes (contexts look at incarnations only when it moved).
     restarts: AtomicU64,
+    /// What a failed remote CAS does ([`SoftBackend::with_failed_cas`]).
+    failed_cas: FailedCas,
 }
 
 impl Fabric {
@@ -171,6 +174,7 @@ impl Fabric {
             epoch: AtomicU64::new(0),
             incarnations: (0..nodes).map(|_| AtomicU64::new(1)).collect(),
             restarts: AtomicU64::new(0),
+            failed_cas: FailedCas::Reads,
         })
     }
 
@@ -293,7 +297,14 @@ impl Fabric {
                 new,
                 local,
             } => {
-                let old = self.rmw(to, remote, |old| (old == expected).then_some(new));
+                let back = self.failed_cas == FailedCas::WritesBack;
+                let old = self.rmw(to, remote, |old| {
+                    if old == expected {
+                        Some(new)
+                    } else {
+                        back.then_some(old) // rxe: the value read is written back
+                    }
+                });
                 self.write(from, local, old);
             }
             WorkRequest::FetchAdd { remote, add, local } => {
@@ -375,6 +386,21 @@ impl SoftBackend {
     /// allocation succeeds), and, under [`Schedule::Threaded`], when an engine thread cannot be
     /// started (the OS error is the source; the engines already started are stopped).
     pub fn try_new(nodes: usize, words: usize, schedule: Schedule) -> Result<Self> {
+        Self::with_failed_cas(nodes, words, schedule, FailedCas::Reads)
+    }
+
+    /// As [`SoftBackend::try_new`], with failed remote CASes behaving as `failed_cas` says: the
+    /// model's rule 9, or rxe's write-back ([`FailedCas::WritesBack`], docs/verbs-notes.md
+    /// pitfall 9), to test code that must also be right on Soft-RoCE. [`Schedule::Chaos`] (and
+    /// the simulator) can then lose a put or a store to a failing CAS, as rxe can;
+    /// [`Schedule::Threaded`] writes the value back too, racing the CPU's stores;
+    /// [`Schedule::Immediate`] executes each CAS at once, where the two cannot be told apart.
+    pub fn with_failed_cas(
+        nodes: usize,
+        words: usize,
+        schedule: Schedule,
+        failed_cas: FailedCas,
+    ) -> Result<Self> {
         if nodes == 0 || nodes > u16::MAX as usize {
             return Err(Error::Backend {
                 backend: "soft",
@@ -382,7 +408,9 @@ impl SoftBackend {
                 source: None,
             });
         }
-        let fabric = Arc::new(Fabric::new(nodes, words)?);
+        let mut fabric = Fabric::new(nodes, words)?;
+        fabric.failed_cas = failed_cas;
+        let fabric = Arc::new(fabric);
         let engine = match schedule {
             Schedule::Immediate => Engine::Immediate,
             Schedule::Threaded => Engine::Threaded(threaded::Engines::start(&fabric)?),
@@ -409,8 +437,9 @@ impl SoftBackend {
         words: usize,
         seed: u64,
         profile: crate::sim::Profile,
+        failed_cas: FailedCas,
     ) -> Result<Self> {
-        let mut b = Self::try_new(nodes, words, Schedule::Chaos { seed })?;
+        let mut b = Self::with_failed_cas(nodes, words, Schedule::Chaos { seed }, failed_cas)?;
         b.engine = Engine::Chaos(Arc::new(chaos::Chaos::timed(
             b.fabric.clone(),
             seed,
