@@ -49,8 +49,12 @@ if [ "$soft_only" = 0 ]; then
     step "Debian packages for the verbs build and Soft-RoCE"
     soft-roce-ci/install-deps.sh
     step "lints with the verbs feature"
-    cargo clippy --workspace --features loco/verbs,loco-litmus/verbs --all-targets --quiet -- -D warnings
+    cargo clippy --workspace --features loco/verbs,loco-litmus/verbs,loco-cli/verbs --all-targets --quiet -- -D warnings
     RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --features loco/verbs,loco-litmus/verbs --quiet
+    # The verbs backend's device-free unit tests (rendezvous gate, authentication, wire format,
+    # timeouts): they need no RDMA device, so they run here, in about a second once built.
+    step "verbs unit tests that need no device (rendezvous, authentication)"
+    cargo test -p loco-rdmawait --features verbs --lib --quiet
     step "verbs test suite on Soft-RoCE (rdma_rxe)"
     soft-roce-ci/run.sh
     # About 2.5 min: six runs of 3 VMs joined by an in-host Ethernet segment (cluster.sh),

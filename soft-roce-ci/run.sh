@@ -108,9 +108,21 @@ run_inside() {
             bad+=("loco litmus run --backend verbs")
         fi
     fi
+    if [ -n "${LOCO_LITMUS_BIN:-}" ] && [ "${LOCO_DOCTOR:-1}" != 0 ]; then
+        if doctor_on_device; then
+            passed=$((passed + 1))
+        else
+            failed=$((failed + 1))
+            bad+=("loco doctor")
+        fi
+    fi
     case ${LOCO_NO_DEVICE_CHECK:-skipped} in
         ok) passed=$((passed + 1)); echo "-- no-device check (on the host, before the VM): ok" ;;
         failed) failed=$((failed + 1)); bad+=("no-device check (on the host)") ;;
+    esac
+    case ${LOCO_DOCTOR_NO_DEVICE_CHECK:-skipped} in
+        ok) passed=$((passed + 1)); echo "-- loco doctor without a device (on the host, before the VM): ok" ;;
+        failed) failed=$((failed + 1)); bad+=("loco doctor without a device (on the host)") ;;
     esac
     case ${LOCO_NO_LIBIBVERBS_CHECK:-skipped} in
         ok) passed=$((passed + 1)); echo "-- no-libibverbs check (on the host, before the VM): ok" ;;
@@ -141,6 +153,53 @@ litmus_on_device() {
     set -e
     echo "   litmus on the device: $([ "$rc" -eq 0 ] && echo ok || echo FAILED) (exit $rc in $(elapsed "$t0") s)"
     [ "$rc" -eq 0 ]
+}
+
+# `loco doctor` on the device: a healthy setup passes (exit 0); a wrong LOCO_GID_INDEX, a low
+# memlock limit without CAP_IPC_LOCK, and a deleted rxe link each fail (exit 1) naming the
+# problem and its fix. Runs last: it deletes rxe0 and adds it back.
+doctor_on_device() {
+    local t0 out rc ok=0 dev=${LOCO_RDMA_DEVICE:-rxe0} netdev
+    t0=$(now)
+    echo "-- loco doctor on $dev"
+    expect_doctor() { # NAME WANT_RC PATTERN CMD...
+        local name=$1 want=$2 pat=$3
+        shift 3
+        set +e
+        out=$("$@" 2>&1)
+        rc=$?
+        set -e
+        if [ "$rc" -eq "$want" ] && grep -q -- "$pat" <<<"$out"; then
+            echo "   doctor, $name: exit $rc, says \"$pat\": ok"
+        else
+            echo "   doctor, $name: exit $rc (want $want), looking for \"$pat\": FAILED"
+            printf '%s\n' "$out" | sed 's/^/     /'
+            ok=1
+        fi
+    }
+    set +e
+    "$LOCO_LITMUS_BIN" doctor 2>&1 | sed 's/^/     /'
+    set -e
+    expect_doctor healthy 0 "smoke test" "$LOCO_LITMUS_BIN" doctor
+    expect_doctor "wrong GID index" 1 "LOCO_GID_INDEX=200 points at an empty entry" \
+        env LOCO_GID_INDEX=200 "$LOCO_LITMUS_BIN" doctor --no-smoke
+    if command -v setpriv >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
+        # Root without CAP_IPC_LOCK (dropped from the bounding and inheritable sets), 64 KiB.
+        expect_doctor "low memlock" 1 "below the" setpriv --bounding-set=-ipc_lock \
+            --inh-caps=-ipc_lock sh -c 'ulimit -l 64 && exec "$0" doctor' "$LOCO_LITMUS_BIN"
+    else
+        echo "   doctor, low memlock: skipped (needs root and setpriv)"
+    fi
+    netdev=$(cat "/sys/class/infiniband/$dev/ports/1/gid_attrs/ndevs/1" 2>/dev/null || echo rxenet0)
+    if rdma link delete "$dev" 2>/dev/null; then
+        expect_doctor "no link" 1 "rdma link add rxe0 type rxe netdev" "$LOCO_LITMUS_BIN" doctor
+        rdma link add "$dev" type rxe netdev "$netdev" && wait_gid "$dev" 1 10 >/dev/null \
+            || { echo "   could not add $dev back"; ok=1; }
+    else
+        echo "   doctor, no link: skipped (rdma link delete $dev failed)"
+    fi
+    echo "   loco doctor: $([ "$ok" -eq 0 ] && echo ok || echo FAILED) in $(elapsed "$t0") s"
+    return "$ok"
 }
 
 # A base port for the example's rendezvous, unlikely to be taken.
@@ -520,6 +579,17 @@ if [ -n "$smoke" ]; then
         log "without a device, ${smoke##*/} --exact smoke exited $rc without the expected explanation:"
         printf '%s\n' "$out" | tail -n 20 >&2
     fi
+    # `loco doctor` here, without a device: exit 1, and a failed check that says what to do.
+    export LOCO_DOCTOR_NO_DEVICE_CHECK=failed
+    set +e
+    out=$(env -u LOCO_RDMA_DEVICE -u LOCO_GID_INDEX "$LOCO_LITMUS_BIN" doctor 2>&1)
+    rc=$?
+    set -e
+    if [ "$rc" -eq 1 ] && grep -q '^fail' <<<"$out" && grep -q 'fix: ' <<<"$out"; then
+        LOCO_DOCTOR_NO_DEVICE_CHECK=ok
+        log "without a device, loco doctor fails with advice: ok"
+    fi
+    printf '%s\n' "$out" | sed 's/^/    /' >&2
     # And without libibverbs at all (masked in a private mount namespace; needs root).
     lib=$(readlink -f /usr/lib/x86_64-linux-gnu/libibverbs.so.1 2>/dev/null || true)
     export LOCO_NO_LIBIBVERBS_CHECK=skipped

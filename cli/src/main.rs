@@ -7,6 +7,9 @@
 //!   model, and whether the `exists` outcome was seen.
 //! - `loco litmus show FILE`: the outcomes the model allows (`--traces` adds a schedule for each).
 //! - `loco keygen`: a fresh random cluster key (`LOCO_CLUSTER_KEY`) for the verbs backend.
+//! - `loco doctor [--peers ...] [--json]`: the machine's RDMA setup, check by check, with fixes
+//!   (exit status 1 if a check fails).
+//! - `loco bench locks ...`: the lock benchmark.
 //!
 //! Every subcommand takes `--json` for machine-readable output. A file's error (it cannot be
 //! read or does not parse, or the explorer gave up on it) is printed before that file's row or
@@ -24,6 +27,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 mod bench;
+mod doctor;
 mod keygen;
 mod plot;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -73,6 +77,10 @@ enum Command {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(Bench),
+    /// Check this machine's RDMA setup: libibverbs, devices, ports, GIDs, atomics, locked
+    /// memory, Soft-RoCE, peers and cluster key, and a loop-back smoke test; each problem with
+    /// the command that fixes it. Exit status 1 if a check fails.
+    Doctor(doctor::DoctorArgs),
 }
 
 /// `loco bench` subcommands.
@@ -260,6 +268,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Litmus(cmd) => ExitCode::from(litmus(cmd).code()),
         Command::Keygen => keygen::main(),
+        Command::Doctor(args) => doctor::main(&args),
         Command::Bench(Bench::Locks(args)) => match bench::locks(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

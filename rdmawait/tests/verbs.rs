@@ -526,6 +526,45 @@ fn an_unresponsive_peer_is_peer_dead() {
     nic.poll(N0, Duration::from_secs(20)).unwrap();
 }
 
+/// A shutdown frees a poll and a quiesce blocked on a request that will not complete for a long
+/// while (an unreachable peer, long transport retries) with `Shutdown`, as on the soft NIC.
+#[test]
+fn shutdown_frees_a_blocked_poll_and_quiesce() {
+    // 4.096 µs × 2^20 ≈ 4.3 s per try, 7 retries: half a minute before the transport gives up.
+    let config = verbs_config().transport_timeout(20, 7);
+    let backend =
+        std::sync::Arc::new(VerbsBackend::new(2, 64, Duration::from_secs(60), config).unwrap());
+    backend.make_unreachable_for_tests(N1);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let b = backend.clone();
+    let t1 = std::thread::spawn(move || {
+        let mut nic = b.open(N0).unwrap();
+        let wr = WorkRequest::FetchAdd {
+            remote: 0,
+            add: 1,
+            local: 0,
+        };
+        nic.post(N1, wr).unwrap();
+        tx.send(()).unwrap();
+        nic.poll(N1, Duration::MAX)
+    });
+    rx.recv_timeout(Duration::from_secs(20)).unwrap();
+    let b = backend.clone();
+    let t2 = std::thread::spawn(move || b.quiesce(Duration::MAX));
+    std::thread::sleep(Duration::from_millis(200));
+    let start = Instant::now();
+    backend.shutdown();
+    let poll = t1.join().unwrap();
+    let quiesce = t2.join().unwrap();
+    assert!(matches!(poll, Err(Error::Shutdown)), "{poll:?}");
+    assert!(matches!(quiesce, Err(Error::Shutdown)), "{quiesce:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
 #[test]
 fn shutdown_refuses_new_work() {
     let c = verbs_cluster(2);

@@ -61,6 +61,7 @@ struct DeviceLimits {
 struct PortInfo {
     state: u32,
     active_mtu: u32,
+    max_mtu: u32,
     gid_tbl_len: i32,
     lid: u16,
     link_layer: u8,
@@ -277,6 +278,7 @@ fn query_port(ctx: &DeviceContext, port: u8) -> io::Result<PortInfo> {
     Ok(PortInfo {
         state: a.state,
         active_mtu: a.active_mtu,
+        max_mtu: a.max_mtu,
         gid_tbl_len: a.gid_tbl_len,
         lid: a.lid,
         link_layer: a.link_layer,
@@ -309,4 +311,200 @@ fn os_error(what: String, source: io::Error) -> Error {
         message: format!("{what} failed"),
         source: Some(source),
     }
+}
+
+/// What [`inventory`] finds about one RDMA device (what `ibv_devinfo -v` prints, the parts loco
+/// needs). For diagnostics (`loco doctor`); [`crate::ClusterBuilder::verbs`] picks a device by
+/// itself.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct DeviceReport {
+    /// The device's name (`rxe0`, `mlx5_0`).
+    pub name: String,
+    /// Soft-RoCE (the kernel's rdma_rxe driver).
+    pub soft_roce: bool,
+    /// Remote atomics: `IBV_ATOMIC_NONE` (0), `_HCA` (1) or `_GLOB` (2).
+    pub atomic_cap: u32,
+    /// Outstanding RDMA READs and atomics a queue pair may serve (`max_qp_rd_atom`).
+    pub max_qp_rd_atom: i32,
+    /// Outstanding RDMA READs and atomics a queue pair may initiate (`max_qp_init_rd_atom`).
+    pub max_qp_init_rd_atom: i32,
+    /// Its ports, from 1.
+    pub ports: Vec<PortReport>,
+    /// Why the device or its attributes could not be read (then `ports` is empty).
+    pub error: Option<String>,
+}
+
+/// One port of a [`DeviceReport`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct PortReport {
+    /// Port number, from 1.
+    pub port: u8,
+    /// `IBV_PORT_ACTIVE` (4) is the only state that carries traffic.
+    pub state: u32,
+    /// `IBV_LINK_LAYER_INFINIBAND` (1) or `_ETHERNET` (2, RoCE).
+    pub link_layer: u8,
+    /// Active and largest MTU in bytes (0 for a code the device should not report).
+    pub active_mtu: u32,
+    /// See `active_mtu`.
+    pub max_mtu: u32,
+    /// The non-empty entries of the GID table.
+    pub gids: Vec<GidReport>,
+    /// The port's GID table length.
+    pub gid_table_len: u32,
+}
+
+/// One non-empty GID table entry.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct GidReport {
+    /// Its index (`LOCO_GID_INDEX`).
+    pub index: u32,
+    /// The GID.
+    pub gid: [u8; 16],
+    /// RoCE v2 (routable over UDP/IP; what loco and perftest pick on Ethernet).
+    pub roce_v2: bool,
+    /// The IPv4 address of an IPv4-mapped GID.
+    pub ipv4: Option<std::net::Ipv4Addr>,
+    /// The network interface it belongs to, from sysfs (RoCE).
+    pub netdev: Option<String>,
+}
+
+impl PortReport {
+    /// The state's name as `ibv_devinfo` prints it.
+    pub fn state_name(&self) -> &'static str {
+        match self.state {
+            1 => "DOWN",
+            2 => "INIT",
+            3 => "ARMED",
+            4 => "ACTIVE",
+            5 => "ACTIVE_DEFER",
+            _ => "NOP",
+        }
+    }
+
+    /// Whether the port carries traffic.
+    pub fn active(&self) -> bool {
+        self.state == PORT_ACTIVE
+    }
+
+    /// Whether the port is Ethernet (RoCE), which needs a GID with an address.
+    pub fn ethernet(&self) -> bool {
+        self.link_layer == LINK_LAYER_ETHERNET
+    }
+
+    /// The GID index loco picks on this port when `LOCO_GID_INDEX` is not set (RoCE: a RoCE v2
+    /// IPv4 entry first).
+    pub fn best_gid(&self) -> Option<u32> {
+        let rank = |g: &GidReport| (g.roce_v2 as u8) * 2 + g.ipv4.is_some() as u8;
+        let mut best: Option<&GidReport> = None;
+        for g in &self.gids {
+            if best.is_none_or(|b| rank(g) > rank(b)) {
+                best = Some(g);
+            }
+        }
+        best.map(|g| g.index)
+    }
+}
+
+/// Every RDMA device libibverbs lists, with its ports and GID tables. Fails only when the device
+/// list cannot be read (no libibverbs, no kernel RDMA stack), with what to install.
+pub fn inventory() -> Result<Vec<DeviceReport>> {
+    let list = DeviceList::new().map_err(|e| {
+        let os = io::Error::last_os_error();
+        let message = match os.raw_os_error() {
+            Some(libc::EOPNOTSUPP) => "libibverbs.so.1 could not be loaded; install the verbs \
+                user-space library and its providers (Debian/Ubuntu: `apt install libibverbs1 \
+                ibverbs-providers`)"
+                .to_string(),
+            _ if !std::path::Path::new("/sys/class/infiniband_verbs").exists() => format!(
+                "libibverbs is loaded, but the kernel has no RDMA support loaded ({e}; no \
+                 /sys/class/infiniband_verbs): load an RDMA driver, e.g. Soft-RoCE's rdma_rxe"
+            ),
+            _ => format!("cannot list RDMA devices ({e}); is the kernel's RDMA stack loaded?"),
+        };
+        Error::Backend {
+            backend: "verbs",
+            message,
+            source: Some(os),
+        }
+    })?;
+    Ok(list.iter().map(|dev| report(&dev)).collect())
+}
+
+fn report(dev: &sideway::ibverbs::device::Device<'_>) -> DeviceReport {
+    let mut r = DeviceReport {
+        name: dev.name(),
+        soft_roce: false,
+        atomic_cap: 0,
+        max_qp_rd_atom: 0,
+        max_qp_init_rd_atom: 0,
+        ports: Vec::new(),
+        error: None,
+    };
+    let ctx = match dev.open() {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            r.error = Some(format!("cannot open: {e} ({})", io::Error::last_os_error()));
+            return r;
+        }
+    };
+    let limits = match query_device(&ctx) {
+        Ok(l) => l,
+        Err(e) => {
+            r.error = Some(format!("ibv_query_device: {e}"));
+            return r;
+        }
+    };
+    r.soft_roce = limits.vendor_id == RXE_VENDOR_ID;
+    r.atomic_cap = limits.atomic_cap;
+    r.max_qp_rd_atom = limits.max_qp_rd_atom;
+    r.max_qp_init_rd_atom = limits.max_qp_init_rd_atom;
+    for port in 1..=limits.ports {
+        let mtu = |code: u32| {
+            if (1..=5).contains(&code) {
+                128 << code
+            } else {
+                0
+            }
+        };
+        match query_port(&ctx, port) {
+            Ok(info) => {
+                let len = info.gid_tbl_len.max(0) as u32;
+                let gids = (0..len)
+                    .filter_map(|i| {
+                        let gid = query_gid(&ctx, port, i).ok().filter(|g| *g != [0; 16])?;
+                        let ipv4 = (gid[..10] == [0; 10] && gid[10..12] == [0xff, 0xff])
+                            .then(|| std::net::Ipv4Addr::new(gid[12], gid[13], gid[14], gid[15]));
+                        Some(GidReport {
+                            index: i,
+                            gid,
+                            roce_v2: query_gid_type(&ctx, port, i)
+                                == Some(sys::IBV_GID_TYPE_SYSFS_ROCE_V2),
+                            ipv4,
+                            netdev: std::fs::read_to_string(format!(
+                                "/sys/class/infiniband/{}/ports/{port}/gid_attrs/ndevs/{i}",
+                                r.name
+                            ))
+                            .ok()
+                            .map(|s| s.trim().to_string())
+                            .filter(|s| !s.is_empty()),
+                        })
+                    })
+                    .collect();
+                r.ports.push(PortReport {
+                    port,
+                    state: info.state,
+                    link_layer: info.link_layer,
+                    active_mtu: mtu(info.active_mtu),
+                    max_mtu: mtu(info.max_mtu),
+                    gids,
+                    gid_table_len: len,
+                });
+            }
+            Err(e) => r.error = Some(format!("ibv_query_port({port}): {e}")),
+        }
+    }
+    r
 }

@@ -140,6 +140,7 @@ use super::{Backend, ThreadNic};
 use crate::{Cluster, Error, NodeId, Result, WORD};
 
 pub(crate) use crate::backend::rendezvous::wire::NodeInfo;
+pub use device::{inventory, DeviceReport, GidReport, PortReport};
 use region::RegisteredMemory;
 pub use session::Process;
 
@@ -164,6 +165,18 @@ pub struct VerbsConfig {
     cluster_key: Option<Secret>,
     allow_no_key: bool,
     peer_timeout: Duration,
+}
+
+/// What [`VerbsConfig::selected`] picks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Selected {
+    /// The device's name.
+    pub device: String,
+    /// The port, from 1.
+    pub port: u8,
+    /// The source GID index (`None`: InfiniBand without a global route header).
+    pub gid_index: Option<u32>,
 }
 
 /// Default of [`VerbsConfig::peer_timeout`].
@@ -342,6 +355,36 @@ impl VerbsConfig {
     pub fn peer_timeout(mut self, timeout: Duration) -> Self {
         self.peer_timeout = timeout.max(Duration::from_millis(50));
         self
+    }
+
+    /// The device, port and GID index a cluster built with this configuration would use
+    /// (opening the device, as `build` does, and closing it again): the same choice and the
+    /// same errors, for diagnostics (`loco doctor`).
+    pub fn selected(&self) -> Result<Selected> {
+        let d = device::open(self)?;
+        Ok(Selected {
+            device: d.name.clone(),
+            port: d.port,
+            gid_index: d.gid_index.map(u32::from),
+        })
+    }
+
+    /// The node id and peers of a multi-process configuration ([`VerbsConfig::distributed`]).
+    pub fn peers(&self) -> Option<(NodeId, &[String])> {
+        self.distributed
+            .as_ref()
+            .map(|d| (d.node, d.peers.as_slice()))
+    }
+
+    /// Whether a cluster key is set ([`VerbsConfig::cluster_key`], `LOCO_CLUSTER_KEY`).
+    pub fn has_cluster_key(&self) -> bool {
+        self.cluster_key.is_some()
+    }
+
+    /// Whether running a multi-process cluster without a key is allowed
+    /// ([`VerbsConfig::allow_no_key`]).
+    pub fn allows_no_key(&self) -> bool {
+        self.allow_no_key
     }
 
     /// The cluster key to use, or why the configuration may not run.

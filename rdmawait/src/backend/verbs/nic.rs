@@ -498,6 +498,10 @@ impl ThreadNic for VerbsNic {
                     }
                 }
             }
+            // Nothing to return yet: a shutdown ends the wait (as on the soft NIC).
+            if self.shared.shutdown.load(SeqCst) {
+                return Err(Error::Shutdown);
+            }
             if start.elapsed() >= timeout {
                 return Err(Error::Timeout {
                     what: TimeoutKind::Poll(target),
@@ -759,6 +763,9 @@ pub(crate) fn quiesce(shared: &Shared, timeout: Duration) -> Result<()> {
         }
         if !busy {
             return Ok(());
+        }
+        if shared.shutdown.load(SeqCst) {
+            return Err(Error::Shutdown);
         }
         if start.elapsed() >= timeout {
             return Err(Error::Timeout {

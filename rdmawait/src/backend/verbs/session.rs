@@ -51,7 +51,16 @@ const RETRY_JOIN: Duration = Duration::from_millis(100);
 /// alive) is tried again: the peer declares that incarnation dead within its peer timeout, so
 /// twice ours and a second of slack. Past that, another live process holds our node id.
 fn retry_for(peer_timeout: Duration) -> Duration {
-    peer_timeout.saturating_mul(2) + Duration::from_secs(1)
+    peer_timeout
+        .saturating_mul(2)
+        .saturating_add(Duration::from_secs(1))
+}
+
+/// `now + timeout`, capped at a year from now: a [`Duration::MAX`] timeout (documented as "no
+/// timeout") must not overflow [`Instant`].
+fn deadline_after(timeout: Duration) -> Instant {
+    const FAR: Duration = Duration::from_secs(365 * 24 * 3600);
+    Instant::now() + timeout.min(FAR)
 }
 
 /// Responder queue pairs serving other processes' threads, by (their node, its incarnation, our
@@ -284,7 +293,7 @@ fn join(
         .me
         .ok_or_else(|| verbs_error("a session needs this process's node id"))?;
     let addr = resolve(peer)?;
-    let deadline = Instant::now() + shared.timeout;
+    let deadline = deadline_after(shared.timeout);
     let nodes = shared.infos.len() as u16;
     let failed = |e: io::Error| {
         let message = match e.kind() {
@@ -684,4 +693,18 @@ pub(crate) fn all_loopback(peers: &[String]) -> bool {
     peers
         .iter()
         .all(|p| resolve(p).is_ok_and(|a: SocketAddr| a.ip().is_loopback()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn huge_timeouts_do_not_overflow() {
+        assert_eq!(retry_for(Duration::MAX), Duration::MAX);
+        assert_eq!(retry_for(Duration::from_secs(2)), Duration::from_secs(5));
+        assert!(deadline_after(Duration::MAX) > Instant::now() + Duration::from_secs(3600));
+        let soon = deadline_after(Duration::from_millis(10));
+        assert!(soon <= Instant::now() + Duration::from_millis(10));
+    }
 }

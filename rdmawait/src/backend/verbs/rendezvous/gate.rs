@@ -2,10 +2,11 @@
 //! authentication handshake on each with a deadline, and hands authenticated connections to the
 //! session. Device-free, so that it is tested where there is no RDMA.
 //!
-//! Bounds: at most `max_pending` connections are in the handshake at once (further ones are
-//! closed at once); a handshake that does not finish within `handshake_timeout` is dropped (a
-//! silent stranger holds a thread and a descriptor for that long, no more); a connection's
-//! thread and descriptor are released when it ends. Authenticated connections are bounded by
+//! Bounds: at most `max_pending` connections are in the handshake at once, and at most half of
+//! them from one IP address (further ones are closed at once); a handshake that does not finish
+//! within `handshake_timeout` of its accept is shut down by the accept loop, however slowly the
+//! stranger drips bytes (it holds a thread and a descriptor for that long, no more); a
+//! connection's thread and descriptor are released when it ends. Authenticated connections are bounded by
 //! the session, which keeps one per peer and refuses duplicates.
 
 use std::collections::HashMap;
@@ -54,9 +55,19 @@ struct Inner {
     pending: AtomicUsize,
     refused: AtomicU64,
     next_id: AtomicU64,
-    /// Every open connection (a clone of its stream, to shut it down on stop), by id.
-    conns: Mutex<HashMap<u64, TcpStream>>,
+    /// Every open connection, by id.
+    conns: Mutex<HashMap<u64, Conn>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// An open connection as the listener keeps it.
+struct Conn {
+    /// A clone of its stream, to shut it down (on stop, or when its handshake is late).
+    stream: TcpStream,
+    /// Where it comes from.
+    from: std::net::IpAddr,
+    /// While in the handshake: when it must be done.
+    deadline: Option<Instant>,
 }
 
 /// A running listener; [`Gate::stop`] (or drop) closes the port and ends every thread.
@@ -125,7 +136,7 @@ impl Gate {
             let _ = a.join();
         }
         for c in self.inner.conns.lock().values() {
-            let _ = c.shutdown(Shutdown::Both);
+            let _ = c.stream.shutdown(Shutdown::Both);
         }
         let threads: Vec<_> = self.inner.threads.lock().drain(..).collect();
         for t in threads {
@@ -140,8 +151,21 @@ impl Drop for Gate {
     }
 }
 
+/// Shuts down every connection whose handshake is past its deadline (its thread then ends).
+fn reap_late(inner: &Inner) {
+    let now = Instant::now();
+    for c in inner.conns.lock().values_mut() {
+        if c.deadline.is_some_and(|d| now >= d) {
+            c.deadline = None;
+            inner.refused.fetch_add(1, SeqCst);
+            let _ = c.stream.shutdown(Shutdown::Both);
+        }
+    }
+}
+
 fn accept_loop(inner: &Arc<Inner>, listener: &TcpListener) {
     while !inner.stop.load(SeqCst) {
+        reap_late(inner);
         let (stream, from) = match listener.accept() {
             Ok(c) => c,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -155,7 +179,15 @@ fn accept_loop(inner: &Arc<Inner>, listener: &TcpListener) {
                 continue;
             }
         };
-        if inner.pending.load(SeqCst) >= inner.cfg.max_pending {
+        let from_there = inner
+            .conns
+            .lock()
+            .values()
+            .filter(|c| c.deadline.is_some() && c.from == from.ip())
+            .count();
+        if inner.pending.load(SeqCst) >= inner.cfg.max_pending
+            || from_there >= inner.cfg.max_pending.div_ceil(2)
+        {
             inner.refused.fetch_add(1, SeqCst);
             tracing::debug!(target: "loco::rdmawait", %from, "rendezvous busy: connection closed");
             continue; // dropping the stream closes it
@@ -172,13 +204,18 @@ fn accept_loop(inner: &Arc<Inner>, listener: &TcpListener) {
             continue;
         }
         let id = inner.next_id.fetch_add(1, SeqCst);
-        inner.conns.lock().insert(id, clone);
+        let conn = Conn {
+            stream: clone,
+            from: from.ip(),
+            deadline: Some(Instant::now() + t.min(Duration::from_secs(3600))),
+        };
+        inner.conns.lock().insert(id, conn);
         inner.pending.fetch_add(1, SeqCst);
         let i = inner.clone();
         let spawned = std::thread::Builder::new()
             .name("loco-rendezvous-conn".to_string())
             .spawn(move || {
-                connection(&i, stream, from);
+                connection(&i, id, stream, from);
                 i.conns.lock().remove(&id);
             });
         let mut threads = inner.threads.lock();
@@ -195,9 +232,13 @@ fn accept_loop(inner: &Arc<Inner>, listener: &TcpListener) {
 }
 
 /// Runs one accepted connection: the handshake, then (if it proved the key) the session.
-fn connection(inner: &Inner, mut stream: TcpStream, addr: SocketAddr) {
+fn connection(inner: &Inner, id: u64, mut stream: TcpStream, addr: SocketAddr) {
     let cfg = &inner.cfg;
     let r = auth::server(&mut stream, &cfg.key, cfg.nodes, cfg.me, cfg.incarnation);
+    // Out of the handshake: no deadline any more (a late one was shut down already).
+    if let Some(c) = inner.conns.lock().get_mut(&id) {
+        c.deadline = None;
+    }
     inner.pending.fetch_sub(1, SeqCst);
     match r {
         Ok((from, inc)) if !inner.stop.load(SeqCst) => (inner.on_join)(stream, from, inc),
@@ -414,6 +455,45 @@ mod tests {
         eprintln!("the member joined {:.2?} after the fuzzing", t.elapsed());
         drop(silent);
         assert!(g.refused() > 0);
+        g.stop();
+    }
+
+    /// Strangers that send one byte at a time, each well within the per-read timeout, behind a
+    /// frame length of 2048: each is cut off once its handshake is past the deadline, so they
+    /// cannot hold the handshake slots (here: all of this address's) for ever, and the member
+    /// joins. The bound checked is generous (the deadline is 300 ms).
+    #[test]
+    fn strangers_dripping_bytes_are_cut_off_at_the_handshake_deadline() {
+        let (g, rx) = gate(4, Duration::from_millis(300));
+        let addr = g.addr();
+        let drippers: Vec<_> = (0..2)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    let start = Instant::now();
+                    let Ok(mut s) = TcpStream::connect(addr) else {
+                        return Duration::ZERO;
+                    };
+                    let _ = s.write_all(&wire::MAX_FRAME.to_le_bytes());
+                    while start.elapsed() < Duration::from_secs(60) {
+                        std::thread::sleep(Duration::from_millis(100));
+                        if s.write_all(&[0]).is_err() {
+                            break;
+                        }
+                    }
+                    start.elapsed()
+                })
+            })
+            .collect();
+        join(addr, &key(), 1).unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(30)).unwrap(), 1);
+        for d in drippers {
+            let held = d.join().unwrap();
+            assert!(
+                held < Duration::from_secs(30),
+                "a dripping stranger held on {held:?}"
+            );
+        }
+        assert!(g.refused() >= 2, "the late handshakes count as refused");
         g.stop();
     }
 

@@ -1,0 +1,289 @@
+//! `loco doctor`: why nothing connects. Each check prints pass, warn or fail, what it found and,
+//! where something is wrong, the command that fixes it; the exit status is 1 if any check
+//! fails. What an RDMA newcomer otherwise learns from `ibv_devinfo -v`, `rdma link`, `ulimit -l`
+//! and a first failed run: libibverbs and a provider, devices and ports, the GID table, remote
+//! atomics, locked-memory limits, Soft-RoCE, the peers' rendezvous ports and the cluster key,
+//! and a loop-back smoke test (one put, get, rfaa and rcas on the device).
+
+use std::fmt;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use serde_json::{json, Value};
+
+/// `loco doctor` options.
+#[derive(Args, Debug)]
+pub struct DoctorArgs {
+    /// Peers whose rendezvous ports to try, `host:port` comma-separated (default: LOCO_PEERS).
+    #[arg(long, value_delimiter = ',')]
+    peers: Vec<String>,
+    /// Nodes this process hosts, for the locked-memory check (default: 1 with peers, else 2).
+    #[arg(long)]
+    nodes: Option<u64>,
+    /// Registered memory per node in bytes, for the locked-memory check (default: 1 MiB, the
+    /// cluster builder's default).
+    #[arg(long)]
+    memory: Option<u64>,
+    /// Skip the loop-back smoke test on the device.
+    #[arg(long)]
+    no_smoke: bool,
+    /// One JSON object: the checks and the devices found.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A check's verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// Fine.
+    Pass,
+    /// Works, but not as well as it could, or not safely.
+    Warn,
+    /// Nothing will connect (or a cluster cannot be built) until it is fixed.
+    Fail,
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Status::Pass => "pass",
+            Status::Warn => "warn",
+            Status::Fail => "fail",
+        })
+    }
+}
+
+/// One check's outcome.
+#[derive(Debug)]
+pub struct Check {
+    name: String,
+    status: Status,
+    detail: String,
+    fix: Option<String>,
+}
+
+fn check(name: impl Into<String>, status: Status, detail: impl Into<String>) -> Check {
+    Check {
+        name: name.into(),
+        status,
+        detail: detail.into(),
+        fix: None,
+    }
+}
+
+impl Check {
+    fn fix(mut self, fix: impl Into<String>) -> Self {
+        self.fix = Some(fix.into());
+        self
+    }
+}
+
+/// Per-node allowance for queue and completion buffers in the locked-memory estimate.
+const QUEUE_OVERHEAD: u64 = 256 << 10;
+/// How long the peer check waits for each TCP connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+pub fn main(args: &DoctorArgs) -> ExitCode {
+    let mut checks = Vec::new();
+    let peers = peers(args);
+    let devices = verbs::checks(args, &mut checks);
+    checks.push(memlock(args, !peers.is_empty()));
+    if !peers.is_empty() {
+        checks.extend(peer_checks(&peers));
+        checks.push(verbs::key_check());
+    }
+    let failed = checks.iter().filter(|c| c.status == Status::Fail).count();
+    let warned = checks.iter().filter(|c| c.status == Status::Warn).count();
+    if args.json {
+        let rows: Vec<Value> = checks
+            .iter()
+            .map(|c| {
+                json!({"check": c.name, "status": c.status.to_string(), "detail": c.detail,
+                       "fix": c.fix})
+            })
+            .collect();
+        let out = json!({"ok": failed == 0, "checks": rows, "devices": devices});
+        println!("{}", serde_json::to_string_pretty(&out).expect("json"));
+    } else {
+        let width = checks.iter().map(|c| c.name.len()).max().unwrap_or(0);
+        for c in &checks {
+            println!("{:<4}  {:<width$}  {}", c.status, c.name, c.detail);
+            if let Some(fix) = &c.fix {
+                println!("{:<4}  {:<width$}  fix: {fix}", "", "");
+            }
+        }
+        println!(
+            "loco doctor: {} checks, {failed} failed, {warned} warning(s)",
+            checks.len()
+        );
+    }
+    if failed > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// `--peers`, else LOCO_PEERS.
+fn peers(args: &DoctorArgs) -> Vec<String> {
+    let from_env = || {
+        std::env::var("LOCO_PEERS")
+            .map(|v| {
+                v.split(',')
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    if args.peers.is_empty() {
+        from_env()
+    } else {
+        args.peers.clone()
+    }
+}
+
+/// The locked-memory limit against what the configured cluster registers.
+fn memlock(args: &DoctorArgs, distributed: bool) -> Check {
+    let nodes = args.nodes.unwrap_or(if distributed { 1 } else { 2 });
+    let memory = args.memory.unwrap_or(loco_rdmawait::DEFAULT_MEMORY);
+    let need = nodes
+        .saturating_mul(memory.saturating_add(QUEUE_OVERHEAD))
+        .max(1);
+    let fix = "`ulimit -l unlimited` in the shell that starts the program (as root), or a \
+        `<user> - memlock unlimited` line in /etc/security/limits.conf and a new login; in a \
+        container: `docker run --ulimit memlock=-1` (or `--cap-add IPC_LOCK`)";
+    let name = "memlock";
+    let want = format!(
+        "{nodes} node(s) x ({} + {} KiB queues) = {}",
+        bytes(memory),
+        QUEUE_OVERHEAD >> 10,
+        bytes(need)
+    );
+    if has_cap_ipc_lock() {
+        return check(
+            name,
+            Status::Pass,
+            format!("CAP_IPC_LOCK: no limit on registered memory (needs {want})"),
+        );
+    }
+    match locked_memory_limit() {
+        None => check(
+            name,
+            Status::Warn,
+            format!("cannot read the limit from /proc/self/limits (needs {want})"),
+        ),
+        Some(None) => check(name, Status::Pass, format!("unlimited (needs {want})")),
+        Some(Some(limit)) if limit >= need => check(
+            name,
+            Status::Pass,
+            format!("{} (needs {want})", bytes(limit)),
+        ),
+        Some(Some(limit)) => check(
+            name,
+            Status::Fail,
+            format!(
+                "`ulimit -l` is {}, below the {want} the cluster registers: registration fails \
+                 with ENOMEM",
+                bytes(limit)
+            ),
+        )
+        .fix(fix),
+    }
+}
+
+fn bytes(b: u64) -> String {
+    match b {
+        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{} GiB", b >> 30),
+        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
+        b if b >= 1 << 10 => format!("{} KiB", b >> 10),
+        b => format!("{b} B"),
+    }
+}
+
+/// `Some(None)`: unlimited; `None`: unreadable.
+fn locked_memory_limit() -> Option<Option<u64>> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max locked memory"))?;
+    let soft = line["Max locked memory".len()..]
+        .split_whitespace()
+        .next()?;
+    if soft == "unlimited" {
+        Some(None)
+    } else {
+        soft.parse().ok().map(Some)
+    }
+}
+
+/// CAP_IPC_LOCK (bit 14) in the effective set: registration ignores `ulimit -l`.
+fn has_cap_ipc_lock() -> bool {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << 14) != 0)
+}
+
+/// A TCP connection to each peer's rendezvous port, closed at once (the rendezvous drops a
+/// connection that never says Hello).
+fn peer_checks(peers: &[String]) -> Vec<Check> {
+    peers
+        .iter()
+        .map(|p| {
+            let name = format!("peer {p}");
+            let addr = match p.to_socket_addrs().map(|mut a| a.next()) {
+                Ok(Some(a)) => a,
+                Ok(None) | Err(_) => {
+                    return check(name, Status::Fail, "does not resolve (want host:port)")
+                        .fix("list peers as `host:port` (LOCO_PEERS or --peers)");
+                }
+            };
+            match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+                Ok(_) => check(name, Status::Pass, format!("{addr} accepts connections")),
+                Err(e) => check(name, Status::Fail, format!("{addr}: {e}")).fix(format!(
+                    "start that node's process (it listens on its own address from LOCO_PEERS), \
+                     or open TCP port {} in its firewall",
+                    addr.port()
+                )),
+            }
+        })
+        .collect()
+}
+
+#[cfg(not(feature = "verbs"))]
+mod verbs {
+    use super::*;
+
+    pub(super) fn checks(_: &DoctorArgs, out: &mut Vec<Check>) -> Value {
+        out.push(
+            check(
+                "verbs",
+                Status::Fail,
+                "this `loco` was built without the `verbs` feature: it cannot look at RDMA \
+                 devices",
+            )
+            .fix(
+                "cargo build --release -p loco-cli --features verbs && target/release/loco doctor",
+            ),
+        );
+        json!([])
+    }
+
+    pub(super) fn key_check() -> Check {
+        match std::env::var("LOCO_CLUSTER_KEY") {
+            Ok(_) => check("cluster key", Status::Pass, "LOCO_CLUSTER_KEY is set"),
+            Err(_) => check("cluster key", Status::Fail, "LOCO_CLUSTER_KEY is not set")
+                .fix("export LOCO_CLUSTER_KEY=$(loco keygen), the same key on every node"),
+        }
+    }
+}
+
+#[cfg(feature = "verbs")]
+mod verbs;

@@ -1,0 +1,102 @@
+//! `loco doctor` where there is no RDMA device (this test's build has no verbs backend, or the
+//! machine has no device): every problem is a failed check with a fix, the exit status is 1,
+//! and the checks that need no device (locked memory, peers, cluster key) still run. The checks
+//! on a real device (a healthy rxe, a wrong GID index, low memlock, no link) run on Soft-RoCE in
+//! `soft-roce-ci/run.sh`.
+
+use std::net::TcpListener;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn doctor(args: &[&str], env: &[(&str, &str)]) -> (i32, Value) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_loco"));
+    cmd.arg("doctor").arg("--json").args(args);
+    for v in [
+        "LOCO_PEERS",
+        "LOCO_NODE_ID",
+        "LOCO_CLUSTER_KEY",
+        "LOCO_GID_INDEX",
+    ] {
+        cmd.env_remove(v);
+    }
+    cmd.envs(env.iter().copied());
+    let out = cmd.output().expect("runs loco");
+    let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), v)
+}
+
+fn find<'a>(v: &'a Value, name: &str) -> &'a Value {
+    v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == name)
+        .unwrap_or_else(|| panic!("no `{name}` check in {v:#}"))
+}
+
+#[test]
+fn without_a_device_doctor_fails_with_advice() {
+    let (code, v) = doctor(&[], &[]);
+    assert_eq!(code, 1, "{v:#}");
+    assert_eq!(v["ok"], false);
+    let failed: Vec<&Value> = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "fail")
+        .collect();
+    assert!(!failed.is_empty());
+    for c in failed {
+        assert!(c["fix"].as_str().is_some_and(|f| !f.is_empty()), "{c:#}");
+    }
+    assert!(["pass", "warn", "fail"].contains(&find(&v, "memlock")["status"].as_str().unwrap()));
+}
+
+#[test]
+fn peers_and_the_cluster_key_are_checked() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let open = listener.local_addr().unwrap().to_string();
+    // A port nothing listens on any more.
+    let closed = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let peers = format!("{open},{closed}");
+    let (code, v) = doctor(&["--peers", &peers], &[]);
+    assert_eq!(code, 1);
+    assert_eq!(find(&v, &format!("peer {open}"))["status"], "pass", "{v:#}");
+    let c = find(&v, &format!("peer {closed}"));
+    assert_eq!(c["status"], "fail", "{v:#}");
+    assert!(c["fix"].as_str().unwrap().contains("firewall"));
+    assert_eq!(find(&v, "cluster key")["status"], "fail");
+    // The key set: that check passes (LOCO_PEERS is read when --peers is not given).
+    let key = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+    let (_, v) = doctor(&[], &[("LOCO_PEERS", &open), ("LOCO_CLUSTER_KEY", key)]);
+    assert_eq!(find(&v, "cluster key")["status"], "pass", "{v:#}");
+    assert_eq!(find(&v, &format!("peer {open}"))["status"], "pass");
+}
+
+#[test]
+fn text_output_names_every_check_and_the_fixes() {
+    let out = Command::new(env!("CARGO_BIN_EXE_loco"))
+        .args(["doctor", "--no-smoke"])
+        .env_remove("LOCO_PEERS")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("fail"), "{text}");
+    assert!(text.contains("fix: "), "{text}");
+    assert!(text.contains("memlock"), "{text}");
+    assert!(
+        text.lines().last().unwrap().starts_with("loco doctor: "),
+        "{text}"
+    );
+}
