@@ -613,5 +613,5 @@ else
     LOCO_NO_DEVICE_CHECK=skipped
 fi
 log "this kernel has no RDMA device: running in the VM (soft-roce-ci/vm.sh)"
-exec "$SRC_DIR/vm.sh" --workdir "$ROOT" --timeout "${LOCO_VM_TIMEOUT:-900}" -- \
+exec "$SRC_DIR/vm.sh" --workdir "$ROOT" --timeout "${LOCO_VM_TIMEOUT:-1200}" -- \
     "$SRC_DIR/run.sh" --inside "$list" "$ex_bin" -- "${test_args[@]+"${test_args[@]}"}"

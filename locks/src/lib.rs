@@ -104,11 +104,13 @@
 //!
 //! **Not recovered** (documented limits):
 //! - A thread that dies between taking its ticket and its announcement landing (the FAA, its
-//!   wait, and the put of `waiting[me]` sent when it first has to wait), or while another thread
-//!   of its node also waits (one `waiting` word per node keeps only the latest announcement),
-//!   leaves a ticket nobody can attribute: later waiters give up with `Timeout` (their own
-//!   tickets are abandoned correctly), and the lock stays blocked at that ticket. Likewise a
-//!   ticket taken by an FAA whose completion never arrives, in a context that is then dropped.
+//!   wait, and the put of its `waiting` slot sent when it first has to wait) leaves a ticket
+//!   nobody can attribute: later waiters give up with `Timeout` (their own tickets are abandoned
+//!   correctly), and the lock stays blocked at that ticket. Each context of a node announces in a
+//!   slot of its own (16 per node; beyond 15 contexts of one node using the lock at once, the
+//!   others share the last slot, which keeps only the latest announcement). Likewise a ticket
+//!   taken by an FAA whose completion never arrives, in a context that is then dropped (one whose
+//!   FAA completes while the context is dropped is given up for it by the next caller).
 //!   The simulator measures the window: with a node crashing at a random one of the first 400
 //!   steps of five threads' acquires (`locks/tests/sim.rs`), about one acquire in ten times out.
 //! - A holder that dies before its `held` announcement (a put, not waited for) has landed on
@@ -229,10 +231,10 @@ pub use wlock::{RawSLock, RawWLock};
 /// (`giveup(l)`: `tests/litmus/wlock-giveup-cpu.litmus`; with puts, for this lock and the
 /// [`SLock`], `litmus/tests/data/`).
 ///
-/// Dead threads: on the ticket node, `held[k]` and `waiting[k]` per node k. A thread that enters
+/// Dead threads: on the ticket node, `held[k]` and 16 `waiting[k][i]` slots per node k. A thread that enters
 /// with ticket t announces it with `put(held[me], turn)` (`turn` = t+1), not waited for until
-/// its release; a waiter announces its ticket in `waiting[me]` as soon as it has to wait. A stalled waiter that
-/// finds the lock released to r, r not marked, and `held[k]` or `waiting[k]` = r+1 for a node k
+/// its release; a waiter announces its ticket in its slot of `waiting[me]` as soon as it has to wait. A stalled waiter that
+/// finds the lock released to r, r not marked, and `held[k]` or a slot of `waiting[k]` = r+1 for a node k
 /// reported dead, forwards as above with the poison bit set; a thread whose own node is reported
 /// dead stops waiting and never enters, so a skipped ticket is never entered (see the crate's
 /// [Failures](crate#failures) for what is not recovered).
@@ -302,17 +304,19 @@ pub type SLock = Lock<RawSLock>;
 /// ```
 ///
 /// # Failures: the protocol
-/// Words on n: `tkt`, `rel`, `held[k]` and `waiting[k]` per node k, and a ring of abandon marks
+/// Words on n: `tkt`, `rel`, `held[k]` and 16 `waiting[k][i]` slots per node k, and a ring of
+/// abandon marks
 /// `ab[K]`. `rel` holds the ticket the lock is released to, plus a poison bit.
 /// - A thread that enters with ticket t announces it: `put(held[me], loc)` (`loc` = t+1), not
 ///   waited for; it lands before its release's `rcas(rel, t, t+1)` (same queue pair, in order).
 ///   A thread
-///   that has to wait announces its ticket the same way in `waiting[me]` (on its first failed read).
+///   that has to wait announces its ticket the same way in its slot of `waiting[me]` (on its first
+///   failed read).
 /// - A thread that gives ticket u up (timeout, error) writes `ab[u mod K] = u+1` with a remote
 ///   CAS, then reads `rel`; if the lock was handed to it meanwhile it passes it on itself with
 ///   `rcas(rel, u, u+1)`.
 /// - A waiter that reads `rel = r` (not its ticket) and finds `ab[r mod K] = r+1`, or finds a
-///   node k reported dead with `held[k]` or `waiting[k]` = r+1, does `rcas(rel, r, r+1)`
+///   node k reported dead with `held[k]` or a slot of `waiting[k]` = r+1, does `rcas(rel, r, r+1)`
 ///   (setting the poison bit for a dead node's ticket) and reads again; `try_acquire` does the
 ///   same before giving up. A thread whose own node is reported dead stops waiting at once and
 ///   writes nothing more, so a ticket skipped as dead is never entered.

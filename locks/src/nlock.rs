@@ -6,11 +6,12 @@
 //! | `tkt` | node n | remote FAA (acquire), remote CAS (`try_acquire`) | remote FAA/CAS |
 //! | `rel` | node n | put of the releaser's `loc` (= its ticket + 1, maybe with the poison bit); remote CAS of a thread passing an abandoned or dead ticket on | gets of the waiting threads; that CAS |
 //! | `held[k]`, one per node | node n | put of `loc` by a thread of node k that entered | a waiter that found node k dead |
-//! | `waiting[k]`, one per node | node n | put of a waiter of node k when it first has to wait (its ticket + 1) | a waiter that found node k dead |
+//! | `waiting[k][i]`, 16 slots per node | node n | put of a waiter of node k, in its context's own slot, when it first has to wait (its ticket + 1) | a waiter that found node k dead (one get of the node's slots) |
 //! | `ab[K]` | node n | remote CAS of a thread that gave its ticket up | gets of the waiting threads |
 //! | `loc` | per thread, its own node | the FAA's / gets' local writes, then `store(loc, t+1)` | the thread; the release and `held` puts |
 
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use loco_rdmawait::{Cluster, Ctx, Loc, NodeId};
@@ -19,7 +20,9 @@ use loco_rdmawaitrmw::Rmw;
 use crate::marks::{self, MARKS, POISON};
 use crate::protocol::{self, NLockWords, NL_ACQ, NL_REL};
 use crate::run::{Run, Spinner};
-use crate::thread::{next_lock_id, thread_lock, Deadline, Home, Spin, ThreadLock};
+use crate::thread::{
+    next_lock_id, thread_lock, Deadline, Home, Spin, ThreadLock, WaitSlots, WAIT_SLOTS,
+};
 use crate::{Error, RawLock, Result};
 
 /// How often a stalled waiter looks for an abandoned or dead ticket (a round trip to n, plus one
@@ -44,7 +47,8 @@ pub struct RawNLock {
     held: Loc,
     waiting: Loc,
     ab: Loc,
-    debts: marks::Debts,
+    debts: Arc<marks::Debts>,
+    wait_slots: Arc<WaitSlots>,
     home: Home,
 }
 
@@ -54,7 +58,7 @@ impl RawNLock {
         let tkt = cluster.alloc_word(node)?;
         let rel = cluster.alloc_word(node)?;
         let held = cluster.alloc_words(node, cluster.nodes() as u64)?;
-        let waiting = cluster.alloc_words(node, cluster.nodes() as u64)?;
+        let waiting = cluster.alloc_words(node, cluster.nodes() as u64 * WAIT_SLOTS)?;
         let ab = cluster.alloc_words(node, MARKS)?;
         Ok(RawNLock {
             id: next_lock_id(),
@@ -65,6 +69,7 @@ impl RawNLock {
             waiting,
             ab,
             debts: Default::default(),
+            wait_slots: Default::default(),
             home: Home::new(cluster, node)?,
         })
     }
@@ -92,7 +97,9 @@ impl RawNLock {
 
     fn me(&self, ctx: &Ctx) -> Result<Rc<ThreadLock>> {
         thread_lock(ctx, self.cluster.id(), self.id, |ctx| {
-            ThreadLock::new(ctx, 0, Vec::new(), None)
+            Ok(ThreadLock::new(ctx, 0, Vec::new(), None)?
+                .owing_to(self.debts.clone())
+                .announcing_in(self.wait_slots.clone()))
         })
     }
 
@@ -159,17 +166,14 @@ impl RawNLock {
         // thread's if node k announced entering with it (`held[k]`), or waiting for it
         // (`waiting[k]`, announced when it first had to wait).
         let mut dead = None;
-        'nodes: for k in self.cluster.node_ids() {
+        for k in self.cluster.node_ids() {
             if self.cluster.is_alive(k) {
                 continue;
             }
-            for words in [&self.held, &self.waiting] {
-                ctx.get(&me.scratch, &words.word(k.index() as u64)?, NL_ACQ)?;
-                Self::wait_acq(ctx, me, d)?;
-                if marks::ticket(ctx.load(&me.scratch)?) == r + 1 {
-                    dead = Some(k);
-                    break 'nodes;
-                }
+            let wait = || Self::wait_acq(ctx, me, d);
+            if me.announced(ctx, [&self.held, &self.waiting], k, r, NL_ACQ, wait)? {
+                dead = Some(k);
+                break;
             }
         }
         let Some(k) = dead else {
@@ -235,7 +239,7 @@ impl RawNLock {
                 // A waiter announces its ticket as soon as it has to wait (not waited for): if
                 // it dies from then on, the others can skip its ticket.
                 ctx.store(&me.note, t + 1)?;
-                let w = self.waiting.word(ctx.node().index() as u64)?;
+                let w = me.waiting_word(&self.waiting)?;
                 ctx.put(&w, &me.note, NL_REL)?;
                 me.unreaped.set(true);
                 announced = true;

@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::Backoff;
-use loco_rdmawait::{clock, Cluster, Ctx, Loc, NodeId, WorkId};
+use loco_rdmawait::{clock, Cluster, Ctx, Loc, NodeId, Settled, WorkId, WORD};
+
+use crate::marks::Debts;
 
 use crate::{Error, Result};
 
@@ -111,6 +113,39 @@ impl WordPool {
     }
 }
 
+/// Words per node of a lock's `waiting` array: a waiting thread announces its ticket in a slot
+/// of its own, so that every waiter of a node that dies can be skipped. Contexts of one node
+/// beyond `WAIT_SLOTS - 1` at once share the last slot (only the latest of their announcements
+/// is kept there).
+pub(crate) const WAIT_SLOTS: u64 = 16;
+
+/// The `waiting` slots this process's contexts hold, per node (bit i: slot i taken).
+#[derive(Debug, Default)]
+pub(crate) struct WaitSlots(Mutex<HashMap<NodeId, u64>>);
+
+impl WaitSlots {
+    fn take(&self, node: NodeId) -> u64 {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let bits = m.entry(node).or_default();
+        match (0..WAIT_SLOTS - 1).find(|i| *bits & (1 << i) == 0) {
+            Some(i) => {
+                *bits |= 1 << i;
+                i
+            }
+            None => WAIT_SLOTS - 1, // shared
+        }
+    }
+
+    fn give(&self, node: NodeId, slot: u64) {
+        if slot < WAIT_SLOTS - 1 {
+            let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(bits) = m.get_mut(&node) {
+                *bits &= !(1 << slot);
+            }
+        }
+    }
+}
+
 /// What a lock does with a thread's state when its context is dropped (the weak lock hands its
 /// `rel` slot back).
 pub(crate) trait OnDrop: std::fmt::Debug {
@@ -154,6 +189,17 @@ pub(crate) struct ThreadLock {
     pub(crate) unreaped: Cell<bool>,
     pub(crate) pool: Arc<WordPool>,
     pub(crate) on_drop: Option<Arc<dyn OnDrop>>,
+    /// Whether the context was dropped with nothing in flight: then every word comes back,
+    /// whatever timed out, and a ticket taken by a timed-out FAA or CAS is owed to `debts`.
+    settled: Settled,
+    /// Where a ticket left behind by a dropped context is owed (the lock's [`Debts`]).
+    debts: Option<Arc<Debts>>,
+    /// This thread's slot of the lock's `waiting` array, taken when it first has to wait.
+    wait_slot: Cell<Option<u64>>,
+    wait_slots: Option<Arc<WaitSlots>>,
+    /// A [`WAIT_SLOTS`]-word buffer for reading a dead node's `waiting` slots, made when needed.
+    scan: Cell<Option<Loc>>,
+    cluster: loco_rdmawait::Cluster,
 }
 
 impl ThreadLock {
@@ -198,7 +244,86 @@ impl ThreadLock {
             unreaped: Cell::new(false),
             pool,
             on_drop,
+            settled: ctx.settled(),
+            debts: None,
+            wait_slot: Cell::new(None),
+            wait_slots: None,
+            scan: Cell::new(None),
+            cluster: ctx.cluster().clone(),
         })
+    }
+
+    /// This thread announces its waits in a slot of its own, taken from `slots`.
+    pub(crate) fn announcing_in(mut self, slots: Arc<WaitSlots>) -> Self {
+        self.wait_slots = Some(slots);
+        self
+    }
+
+    /// The word of `waiting` (the lock's array, [`WAIT_SLOTS`] per node) where this thread
+    /// announces the ticket it waits for.
+    pub(crate) fn waiting_word(&self, waiting: &Loc) -> Result<Loc> {
+        let node = self.word.node();
+        let slot = match (self.wait_slot.get(), &self.wait_slots) {
+            (Some(s), _) => s,
+            (None, Some(slots)) => {
+                let s = slots.take(node);
+                self.wait_slot.set(Some(s));
+                s
+            }
+            (None, None) => WAIT_SLOTS - 1,
+        };
+        Ok(waiting.word(node.index() as u64 * WAIT_SLOTS + slot)?)
+    }
+
+    /// Whether a thread of node `k` announced ticket `r` in `held[k]` or one of its `waiting`
+    /// slots (`[held, waiting]`: the lock's arrays): two gets (into `scratch` and a [`WAIT_SLOTS`]-word buffer), each followed by
+    /// `wait` (the lock's wait for `wid`, which keeps `dirty`).
+    pub(crate) fn announced(
+        &self,
+        ctx: &Ctx,
+        [held, waiting]: [&Loc; 2],
+        k: NodeId,
+        r: u64,
+        wid: WorkId,
+        wait: impl Fn() -> Result<()>,
+    ) -> Result<bool> {
+        let is_r = |v: u64| crate::marks::ticket(v) == r + 1;
+        ctx.get(&self.scratch, &held.word(k.index() as u64)?, wid)?;
+        wait()?;
+        if is_r(ctx.load(&self.scratch)?) {
+            return Ok(true);
+        }
+        let buf = match self.scan.get() {
+            Some(b) => b,
+            None => {
+                let b = self
+                    .cluster
+                    .alloc_private(self.word.node(), WAIT_SLOTS * WORD)?;
+                self.scan.set(Some(b));
+                b
+            }
+        };
+        let slots = waiting.slice(k.index() as u64 * WAIT_SLOTS * WORD, WAIT_SLOTS * WORD)?;
+        ctx.get(&buf, &slots, wid)?;
+        wait()?;
+        for i in 0..WAIT_SLOTS {
+            if is_r(ctx.load(&buf.word(i)?)?) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Tickets this thread leaves behind when its context is dropped are owed to `debts`.
+    pub(crate) fn owing_to(mut self, debts: Arc<Debts>) -> Self {
+        self.debts = Some(debts);
+        self
+    }
+
+    /// The ticket a timed-out FAA or `try_acquire` CAS took, once it has landed in `word`.
+    fn left_ticket(&self) -> Option<u64> {
+        let u = self.cluster.peek(&self.word).ok()?;
+        (self.pending_faa.get() || self.pending_cas.get() == Some(u)).then_some(u)
     }
 }
 
@@ -210,11 +335,33 @@ impl Drop for ThreadLock {
             // Keep the slot and words: the hold is not over.
             return;
         }
-        let dirty = self.dirty.get() || self.pending_faa.get() || self.pending_cas.get().is_some();
+        // Dropped with every operation complete (the context reaped them): nothing can write
+        // the words any more, and a ticket a timed-out operation took is known.
+        let settled = self.settled.get();
+        if settled {
+            if let (Some(u), Some(debts)) = (self.left_ticket(), &self.debts) {
+                tracing::debug!(target: "loco::locks", ticket = u, node = %self.word.node(),
+                    "a dropped context left a ticket: owed, given up by the next caller");
+                debts.push(u);
+            }
+        }
+        let dirty = !settled
+            && (self.dirty.get() || self.pending_faa.get() || self.pending_cas.get().is_some());
         if let Some(d) = &self.on_drop {
             d.dropped(self.slot, self.last_rel.get(), dirty);
         }
-        if !dirty && !self.unreaped.get() {
+        if let (Some(slot), Some(slots)) = (self.wait_slot.get(), &self.wait_slots) {
+            // Its announcement put may still be in flight while unreaped.
+            if settled || (!dirty && !self.unreaped.get()) {
+                slots.give(self.word.node(), slot);
+            }
+        }
+        if let Some(buf) = self.scan.get() {
+            if settled || !dirty {
+                let _ = self.cluster.free_private(buf);
+            }
+        }
+        if settled || (!dirty && !self.unreaped.get()) {
             self.pool.give(self.word);
             self.pool.give(self.scratch);
             self.pool.give(self.note);

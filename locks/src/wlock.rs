@@ -6,7 +6,7 @@
 //! | `slots` | the ticket node | remote FAA (a thread's first use: its `rel` slot) | — |
 //! | `rel[j]`, one sv per slot | a copy on every node | thread j: `store` then `bcast` (release) | every thread: `load` of its node's copy (acquire) |
 //! | `held[k]`, one per node | the ticket node | put of `turn` (= ticket + 1) by a thread of node k that entered | a waiter that found node k dead |
-//! | `waiting[k]`, one per node | the ticket node | put of a waiter of node k when it first has to wait (its ticket + 1) | a waiter that found node k dead |
+//! | `waiting[k][i]`, 16 slots per node | the ticket node | put of a waiter of node k, in its context's own slot, when it first has to wait (its ticket + 1) | a waiter that found node k dead (one get of the node's slots) |
 //! | `ab[K]` | the ticket node | remote CAS of a thread that gave its ticket up | gets of the waiting threads |
 //! | `turn` | per thread, its own node | the FAA's (or CAS's) local write, then `store(turn, t+1)` on entering | the thread; the `held` put |
 
@@ -22,7 +22,9 @@ use loco_sv::SharedVar;
 use crate::marks::{self, MARKS, POISON};
 use crate::protocol::{self, WL_ACQ, WL_REL};
 use crate::run::{Run, Spinner};
-use crate::thread::{next_lock_id, thread_lock, Deadline, Home, OnDrop, Spin, ThreadLock};
+use crate::thread::{
+    next_lock_id, thread_lock, Deadline, Home, OnDrop, Spin, ThreadLock, WaitSlots, WAIT_SLOTS,
+};
 use crate::{Error, RawLock, Result};
 
 /// How often a stalled waiter looks for an abandoned ticket (a round trip to the ticket node).
@@ -49,7 +51,8 @@ pub struct RawWLock {
     waiting: Loc,
     rel: Vec<SharedVar>,
     pool: Arc<SlotPool>,
-    debts: marks::Debts,
+    debts: Arc<marks::Debts>,
+    wait_slots: Arc<WaitSlots>,
     home: Home,
 }
 
@@ -90,7 +93,7 @@ impl RawWLock {
         let per_node = (max_threads as u64).saturating_mul(WORD);
         for node in cluster.node_ids() {
             let extra = if node == ticket_node {
-                (2 + MARKS + 2 * cluster.nodes() as u64) * WORD
+                (2 + MARKS + (1 + WAIT_SLOTS) * cluster.nodes() as u64) * WORD
             } else {
                 0
             };
@@ -109,7 +112,7 @@ impl RawWLock {
         let slots = cluster.alloc_word(ticket_node)?;
         let ab = cluster.alloc_words(ticket_node, MARKS)?;
         let held = cluster.alloc_words(ticket_node, cluster.nodes() as u64)?;
-        let waiting = cluster.alloc_words(ticket_node, cluster.nodes() as u64)?;
+        let waiting = cluster.alloc_words(ticket_node, cluster.nodes() as u64 * WAIT_SLOTS)?;
         let rel = (0..max_threads)
             .map(|_| SharedVar::new(cluster))
             .collect::<loco_sv::Result<Vec<_>>>()?;
@@ -124,6 +127,7 @@ impl RawWLock {
             rel,
             pool: Arc::default(),
             debts: Default::default(),
+            wait_slots: Default::default(),
             home: Home::new(cluster, ticket_node)?,
         })
     }
@@ -141,6 +145,11 @@ impl RawWLock {
     /// The calling thread's state; on first use, takes a `rel` slot: one handed back by an
     /// earlier context of this process, else a fresh one with a remote FAA on `slots`.
     fn me(&self, ctx: &Ctx) -> Result<Rc<ThreadLock>> {
+        self.me_by(ctx, &Deadline::after(self.cluster.timeout()))
+    }
+
+    /// [`Self::me`], registering (on first use) within the caller's deadline `d`.
+    fn me_by(&self, ctx: &Ctx, d: &Deadline) -> Result<Rc<ThreadLock>> {
         thread_lock(ctx, self.cluster.id(), self.id, |ctx| {
             let recycled = self
                 .pool
@@ -150,7 +159,7 @@ impl RawWLock {
                 .pop();
             let on_drop: Arc<dyn OnDrop> = self.pool.clone();
             let recycled = match recycled {
-                Some((slot, last)) => match self.check_landed(ctx, slot, last) {
+                Some((slot, last)) => match self.check_landed(ctx, slot, last, d) {
                     Ok(()) => Some((slot, last)),
                     Err(e) => {
                         // Not usable yet (its old owner's last release has not landed
@@ -172,7 +181,6 @@ impl RawWLock {
                 None => {
                     let tmp = ThreadLock::new(ctx, usize::MAX, Vec::new(), None)?;
                     ctx.rfaa(&self.slots, 1, &tmp.word, WL_ACQ)?;
-                    let d = Deadline::after(self.cluster.timeout());
                     if let Err(e) = d.wait(ctx, WL_ACQ) {
                         tmp.dirty.set(true);
                         return Err(e);
@@ -199,7 +207,9 @@ impl RawWLock {
                 }
             };
             let st = match ThreadLock::new(ctx, slot, rels, Some(on_drop)) {
-                Ok(st) => st,
+                Ok(st) => st
+                    .owing_to(self.debts.clone())
+                    .announcing_in(self.wait_slots.clone()),
                 Err(e) => {
                     self.pool.dropped(slot, last, false);
                     return Err(e);
@@ -215,11 +225,10 @@ impl RawWLock {
     /// owner's last value. Each of its releases was reaped (source read) before the next one
     /// stored, so only its last release's puts carry `last`, and puts towards a node land in
     /// order: once a copy reads `last`, no put of the old owner towards that node is in flight.
-    fn check_landed(&self, ctx: &Ctx, slot: usize, last: u64) -> Result<()> {
+    fn check_landed(&self, ctx: &Ctx, slot: usize, last: u64, d: &Deadline) -> Result<()> {
         if last == 0 {
             return Ok(());
         }
-        let d = Deadline::after(self.cluster.timeout());
         let tmp = ThreadLock::new(ctx, usize::MAX, Vec::new(), None)?;
         let mut spin = Spin::new();
         for k in self.cluster.node_ids() {
@@ -378,12 +387,9 @@ impl RawWLock {
             if self.cluster.is_alive(k) {
                 continue;
             }
-            for words in [&self.held, &self.waiting] {
-                ctx.get(&me.scratch, &words.word(k.index() as u64)?, WL_ACQ)?;
-                self.run(ctx, me, d).wait(WL_ACQ)?;
-                if marks::ticket(ctx.load(&me.scratch)?) == r + 1 {
-                    return Ok(Some(k));
-                }
+            let wait = || self.run(ctx, me, d).wait(WL_ACQ);
+            if me.announced(ctx, [&self.held, &self.waiting], k, r, WL_ACQ, wait)? {
+                return Ok(Some(k));
             }
         }
         Ok(None)
@@ -433,7 +439,7 @@ impl RawWLock {
                         // A waiter announces its ticket as soon as it has to wait (not waited
                         // for): if it dies from then on, the others can skip its ticket.
                         ctx.store(&me.note, t + 1)?;
-                        let w = self.waiting.word(ctx.node().index() as u64)?;
+                        let w = me.waiting_word(&self.waiting)?;
                         self.run(ctx, me, d).put(w, me.note, WL_REL)?;
                         announced = true;
                     }
@@ -520,7 +526,7 @@ impl RawWLock {
     }
 
     fn acquire_deadline(&self, ctx: &Ctx, d: &Deadline) -> Result<u64> {
-        let me = self.me(ctx)?;
+        let me = self.me_by(ctx, d)?;
         Self::check_not_held(&me)?;
         self.cluster.check_open()?;
         self.settle(ctx, &me, d)?;
@@ -542,7 +548,7 @@ impl RawWLock {
     }
 
     fn try_acquire_deadline(&self, ctx: &Ctx, d: &Deadline) -> Result<Option<u64>> {
-        let me = self.me(ctx)?;
+        let me = self.me_by(ctx, d)?;
         Self::check_not_held(&me)?;
         self.cluster.check_open()?;
         self.run(ctx, &me, d).wait(WL_REL)?;

@@ -456,6 +456,142 @@ fn private_words_come_back() -> Result<()> {
     Ok(())
 }
 
+/// Contexts simply dropped (no `leave`) after using each lock give their words back too, on
+/// every schedule: 600 contexts on nodes of 512 words. The context reaps what its releases left
+/// in flight when it is dropped (`Ctx::settled`).
+#[test]
+fn dropped_contexts_give_their_words_back() -> Result<()> {
+    for s in [
+        Schedule::Immediate,
+        Schedule::Threaded,
+        Schedule::Chaos { seed: 3 },
+    ] {
+        let c = Cluster::builder()
+            .nodes(3)
+            .memory_per_node(4096)
+            .soft(s)
+            .timeout(BOUND)
+            .build()?;
+        let n = NLock::new(&c, NodeId(2))?;
+        let w = WLock::new(&c, NodeId(1), 1)?;
+        let sl = SLock::new(&c, NodeId(1), 1)?;
+        for i in 0..600 {
+            let ctx = c.context(NodeId(0))?;
+            let r = n
+                .acquire(&ctx)
+                .and_then(LockGuard::release)
+                .map_err(|e| ("nlock", e))
+                .and_then(|()| {
+                    w.acquire(&ctx)
+                        .and_then(LockGuard::release)
+                        .map_err(|e| ("wlock", e))
+                })
+                .and_then(|()| {
+                    sl.acquire(&ctx)
+                        .and_then(LockGuard::release)
+                        .map_err(|e| ("slock", e))
+                });
+            if let Err((which, e)) = r {
+                panic!("{s:?}, context {i}, {which}: {e}");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A context dropped right after its acquire timed out with the ticket FAA still in flight: the
+/// ticket it took is given up for it (owed, paid by the next caller in the process), so the lock
+/// stays usable.
+#[test]
+fn a_context_dropped_with_its_ticket_in_flight_strands_nothing() -> Result<()> {
+    // The node of each lock's ticket dispenser (see `each_off_n1`).
+    for (k, (name, home)) in [("nlock", 2), ("wlock", 2), ("slock", 0)]
+        .into_iter()
+        .enumerate()
+    {
+        for fifo in [true, false] {
+            let b = Arc::new(loco_rdmawait::SoftBackend::new(3, 2048, Schedule::Threaded));
+            let c = Cluster::with_backend(Box::new(b.clone()), Duration::from_secs(5));
+            let l = each_off_n1(&c, 2)?.swap_remove(k);
+            {
+                let ctx = c.context(NodeId(0))?;
+                l.with(&ctx, BOUND, &|| {})?; // registered: the next acquire takes a ticket
+                b.stall(NodeId(home), true)?;
+                // FIFO: the ticket FAA times out; try: the ticket CAS does.
+                let e = if fifo {
+                    l.with(&ctx, Duration::from_millis(20), &|| {}).map(|_| 0)
+                } else {
+                    l.try_for(&ctx, Duration::from_millis(20))
+                }
+                .unwrap_err();
+                assert!(matches!(e, Error::Timeout { .. }), "{name}: {e}");
+                b.stall(NodeId(home), false)?;
+            } // dropped: the FAA or CAS completes while the context settles
+            let ctx = c.context(NodeId(0))?;
+            let (t, _) = l
+                .with(&ctx, Duration::from_secs(10), &|| {})
+                .unwrap_or_else(|e| panic!("{name} (fifo {fifo}): the lock is stuck: {e}"));
+            eprintln!("{name} (fifo {fifo}): entered with ticket {t} after the dropped context");
+        }
+    }
+    Ok(())
+}
+
+/// Several threads of one node wait when the node dies: each announced its ticket in a
+/// `waiting` slot of its own, so a waiter on a live node skips all of them (with one word per
+/// node only the latest ticket was known, and the lock stayed blocked at the other).
+#[test]
+fn several_dead_waiters_of_one_node_are_all_skipped() -> Result<()> {
+    for s in [Schedule::Threaded, Schedule::Chaos { seed: 6 }] {
+        for k in 0..3 {
+            let c = cluster(s, BOUND);
+            let l = each_off_n1(&c, 5)?.swap_remove(k);
+            let name = l.name();
+            let holder = c.context(NodeId(0))?;
+            let t0 = l.hold_forever(&holder)?;
+            let mut waiters = Vec::new();
+            for _ in 0..3 {
+                let (l1, c1) = (l.boxed(), c.clone());
+                let (tx, rx) = mpsc::channel();
+                thread::spawn(move || {
+                    let r = c1
+                        .context(NodeId(1))
+                        .map_err(Error::from)
+                        .and_then(|ctx| l1.with(&ctx, BOUND, &|| {}));
+                    let _ = tx.send(r);
+                });
+                waiters.push(rx);
+                thread::sleep(Duration::from_millis(30)); // it waits, and announces its ticket
+            }
+            c.kill(NodeId(1))?;
+            for rx in waiters {
+                let r = rx
+                    .recv_timeout(BOUND)
+                    .expect("a dead node's waiter did not stop");
+                assert!(r.is_err(), "{s:?} {name}: {r:?}");
+            }
+            let (l0, c0) = (l.boxed(), c.clone());
+            let (tx, rx) = mpsc::channel();
+            thread::spawn(move || {
+                let r = c0
+                    .context(NodeId(0))
+                    .map_err(Error::from)
+                    .and_then(|ctx| l0.with(&ctx, Duration::from_secs(20), &|| {}));
+                let _ = tx.send(r);
+            });
+            thread::sleep(Duration::from_millis(5));
+            l.release(&holder)?;
+            let (t, poisoned) = rx
+                .recv_timeout(BOUND)
+                .expect("no answer")
+                .unwrap_or_else(|e| panic!("{s:?} {name}: the dead waiters' tickets blocked: {e}"));
+            assert_eq!(t, t0 + 4, "{s:?} {name}");
+            assert!(poisoned, "{s:?} {name}");
+        }
+    }
+    Ok(())
+}
+
 /// A thread that dies while *waiting* (its node is killed after it took a ticket and announced
 /// it): its thread stops with `PeerDead` naming its own node, and a later waiter skips its
 /// ticket once the holder releases (told, conservatively, that the lock may be poisoned).

@@ -53,6 +53,8 @@ struct Inner {
     /// Per node: (next free byte from the bottom, first used byte of the private region at the
     /// top).
     next: Mutex<Vec<(u64, u64)>>,
+    /// Private memory given back ([`Cluster::free_private`]): offsets by (node, length).
+    free_private: Mutex<HashMap<(NodeId, u64), Vec<u64>>>,
     timeout: Duration,
     extensions: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
     /// Set by [`Cluster::shutdown`]: loops of the layers above (lock spins) check it.
@@ -321,6 +323,7 @@ impl Cluster {
                 backend,
                 sizes,
                 next: Mutex::new(sizes_for_next),
+                free_private: Mutex::new(HashMap::new()),
                 timeout,
                 extensions: Mutex::new(HashMap::new()),
                 shut_down: std::sync::atomic::AtomicBool::new(false),
@@ -390,8 +393,44 @@ impl Cluster {
     /// offsets [`Cluster::alloc`] hands out: in a multi-process cluster, each process may allocate
     /// private words lazily (when a thread first needs them) and shared objects still get the same
     /// locations in every process.
+    ///
+    /// Memory given back with [`Cluster::free_private`] is reused first (zeroed again).
     pub fn alloc_private(&self, node: NodeId, bytes: u64) -> Result<Loc> {
+        self.check_node(node)?;
+        if let Some(len) = bytes.div_ceil(WORD).checked_mul(WORD).filter(|&l| l > 0) {
+            let reused = self
+                .inner
+                .free_private
+                .lock()
+                .get_mut(&(node, len))
+                .and_then(Vec::pop);
+            if let Some(at) = reused {
+                let loc = Loc::new(self.inner.id, node, at, len);
+                for k in 0..len / WORD {
+                    self.poke(&loc.word(k)?, 0)?;
+                }
+                return Ok(loc);
+            }
+        }
         self.alloc_in(node, bytes, true)
+    }
+
+    /// Gives private memory (from [`Cluster::alloc_private`]) back, for a later `alloc_private`
+    /// of the same size on the same node. Only for memory that no operation can still read or
+    /// write: a context's scratch words once [`Ctx::settled`](crate::Ctx::settled) says it was
+    /// dropped with nothing in flight. Only this process's own nodes' memory is reused (it is
+    /// zeroed on reuse, which needs local access); other memory given back is ignored.
+    pub fn free_private(&self, loc: Loc) -> Result<()> {
+        self.check(&loc)?;
+        if self.inner.backend.is_local(loc.node()) {
+            self.inner
+                .free_private
+                .lock()
+                .entry((loc.node(), loc.len()))
+                .or_default()
+                .push(loc.offset());
+        }
+        Ok(())
     }
 
     /// Allocates one word on every node, all or nothing (a shared variable's copies): when one

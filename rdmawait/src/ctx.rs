@@ -1,7 +1,7 @@
 //! Thread contexts: the rdmawait operations (docs/model.md §2) and the CPU's access to local words.
 
 use std::any::{Any, TypeId};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::time::Duration;
@@ -30,7 +30,40 @@ pub struct Ctx {
     cluster: Cluster,
     node: NodeId,
     inner: RefCell<Inner>,
+    /// Set when the context is dropped with nothing left in flight (see [`Ctx::settled`]).
+    settled: Settled,
     extensions: RefCell<HashMap<TypeId, Rc<dyn Any>>>,
+}
+
+/// Whether a context was dropped with every operation it posted complete, so that nothing can
+/// still write its local words: what an extension that recycles words checks in its own `Drop`
+/// (extensions are dropped after the context's queue pairs settle). Got from
+/// [`Ctx::settled`]; false until the context is dropped.
+#[derive(Clone, Debug, Default)]
+pub struct Settled(Rc<Cell<bool>>);
+
+impl Settled {
+    /// True once the context was dropped with no operation left in flight.
+    pub fn get(&self) -> bool {
+        self.0.get()
+    }
+}
+
+/// How long dropping a context may spend reaping its unpolled operations (also bounded by the
+/// cluster's timeout). Unreaped ones keep [`Settled`] false: their words are leaked, never reused
+/// under a late write.
+pub const DROP_SETTLE: Duration = Duration::from_secs(1);
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        let budget = DROP_SETTLE.min(self.cluster.timeout());
+        let settled = self.settle(budget);
+        if !settled {
+            tracing::debug!(target: "loco::rdmawait", node = %self.node,
+                "context dropped with operations in flight: their words are not recycled");
+        }
+        self.settled.0.set(settled);
+    }
 }
 
 #[derive(Debug)]
@@ -89,6 +122,7 @@ impl Ctx {
                 track,
                 posted: 0,
             }),
+            settled: Settled::default(),
             extensions: RefCell::new(HashMap::new()),
         }
     }
@@ -266,6 +300,36 @@ impl Ctx {
         }
         tracing::trace!(target: "loco::rdmawait", node = %self.node, %wid, elapsed = ?crate::clock::now().saturating_duration_since(start), "wait done");
         Ok(())
+    }
+
+    /// Polls every unpolled operation, oldest first per node, within `budget`; true if none is
+    /// left (each either completed or failed: either way the NIC is done with it).
+    fn settle(&self, budget: Duration) -> bool {
+        let start = crate::clock::now();
+        let Ok(mut inner) = self.inner.try_borrow_mut() else {
+            return false;
+        };
+        let Inner { nic, track, .. } = &mut *inner;
+        for (n, t) in track.iter_mut().enumerate() {
+            while !t.fifo.is_empty() {
+                let left =
+                    budget.saturating_sub(crate::clock::now().saturating_duration_since(start));
+                match nic.poll(NodeId(n as u16), left) {
+                    // A failed completion is done with too.
+                    Ok(()) | Err(Error::Completion { .. }) | Err(Error::QpInError { .. }) => {
+                        t.pop()
+                    }
+                    Err(_) => return false,
+                }
+            }
+        }
+        true
+    }
+
+    /// Whether this context, once dropped, left nothing in flight ([`Settled`]): for extensions
+    /// ([`Ctx::extension`]) that hand words back to a pool when the context goes.
+    pub fn settled(&self) -> Settled {
+        self.settled.clone()
     }
 
     /// Network operations this context has posted so far: puts, gets and remote RMWs, whatever

@@ -94,7 +94,7 @@ pub use backend::soft::{Schedule, SoftBackend, MAX_SOFT_MEMORY};
 pub use backend::WorkRequest;
 pub use cluster::{BackendKind, Cluster, ClusterBuilder, DEFAULT_MEMORY, DEFAULT_TIMEOUT};
 #[allow(deprecated)]
-pub use ctx::{Ctx, Raw, RdmaTso};
+pub use ctx::{Ctx, Raw, RdmaTso, Settled, DROP_SETTLE};
 pub use error::{Error, Result, TimeoutKind};
 pub use model::FailedCas;
 pub use types::{Loc, NodeId, WorkId, WORD};

@@ -410,3 +410,40 @@ fn a_wait_blocked_across_a_restart_fails() {
         dead(r, N2);
     }
 }
+
+/// A dropped context reaps what it left unpolled: `Ctx::settled` turns true, and private memory
+/// given back is handed out again, zeroed. One whose operations cannot complete (its target
+/// stalled) stays unsettled, within the drop's bounded budget, and its memory is not reused.
+#[test]
+fn a_dropped_context_settles_its_operations() {
+    for s in SCHEDULES {
+        let b = Arc::new(SoftBackend::try_new(3, 64, s).unwrap());
+        let c = Cluster::with_backend(Box::new(b.clone()), Duration::from_millis(200));
+        let y = c.alloc_word(N1).unwrap();
+        let ctx = c.context(N0).unwrap();
+        let x = c.alloc_private(N0, 8).unwrap();
+        ctx.store(&x, 7).unwrap();
+        ctx.put(&y, &x, D1).unwrap(); // never waited for
+        let settled = ctx.settled();
+        assert!(!settled.get(), "not before the drop");
+        drop(ctx);
+        assert!(settled.get(), "{s:?}: the put was reaped at the drop");
+        c.free_private(x).unwrap();
+        let again = c.alloc_private(N0, 8).unwrap();
+        assert_eq!(again, x, "{s:?}: reused");
+        assert_eq!(c.peek(&again).unwrap(), 0, "zeroed on reuse");
+
+        if s != Schedule::Immediate {
+            let ctx = c.context(N0).unwrap();
+            b.stall(N1, true).unwrap();
+            ctx.put(&y, &again, D1).unwrap();
+            let settled = ctx.settled();
+            let t = Instant::now();
+            drop(ctx);
+            eprintln!("{s:?}: an unsettled drop took {:?}", t.elapsed());
+            assert!(!settled.get(), "{s:?}: the stalled put is still in flight");
+            assert!(t.elapsed() < BOUND);
+            b.stall(N1, false).unwrap();
+        }
+    }
+}

@@ -78,16 +78,37 @@ impl Object {
     /// other words (docs/model.md §5.6).
     pub(crate) fn scratch(&self, ctx: &Ctx, words: usize) -> Result<Loc> {
         self.check_cluster(ctx.cluster().id())?;
-        let reg = ctx.extension(|_| Ok(Scratch::default()))?;
-        if let Some(l) = reg.0.borrow().get(&self.id) {
+        let reg = ctx.extension(|ctx| {
+            Ok(Scratch {
+                words: RefCell::default(),
+                settled: ctx.settled(),
+                cluster: ctx.cluster().clone(),
+            })
+        })?;
+        if let Some(l) = reg.words.borrow().get(&self.id) {
             return Ok(*l);
         }
         let l = ctx.cluster().alloc_private(ctx.node(), words as u64 * 8)?;
-        reg.0.borrow_mut().insert(self.id, l);
+        reg.words.borrow_mut().insert(self.id, l);
         Ok(l)
     }
 }
 
-/// A thread's scratch words, keyed by object id.
-#[derive(Debug, Default)]
-struct Scratch(RefCell<HashMap<u64, Loc>>);
+/// A thread's scratch words, keyed by object id; given back to the cluster when the context is
+/// dropped with nothing in flight ([`Ctx::settled`]).
+#[derive(Debug)]
+struct Scratch {
+    words: RefCell<HashMap<u64, Loc>>,
+    settled: loco_rdmawait::Settled,
+    cluster: loco_rdmawait::Cluster,
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if self.settled.get() {
+            for l in self.words.borrow().values() {
+                let _ = self.cluster.free_private(*l);
+            }
+        }
+    }
+}

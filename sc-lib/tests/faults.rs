@@ -133,3 +133,35 @@ fn live_locations_stay_linearizable_when_a_node_dies() {
         assert!(faults > 0, "{s:?}: the dead node's location never failed");
     }
 }
+
+/// Contexts that come and go: each runs SC operations on two locations and is dropped; their
+/// scratch words, lock words and fence words come back, so 500 contexts fit in nodes of 512
+/// words (on every schedule).
+#[test]
+fn dropped_contexts_give_their_words_back() {
+    for s in [
+        Schedule::Immediate,
+        Schedule::Threaded,
+        Schedule::Chaos { seed: 4 },
+    ] {
+        let c = Cluster::builder()
+            .nodes(2)
+            .memory_per_node(4096)
+            .soft(s)
+            .timeout(BOUND)
+            .build()
+            .unwrap();
+        let x = ScLoc::new_on(&c, NodeId(1), 0).unwrap();
+        let y = ScLoc::new_on(&c, NodeId(0), 0).unwrap();
+        for i in 0..500u64 {
+            let ctx = c.context(NodeId(0)).unwrap();
+            let r = ctx
+                .faa_sc(&x, 1)
+                .and_then(|_| ctx.write_sc(&y, i))
+                .and_then(|()| ctx.read_sc(&y));
+            assert_eq!(r.unwrap_or_else(|e| panic!("{s:?}, context {i}: {e}")), i);
+        }
+        let ctx = c.context(NodeId(1)).unwrap();
+        assert_eq!(ctx.read_sc(&x).unwrap(), 500, "{s:?}");
+    }
+}

@@ -93,8 +93,9 @@ fn sc_locations_are_linearizable_under_simulation() {
         )
         .unwrap_or_else(|f| panic!("{}", f.report()));
         eprintln!("{strategy:?}: {r:?}");
-        // Seeds that happen to give the same interleaving count once.
-        assert!(r.schedules > 30, "{r:?}");
+        // Seeds that happen to give the same interleaving count once (PCT, with few priority
+        // changes, repeats itself more than the random strategy).
+        assert!(r.schedules as u64 > r.runs / 2, "{r:?}");
     }
 }
 

@@ -195,6 +195,17 @@ struct GfTargets {
 #[derive(Debug)]
 struct GfThread {
     words: std::rc::Rc<protocol::GfWords<Loc>>,
+    /// The scratch word goes back when the context is dropped with nothing in flight.
+    settled: loco_rdmawait::Settled,
+    cluster: loco_rdmawait::Cluster,
+}
+
+impl Drop for GfThread {
+    fn drop(&mut self) {
+        if self.settled.get() {
+            let _ = self.cluster.free_private(self.words.scratch);
+        }
+    }
 }
 
 fn gf_thread(ctx: &Ctx) -> Result<std::rc::Rc<GfThread>> {
@@ -212,6 +223,8 @@ fn gf_thread(ctx: &Ctx) -> Result<std::rc::Rc<GfThread>> {
                 dummy: targets.words.clone(),
                 scratch,
             }),
+            settled: ctx.settled(),
+            cluster: ctx.cluster().clone(),
         })
     })?)
 }
