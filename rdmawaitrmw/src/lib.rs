@@ -36,11 +36,26 @@
 //!   loss is acceptable.
 //! - The RMW's read cannot be overtaken by a later remote write on the same queue pair (Fig. 7b),
 //!   unlike a get's (Fig. 7a).
+//! - **On Soft-RoCE a failed CAS writes too**: rxe writes the value it read back, under the same
+//!   lock, so a put or store landing inside a *failing* CAS is lost as well (docs/verbs-notes.md,
+//!   pitfall 9; outside the model's rule 9). Code meant for rxe should write a word that CASes
+//!   contend on only with RMWs (release a CAS spinlock with a CAS, not a put), and can be checked
+//!   that way: `atomics rxe` in a litmus test, `FailedCas::WritesBack` on the soft NIC and in the
+//!   simulator.
 //!
 //! # Errors
 //! The target and the return word must each be exactly one 8-byte aligned word
 //! ([`Error::NotAWord`], [`Error::Misaligned`]); the return word must be on the calling thread's
 //! node ([`Error::NotLocal`]). These are checked before anything is posted.
+//!
+//! # Failures
+//! An RMW is a request like a put or a get, and fails the same ways (see `loco-rdmawait`'s
+//! Failures): towards a node that died, its `wait` returns [`Error::PeerDead`] naming it, and
+//! whether the RMW took effect there is unknown (a dead node's memory is gone with it anyway);
+//! a `wait` that times out ([`Error::Timeout`]) can be repeated, and the old value lands in the
+//! return word whenever the RMW completes, so that word must not be reused until it has; a queue
+//! pair in error fails it with [`Error::QpInError`]. Nothing is retried behind the caller's
+//! back: an RMW is never applied twice.
 
 #![forbid(unsafe_code)]
 
@@ -51,7 +66,7 @@ pub use loco_rdmawait::{Error, Result};
 pub trait Rmw {
     /// `rcas(y, e, v, ret=x, d)`: if the remote word `target` equals `expected`, replace it with
     /// `new`; the old value is written to the local word `ret`. A failed CAS writes nothing
-    /// remotely.
+    /// remotely in the model; on Soft-RoCE it writes the old value back (see the crate docs).
     #[doc(alias = "ATOMIC_CMP_AND_SWP")]
     fn rcas(&self, target: &Loc, expected: u64, new: u64, ret: &Loc, wid: WorkId) -> Result<()>;
 

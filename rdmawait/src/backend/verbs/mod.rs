@@ -131,7 +131,6 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use sideway::ibverbs::completion::BasicCompletionQueue;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 
 use super::rendezvous::auth::ClusterKey;
@@ -495,7 +494,7 @@ pub(crate) struct LocalNode {
     mem: RegisteredMemory,
     pd: Arc<ProtectionDomain>,
     /// Responder queue pairs never post, so nothing ever arrives here; verbs needs one anyway.
-    responder_cq: Arc<BasicCompletionQueue>,
+    responder_cq: qp::Cq,
 }
 
 impl LocalNode {
@@ -515,7 +514,7 @@ impl LocalNode {
             id,
             mem,
             pd,
-            responder_cq,
+            responder_cq: qp::Cq::new(responder_cq),
         })
     }
 }

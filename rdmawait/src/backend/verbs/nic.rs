@@ -53,7 +53,7 @@ impl std::fmt::Debug for VerbsNic {
 pub(crate) struct State {
     /// Declared before `cq`: queue pairs are destroyed before their completion queue.
     links: Vec<Link>,
-    cq: Arc<BasicCompletionQueue>,
+    cq: qp::Cq,
     /// Completion-queue entries the device granted.
     cq_capacity: usize,
     /// Requests posted whose completion has not been drained yet, over all queue pairs.
@@ -134,12 +134,14 @@ impl VerbsNic {
         let nodes = shared.infos.len();
         let want_cqe = (nodes as u64 * u64::from(shared.send_depth))
             .clamp(1, u64::from(device.max_cqe)) as u32;
-        let cq = device
-            .ctx
-            .create_cq_builder()
-            .setup_cqe(want_cqe)
-            .build()
-            .map_err(|e| verbs_source("ibv_create_cq failed", e))?;
+        let cq = qp::Cq::new(
+            device
+                .ctx
+                .create_cq_builder()
+                .setup_cqe(want_cqe)
+                .build()
+                .map_err(|e| verbs_source("ibv_create_cq failed", e))?,
+        );
         // SAFETY: the pointer is valid while `cq` lives (borrowed here); `cqe` is a plain integer
         // the provider set at creation to the granted capacity.
         let granted = unsafe { (*cq.cq().as_ptr()).cqe };
