@@ -21,7 +21,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use loco_rdmawait::NodeId;
+use loco_rdmawait::{clock, NodeId};
 
 use crate::thread::Deadline;
 use crate::Result;
@@ -30,6 +30,9 @@ use crate::Result;
 /// a few round trips to the lock's node. If that does not suffice, the mark is owed (see
 /// [`Debts`]).
 pub(crate) const ABANDON_BUDGET: Duration = Duration::from_millis(500);
+
+/// How far paying owed marks may run past the caller's deadline (see [`Debts::pay`]).
+pub(crate) const DEBT_MARGIN: Duration = Duration::from_millis(10);
 
 pub(crate) use crate::protocol::{MARKS, POISON};
 
@@ -77,9 +80,13 @@ impl Debts {
         }
     }
 
-    /// Tries `try_abandon` (within [`ABANDON_BUDGET`] each) on every owed ticket; keeps those it
-    /// could not mark.
-    pub(crate) fn pay(&self, mut try_abandon: impl FnMut(u64, &Deadline) -> Result<bool>) {
+    /// Tries `try_abandon` (within [`ABANDON_BUDGET`] each, and within the caller's deadline
+    /// `within`) on every owed ticket; keeps those it could not mark, or had no time left for.
+    pub(crate) fn pay(
+        &self,
+        within: &Deadline,
+        mut try_abandon: impl FnMut(u64, &Deadline) -> Result<bool>,
+    ) {
         let owed: Vec<u64> = {
             let mut v = self.0.lock().unwrap_or_else(|p| p.into_inner());
             if v.is_empty() {
@@ -87,9 +94,15 @@ impl Debts {
             }
             std::mem::take(&mut *v)
         };
+        // The caller's deadline, stretched by a small margin so that even callers with tiny
+        // deadlines get owed marks written (a mark is a few round trips).
+        let until = within.end().max(clock::now() + DEBT_MARGIN);
         let left: Vec<u64> = owed
             .into_iter()
-            .filter(|&u| !matches!(try_abandon(u, &Deadline::after(ABANDON_BUDGET)), Ok(true)))
+            .filter(|&u| {
+                let d = Deadline::at(until.min(clock::now() + ABANDON_BUDGET));
+                d.expired() || !matches!(try_abandon(u, &d), Ok(true))
+            })
             .collect();
         if !left.is_empty() {
             self.0

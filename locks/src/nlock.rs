@@ -246,7 +246,7 @@ impl RawNLock {
             }
             if loco_rdmawait::clock::now().saturating_duration_since(looked) >= LOOK_EVERY {
                 looked = loco_rdmawait::clock::now();
-                self.pay_debts(ctx, me);
+                self.pay_debts(ctx, me, d);
                 if self.pass_on(ctx, me, raw, d)? {
                     continue;
                 }
@@ -271,11 +271,12 @@ impl RawNLock {
     }
 
     /// Marks the tickets given up earlier in this process that could not be marked then.
-    fn pay_debts(&self, ctx: &Ctx, me: &ThreadLock) {
+    fn pay_debts(&self, ctx: &Ctx, me: &ThreadLock, within: &Deadline) {
         if self.home.check(&self.cluster).is_err() {
             return;
         }
-        self.debts.pay(|u, d| self.try_abandon(ctx, me, u, d));
+        self.debts
+            .pay(within, |u, d| self.try_abandon(ctx, me, u, d));
     }
 
     /// Gives ticket `u` up with the protocol's step ([`protocol::nlock_give_up`]); returns
@@ -305,7 +306,7 @@ impl RawNLock {
                 self.abandon(ctx, me, u);
             }
         }
-        self.pay_debts(ctx, me);
+        self.pay_debts(ctx, me, d);
         Ok(())
     }
 

@@ -451,7 +451,7 @@ impl RawWLock {
                         self.cluster.check_alive(ctx.node())?;
                         self.cluster.check_alive(self.ticket_node())?;
                         self.home.check(&self.cluster)?;
-                        self.pay_debts(ctx, me);
+                        self.pay_debts(ctx, me, d);
                         if let Some(raw) = Self::copy_of(ctx, me, high)? {
                             if self.forward(ctx, me, raw, d)? {
                                 continue;
@@ -479,11 +479,12 @@ impl RawWLock {
     }
 
     /// Marks the tickets given up earlier in this process that could not be marked then.
-    fn pay_debts(&self, ctx: &Ctx, me: &ThreadLock) {
+    fn pay_debts(&self, ctx: &Ctx, me: &ThreadLock, within: &Deadline) {
         if self.home.check(&self.cluster).is_err() {
             return;
         }
-        self.debts.pay(|u, d| self.try_abandon(ctx, me, u, d));
+        self.debts
+            .pay(within, |u, d| self.try_abandon(ctx, me, u, d));
     }
 
     /// Gives ticket `u` up with the protocol's step ([`protocol::wlock_give_up`]); returns
@@ -514,7 +515,7 @@ impl RawWLock {
                 self.abandon(ctx, me, u);
             }
         }
-        self.pay_debts(ctx, me);
+        self.pay_debts(ctx, me, d);
         Ok(())
     }
 
