@@ -2,6 +2,8 @@
 //! test with random bounded edits. Errors point inside the input. Inputs past the parser's
 //! limits (size, statements, declarations, names, condition atoms) are errors, found quickly.
 
+mod common;
+
 use proptest::prelude::*;
 
 const SEED_TESTS: &[&str] = &[
@@ -141,15 +143,7 @@ fn apply(src: &str, edits: &[Edit]) -> String {
 
 /// Every shipped test (`tests/litmus/*.litmus`), sorted by name.
 fn shipped() -> Vec<String> {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/litmus");
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|f| f.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "litmus"))
-        .collect();
-    files.sort();
-    assert!(files.len() >= 20, "the shipped tests are in {dir}");
-    files
+    common::shipped_files()
         .iter()
         .map(|p| std::fs::read_to_string(p).unwrap())
         .collect()

@@ -6,6 +6,8 @@
 //! Release mode only (the unreduced graphs reach millions of states):
 //! `cargo test --release -p loco-litmus --test reduction_crosscheck`.
 
+mod common;
+
 use std::time::Instant;
 
 use loco_litmus::explore::{explore_with, Config};
@@ -16,14 +18,7 @@ use loco_litmus::explore::{explore_with, Config};
     ignore = "release only: cargo test --release -p loco-litmus --test reduction_crosscheck"
 )]
 fn reduction_keeps_every_outcome_of_every_shipped_test() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/litmus");
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|f| f.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "litmus"))
-        .collect();
-    files.sort();
-    assert!(files.len() >= 20, "the shipped tests are in {dir}");
+    let files = common::shipped_files();
     let mut full = Config::default();
     full.reduction = false;
     full.max_states = 50_000_000;

@@ -537,6 +537,26 @@ fn a_context_dropped_with_its_ticket_in_flight_strands_nothing() -> Result<()> {
     Ok(())
 }
 
+/// `l.with(ctx, t, nothing)` on a new thread with a context on `node`; the result comes on the
+/// channel.
+fn spawn_with(
+    l: &dyn AnyLock,
+    c: &Cluster,
+    node: NodeId,
+    t: Duration,
+) -> mpsc::Receiver<Result<(u64, bool)>> {
+    let (l, c) = (l.boxed(), c.clone());
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let r = c
+            .context(node)
+            .map_err(Error::from)
+            .and_then(|ctx| l.with(&ctx, t, &|| {}));
+        let _ = tx.send(r);
+    });
+    rx
+}
+
 /// Several threads of one node wait when the node dies: each announced its ticket in a
 /// `waiting` slot of its own, so a waiter on a live node skips all of them (with one word per
 /// node only the latest ticket was known, and the lock stayed blocked at the other).
@@ -551,16 +571,7 @@ fn several_dead_waiters_of_one_node_are_all_skipped() -> Result<()> {
             let t0 = l.hold_forever(&holder)?;
             let mut waiters = Vec::new();
             for _ in 0..3 {
-                let (l1, c1) = (l.boxed(), c.clone());
-                let (tx, rx) = mpsc::channel();
-                thread::spawn(move || {
-                    let r = c1
-                        .context(NodeId(1))
-                        .map_err(Error::from)
-                        .and_then(|ctx| l1.with(&ctx, BOUND, &|| {}));
-                    let _ = tx.send(r);
-                });
-                waiters.push(rx);
+                waiters.push(spawn_with(&*l, &c, NodeId(1), BOUND));
                 thread::sleep(Duration::from_millis(30)); // it waits, and announces its ticket
             }
             c.kill(NodeId(1))?;
@@ -570,15 +581,7 @@ fn several_dead_waiters_of_one_node_are_all_skipped() -> Result<()> {
                     .expect("a dead node's waiter did not stop");
                 assert!(r.is_err(), "{s:?} {name}: {r:?}");
             }
-            let (l0, c0) = (l.boxed(), c.clone());
-            let (tx, rx) = mpsc::channel();
-            thread::spawn(move || {
-                let r = c0
-                    .context(NodeId(0))
-                    .map_err(Error::from)
-                    .and_then(|ctx| l0.with(&ctx, Duration::from_secs(20), &|| {}));
-                let _ = tx.send(r);
-            });
+            let rx = spawn_with(&*l, &c, NodeId(0), Duration::from_secs(20));
             thread::sleep(Duration::from_millis(5));
             l.release(&holder)?;
             let (t, poisoned) = rx
@@ -604,15 +607,7 @@ fn a_dead_waiter_is_skipped() -> Result<()> {
             let name = l.name();
             let holder = c.context(NodeId(0))?;
             let t0 = l.hold_forever(&holder)?;
-            let (l1, c1) = (l.boxed(), c.clone());
-            let (tx, rx) = mpsc::channel();
-            thread::spawn(move || {
-                let r = c1
-                    .context(NodeId(1))
-                    .map_err(Error::from)
-                    .and_then(|ctx| l1.with(&ctx, BOUND, &|| {}));
-                let _ = tx.send(r);
-            });
+            let rx = spawn_with(&*l, &c, NodeId(1), BOUND);
             thread::sleep(Duration::from_millis(50)); // it waits, and announces its ticket
             c.kill(NodeId(1))?;
             let r = rx
@@ -628,15 +623,7 @@ fn a_dead_waiter_is_skipped() -> Result<()> {
                 ),
                 "{s:?} {name}: {r:?}"
             );
-            let (l0, c0) = (l.boxed(), c.clone());
-            let (tx, rx) = mpsc::channel();
-            thread::spawn(move || {
-                let r = c0
-                    .context(NodeId(0))
-                    .map_err(Error::from)
-                    .and_then(|ctx| l0.with(&ctx, BOUND, &|| {}));
-                let _ = tx.send(r);
-            });
+            let rx = spawn_with(&*l, &c, NodeId(0), BOUND);
             thread::sleep(Duration::from_millis(5));
             l.release(&holder)?;
             let (t, poisoned) = rx
