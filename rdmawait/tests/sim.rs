@@ -491,3 +491,35 @@ fn edge_values_of_a_profile() {
         assert_eq!(r.runs, 3);
     }
 }
+
+/// Code under test that blocks outside the simulator (here a std channel that nobody sends on)
+/// would hang `check` for ever: the watchdog fails the run as `Hang` after the configured real
+/// time, naming the thread.
+#[test]
+fn a_thread_blocked_outside_the_simulator_is_a_hang() {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let rx = std::sync::Arc::new(std::sync::Mutex::new(rx));
+    let f = {
+        let rx = rx.clone();
+        move |cluster: &Cluster| {
+            let rx = rx.clone();
+            sim::spawn(cluster, NodeId(0), move |ctx: &Ctx| {
+                let x = ctx.cluster().alloc_word(NodeId(0))?;
+                ctx.store(&x, 1)?;
+                let _ = rx.lock().unwrap().recv(); // blocks, outside the simulator
+                Ok::<(), loco_rdmawait::Error>(())
+            })
+            .join()?;
+            Ok::<(), BoxError>(())
+        }
+    };
+    let config = Config::new(2).runs(1).watchdog(Duration::from_millis(300));
+    let fail = sim::check(config, f).unwrap_err();
+    assert_eq!(fail.kind(), FailureKind::Hang, "{}", fail.report());
+    assert!(
+        fail.message().contains("no scheduling point"),
+        "{}",
+        fail.message()
+    );
+    drop(tx); // lets the abandoned thread go
+}

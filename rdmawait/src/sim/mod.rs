@@ -47,9 +47,11 @@
 //! errors a real cluster would give (`PeerDead`, waits that time out).
 //!
 //! **Failures**: a panic in any simulated thread, an error returned by the closure or by a
-//! spawned thread, a deadlock (every thread blocked in a join), or a run longer than
-//! [`Config::max_steps`] (a livelock). The [`Failure`] has the seed, the message and the last
-//! steps of the trace (thread, node, operation, value read).
+//! spawned thread, a deadlock (every thread blocked in a join), a run longer than
+//! [`Config::max_steps`] (a livelock), or a thread that reaches no scheduling point for
+//! [`Config::watchdog`] of real time (it blocks outside the simulator: a `std` lock, a sleep;
+//! the run's threads are then abandoned). The [`Failure`] has the seed, the message and the
+//! last steps of the trace (thread, node, operation, value read).
 //!
 //! # Why not shuttle
 //! `shuttle` (random, PCT, DFS and replay schedulers for shared-memory Rust) schedules code
@@ -85,6 +87,9 @@ pub const DEFAULT_SIM_MEMORY: u64 = 64 << 10;
 
 /// The base seed when neither [`Config::seed`] nor [`SEED_ENV`] gives one.
 pub const DEFAULT_SEED: u64 = 0x10C0_5EED;
+
+/// Default of [`Config::watchdog`]: a minute of real time without a scheduling point.
+pub const DEFAULT_WATCHDOG: Duration = Duration::from_secs(60);
 
 /// How the scheduler picks the next thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,6 +161,7 @@ pub struct Config {
     faults: Vec<Fault>,
     profile: Option<Profile>,
     failed_cas: FailedCas,
+    watchdog: Duration,
 }
 
 impl Config {
@@ -173,7 +179,17 @@ impl Config {
             faults: Vec::new(),
             profile: None,
             failed_cas: FailedCas::Reads,
+            watchdog: DEFAULT_WATCHDOG,
         }
+    }
+
+    /// How long a run may go without any scheduling point, in real time, before it fails as
+    /// [`FailureKind::Hang`] (default [`DEFAULT_WATCHDOG`]): code under test that blocks
+    /// outside the simulator (a `std` mutex held by a descheduled thread, a sleep, I/O) would
+    /// otherwise hang [`check`] for ever.
+    pub fn watchdog(mut self, limit: Duration) -> Self {
+        self.watchdog = limit.max(Duration::from_millis(1));
+        self
     }
 
     /// What a failed remote CAS does: the model's rule 9 (the default), or Soft-RoCE's
@@ -310,6 +326,9 @@ pub enum FailureKind {
     Budget,
     /// The simulated cluster could not be set up.
     Setup,
+    /// A simulated thread reached no scheduling point for [`Config::watchdog`] of real time:
+    /// it blocks outside the simulator.
+    Hang,
 }
 
 /// A failed run: its seed (give it to [`replay`]), what went wrong, and the last steps.
@@ -631,7 +650,7 @@ where
     start_thread(h, "loco-sim-main".into(), move || {
         f(&c).map_err(|e| e.to_string())
     });
-    sched.wait_all_done();
+    sched.wait_all_done(config.watchdog);
     drop(cluster);
     let (steps, time, hash, failure) = sched.outcome();
     match failure {

@@ -562,11 +562,33 @@ impl Sched {
     }
 
     /// Waits (on a non-simulated thread) until every simulated thread is done, or the run
-    /// stopped and every thread has left the scheduler.
-    pub(super) fn wait_all_done(&self) {
+    /// stopped and every thread has left the scheduler. A run whose step count has not moved
+    /// for `watchdog` of real time has a thread blocked outside the simulator (a std lock, a
+    /// sleep, I/O, or a loop without scheduling points): it fails as [`FailureKind::Hang`],
+    /// and its threads are abandoned (they cannot be stopped from outside; they stay parked or
+    /// blocked, and are leaked).
+    pub(super) fn wait_all_done(&self, watchdog: Duration) {
         let mut st = self.lock();
+        let mut last = (st.steps, Instant::now());
         while !st.threads.iter().all(|t| t.status == Status::Done) {
-            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+            let tick = watchdog.min(Duration::from_millis(100));
+            st = self
+                .cv
+                .wait_timeout(st, tick)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+            if st.steps != last.0 {
+                last = (st.steps, Instant::now());
+            } else if last.1.elapsed() >= watchdog {
+                let t = st.current;
+                let message = format!(
+                    "simulated thread {t} reached no scheduling point for {watchdog:?} of real \
+                     time: it blocks outside the simulator (a std lock, a sleep, I/O, or a loop \
+                     without context operations); its threads are abandoned"
+                );
+                st.failure.get_or_insert((FailureKind::Hang, message));
+                return;
+            }
         }
     }
 }
