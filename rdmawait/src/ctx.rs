@@ -302,14 +302,19 @@ impl Ctx {
         Ok(())
     }
 
-    /// Polls every unpolled operation, oldest first per node, within `budget`; true if none is
-    /// left (each either completed or failed: either way the NIC is done with it).
+    /// Drains the store buffer (an mfence: the thread's last stores reach memory, its posts
+    /// the NIC), then polls every unpolled operation, oldest first per node, within `budget`;
+    /// true if none is left (each either completed or failed: either way the NIC is done with
+    /// it) and no store of the thread can land later.
     fn settle(&self, budget: Duration) -> bool {
         let start = crate::clock::now();
         let Ok(mut inner) = self.inner.try_borrow_mut() else {
             return false;
         };
         let Inner { nic, track, .. } = &mut *inner;
+        if nic.mfence().is_err() {
+            return false;
+        }
         for (n, t) in track.iter_mut().enumerate() {
             while !t.fifo.is_empty() {
                 let left =
