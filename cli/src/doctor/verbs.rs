@@ -257,14 +257,10 @@ fn port_check(d: &DeviceReport, p: &PortReport) -> Check {
 fn gid_check(d: &DeviceReport, p: &PortReport) -> Check {
     let name = format!("gid {}/{}", d.name, p.port);
     let iface = netdev(p).unwrap_or("<interface>");
+    // What loco picks without LOCO_GID_INDEX (a RoCE v2 IPv4 entry first).
     let best = p
-        .gids
-        .iter()
-        .find(|g| g.roce_v2 && g.ipv4.is_some())
-        .or_else(|| {
-            p.best_gid()
-                .and_then(|i| p.gids.iter().find(|g| g.index == i))
-        });
+        .best_gid()
+        .and_then(|i| p.gids.iter().find(|g| g.index == i));
     let describe = |g: &loco_rdmawait::backend::verbs::GidReport| {
         format!(
             "index {} ({}{}{})",

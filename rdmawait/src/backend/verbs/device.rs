@@ -70,15 +70,19 @@ struct PortInfo {
 const LINK_LAYER_ETHERNET: u8 = sys::IBV_LINK_LAYER_ETHERNET;
 const PORT_ACTIVE: u32 = sys::ibv_port_state::IBV_PORT_ACTIVE;
 
-/// Opens the device `config` names (or the first with an active port) and picks port and GID.
-pub(crate) fn open(config: &VerbsConfig) -> Result<Device> {
-    let list = DeviceList::new().map_err(|e| {
+/// libibverbs' device list, or why there is none, with what to install or load.
+fn device_list() -> Result<DeviceList> {
+    DeviceList::new().map_err(|e| {
         let os = io::Error::last_os_error();
         let message = match os.raw_os_error() {
             Some(libc::EOPNOTSUPP) => "libibverbs.so.1 could not be loaded; install the verbs \
                 user-space library and its providers (Debian/Ubuntu: `apt install libibverbs1 \
                 ibverbs-providers`; Fedora: `dnf install libibverbs`)"
                 .to_string(),
+            _ if !std::path::Path::new("/sys/class/infiniband_verbs").exists() => format!(
+                "libibverbs is loaded, but the kernel has no RDMA support loaded ({e}; no \
+                 /sys/class/infiniband_verbs); {HOW_TO_GET_A_DEVICE}"
+            ),
             _ => format!("cannot list RDMA devices ({e}); is the kernel's RDMA stack loaded? {HOW_TO_GET_A_DEVICE}"),
         };
         Error::Backend {
@@ -86,7 +90,12 @@ pub(crate) fn open(config: &VerbsConfig) -> Result<Device> {
             message,
             source: Some(os),
         }
-    })?;
+    })
+}
+
+/// Opens the device `config` names (or the first with an active port) and picks port and GID.
+pub(crate) fn open(config: &VerbsConfig) -> Result<Device> {
+    let list = device_list()?;
     let names: Vec<String> = list.iter().map(|d| d.name()).collect();
     if names.is_empty() {
         return Err(verbs_error(format!(
@@ -231,18 +240,28 @@ fn pick_gid(ctx: &DeviceContext, port: u8, table_len: i32) -> Option<u32> {
             continue;
         }
         let v2 = query_gid_type(ctx, port, i) == Some(sys::IBV_GID_TYPE_SYSFS_ROCE_V2);
-        let ipv4 = gid[..10] == [0; 10] && gid[10..12] == [0xff, 0xff];
-        let rank = match (v2, ipv4) {
-            (true, true) => 3,
-            (true, false) => 2,
-            _ => 1,
-        };
+        let rank = gid_rank(v2, ipv4_of(&gid).is_some());
         match best {
             Some((r, _)) if r >= rank => {}
             _ => best = Some((rank, i)),
         }
     }
     best.map(|(_, i)| i)
+}
+
+/// How much loco prefers a GID on a RoCE port: RoCE v2 over IPv4, then any RoCE v2, then the rest.
+fn gid_rank(roce_v2: bool, ipv4: bool) -> u8 {
+    match (roce_v2, ipv4) {
+        (true, true) => 3,
+        (true, false) => 2,
+        _ => 1,
+    }
+}
+
+/// The IPv4 address of an IPv4-mapped GID (`::ffff:a.b.c.d`).
+fn ipv4_of(gid: &[u8; 16]) -> Option<std::net::Ipv4Addr> {
+    (gid[..10] == [0; 10] && gid[10..12] == [0xff, 0xff])
+        .then(|| std::net::Ipv4Addr::new(gid[12], gid[13], gid[14], gid[15]))
 }
 
 fn query_device(ctx: &DeviceContext) -> io::Result<DeviceLimits> {
@@ -397,7 +416,7 @@ impl PortReport {
     /// The GID index loco picks on this port when `LOCO_GID_INDEX` is not set (RoCE: a RoCE v2
     /// IPv4 entry first).
     pub fn best_gid(&self) -> Option<u32> {
-        let rank = |g: &GidReport| (g.roce_v2 as u8) * 2 + g.ipv4.is_some() as u8;
+        let rank = |g: &GidReport| gid_rank(g.roce_v2, g.ipv4.is_some());
         let mut best: Option<&GidReport> = None;
         for g in &self.gids {
             if best.is_none_or(|b| rank(g) > rank(b)) {
@@ -411,26 +430,7 @@ impl PortReport {
 /// Every RDMA device libibverbs lists, with its ports and GID tables. Fails only when the device
 /// list cannot be read (no libibverbs, no kernel RDMA stack), with what to install.
 pub fn inventory() -> Result<Vec<DeviceReport>> {
-    let list = DeviceList::new().map_err(|e| {
-        let os = io::Error::last_os_error();
-        let message = match os.raw_os_error() {
-            Some(libc::EOPNOTSUPP) => "libibverbs.so.1 could not be loaded; install the verbs \
-                user-space library and its providers (Debian/Ubuntu: `apt install libibverbs1 \
-                ibverbs-providers`)"
-                .to_string(),
-            _ if !std::path::Path::new("/sys/class/infiniband_verbs").exists() => format!(
-                "libibverbs is loaded, but the kernel has no RDMA support loaded ({e}; no \
-                 /sys/class/infiniband_verbs): load an RDMA driver, e.g. Soft-RoCE's rdma_rxe"
-            ),
-            _ => format!("cannot list RDMA devices ({e}); is the kernel's RDMA stack loaded?"),
-        };
-        Error::Backend {
-            backend: "verbs",
-            message,
-            source: Some(os),
-        }
-    })?;
-    Ok(list.iter().map(|dev| report(&dev)).collect())
+    Ok(device_list()?.iter().map(|dev| report(&dev)).collect())
 }
 
 fn report(dev: &sideway::ibverbs::device::Device<'_>) -> DeviceReport {
@@ -475,14 +475,12 @@ fn report(dev: &sideway::ibverbs::device::Device<'_>) -> DeviceReport {
                 let gids = (0..len)
                     .filter_map(|i| {
                         let gid = query_gid(&ctx, port, i).ok().filter(|g| *g != [0; 16])?;
-                        let ipv4 = (gid[..10] == [0; 10] && gid[10..12] == [0xff, 0xff])
-                            .then(|| std::net::Ipv4Addr::new(gid[12], gid[13], gid[14], gid[15]));
                         Some(GidReport {
                             index: i,
                             gid,
                             roce_v2: query_gid_type(&ctx, port, i)
                                 == Some(sys::IBV_GID_TYPE_SYSFS_ROCE_V2),
-                            ipv4,
+                            ipv4: ipv4_of(&gid),
                             netdev: std::fs::read_to_string(format!(
                                 "/sys/class/infiniband/{}/ports/{port}/gid_attrs/ndevs/{i}",
                                 r.name
