@@ -133,11 +133,12 @@
 //! **Contexts come and go.** A weak or strong lock's `rel` slot goes back to the lock (for the
 //! process's next thread) when the context is dropped or calls [`Lock::leave`]; the new owner
 //! first checks that the old owner's last release value has landed on every live node, so no
-//! late put of the old owner can overwrite its releases. Private words
-//! ([`Cluster::alloc_private`] has no `free`) go back to a per-node pool kept by this crate (a
-//! [`Cluster`] extension) when no operation can still read or write them: always after
-//! [`Lock::leave`]; on a plain drop unless a release CAS of the node lock or a timed-out wait is
-//! outstanding (then they are leaked, three words, which is safe). A weak or strong lock's
+//! late put of the old owner can overwrite its releases. Private words go back to the cluster
+//! ([`Cluster::free_private`], for the next context's [`Cluster::alloc_private`]) when no
+//! operation can still read or write them: always after [`Lock::leave`]; on a plain drop once the
+//! context has reaped what it left in flight ([`Ctx::settled`](loco_rdmawait::Ctx::settled)),
+//! else unless a release CAS of the node lock or a timed-out wait is outstanding (then they are
+//! leaked, three words, which is safe). A weak or strong lock's
 //! release first waits for its hold's announcement (usually long complete), so its words come
 //! back on a plain drop after a release.
 //!

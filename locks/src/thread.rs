@@ -1,5 +1,6 @@
-//! Per-(lock, thread) state, kept in the thread's context; the spin-wait helper; deadlines; and
-//! the per-node pool of private words that contexts hand back when they are dropped.
+//! Per-(lock, thread) state, kept in the thread's context (its private words go back to the
+//! cluster, [`Cluster::free_private`], when the context is dropped); the spin-wait helper;
+//! deadlines.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -72,45 +73,6 @@ impl Home {
 /// A process-unique id for a new lock (the key of its per-thread state).
 pub(crate) fn next_lock_id() -> u64 {
     NEXT_LOCK.fetch_add(1, Ordering::Relaxed)
-}
-
-/// Private words handed back by dropped contexts, per node (a [`Cluster`] extension):
-/// [`Cluster::alloc_private`] is a bump allocator without `free`, so the locks recycle the words
-/// they took themselves. A word is returned only if no operation of its thread may still write
-/// it (see [`ThreadLock::dirty`]); otherwise it is leaked, which is safe.
-#[derive(Debug, Default)]
-pub(crate) struct WordPool {
-    free: Mutex<HashMap<NodeId, Vec<Loc>>>,
-}
-
-impl WordPool {
-    pub(crate) fn of(cluster: &Cluster) -> Result<Arc<WordPool>> {
-        Ok(cluster.extension::<WordPool>(|_| Ok(WordPool::default()))?)
-    }
-
-    /// A private word on `node`: a recycled one, else a fresh one (zeroed or not: callers
-    /// initialise it).
-    pub(crate) fn take(&self, cluster: &Cluster, node: NodeId) -> Result<Loc> {
-        let recycled = self
-            .free
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_mut(&node)
-            .and_then(Vec::pop);
-        match recycled {
-            Some(w) => Ok(w),
-            None => Ok(cluster.alloc_private(node, 8)?),
-        }
-    }
-
-    pub(crate) fn give(&self, word: Loc) {
-        self.free
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(word.node())
-            .or_default()
-            .push(word);
-    }
 }
 
 /// Words per node of a lock's `waiting` array: a waiting thread announces its ticket in a slot
@@ -187,7 +149,6 @@ pub(crate) struct ThreadLock {
     /// not have read it yet: the words are not recycled (see
     /// [`RawLock::leave`](crate::RawLock::leave)).
     pub(crate) unreaped: Cell<bool>,
-    pub(crate) pool: Arc<WordPool>,
     pub(crate) on_drop: Option<Arc<dyn OnDrop>>,
     /// Whether the context was dropped with nothing in flight: then every word comes back,
     /// whatever timed out, and a ticket taken by a timed-out FAA or CAS is owed to `debts`.
@@ -209,23 +170,17 @@ impl ThreadLock {
         rels: Vec<Loc>,
         on_drop: Option<Arc<dyn OnDrop>>,
     ) -> Result<Self> {
-        let pool = WordPool::of(ctx.cluster())?;
-        let word = pool.take(ctx.cluster(), ctx.node())?;
-        let scratch = match pool.take(ctx.cluster(), ctx.node()) {
-            Ok(w) => w,
-            Err(e) => {
-                pool.give(word);
-                return Err(e);
-            }
-        };
-        let note = match pool.take(ctx.cluster(), ctx.node()) {
-            Ok(w) => w,
-            Err(e) => {
-                pool.give(word);
-                pool.give(scratch);
-                return Err(e);
-            }
-        };
+        // Private words: fresh, or handed back by an earlier context.
+        let c = ctx.cluster();
+        let take = || c.alloc_private(ctx.node(), WORD);
+        let word = take()?;
+        let scratch = take().inspect_err(|_| {
+            let _ = c.free_private(word);
+        })?;
+        let note = take().inspect_err(|_| {
+            let _ = c.free_private(word);
+            let _ = c.free_private(scratch);
+        })?;
         ctx.store(&word, 0)?;
         ctx.store(&scratch, 0)?;
         ctx.store(&note, 0)?;
@@ -242,7 +197,6 @@ impl ThreadLock {
             pending_cas: Cell::new(None),
             dirty: Cell::new(false),
             unreaped: Cell::new(false),
-            pool,
             on_drop,
             settled: ctx.settled(),
             debts: None,
@@ -350,21 +304,19 @@ impl Drop for ThreadLock {
         if let Some(d) = &self.on_drop {
             d.dropped(self.slot, self.last_rel.get(), dirty);
         }
+        // The scan buffer is written only by waited gets; the other words also by the puts an
+        // unreaped release or announcement may still be reading.
+        if let Some(buf) = self.scan.get().filter(|_| !dirty) {
+            let _ = self.cluster.free_private(buf);
+        }
+        if !settled && (dirty || self.unreaped.get()) {
+            return; // leaked, which is safe
+        }
         if let (Some(slot), Some(slots)) = (self.wait_slot.get(), &self.wait_slots) {
-            // Its announcement put may still be in flight while unreaped.
-            if settled || (!dirty && !self.unreaped.get()) {
-                slots.give(self.word.node(), slot);
-            }
+            slots.give(self.word.node(), slot);
         }
-        if let Some(buf) = self.scan.get() {
-            if settled || !dirty {
-                let _ = self.cluster.free_private(buf);
-            }
-        }
-        if settled || (!dirty && !self.unreaped.get()) {
-            self.pool.give(self.word);
-            self.pool.give(self.scratch);
-            self.pool.give(self.note);
+        for w in [self.word, self.scratch, self.note] {
+            let _ = self.cluster.free_private(w);
         }
     }
 }

@@ -418,11 +418,16 @@ impl Cluster {
     /// Gives private memory (from [`Cluster::alloc_private`]) back, for a later `alloc_private`
     /// of the same size on the same node. Only for memory that no operation can still read or
     /// write: a context's scratch words once [`Ctx::settled`](crate::Ctx::settled) says it was
-    /// dropped with nothing in flight. Only this process's own nodes' memory is reused (it is
-    /// zeroed on reuse, which needs local access); other memory given back is ignored.
+    /// dropped with nothing in flight. Only private memory of this process's own nodes is
+    /// reused (it is zeroed on reuse, which needs local access); other memory given back (shared
+    /// memory from [`Cluster::alloc`], another process's node) is ignored.
     pub fn free_private(&self, loc: Loc) -> Result<()> {
         self.check(&loc)?;
-        if self.inner.backend.is_local(loc.node()) {
+        let private_from = self.inner.next.lock()[loc.node().index()].1;
+        if loc.offset() >= private_from
+            && !loc.is_empty()
+            && self.inner.backend.is_local(loc.node())
+        {
             self.inner
                 .free_private
                 .lock()

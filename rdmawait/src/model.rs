@@ -635,12 +635,12 @@ mod tests {
         assert_eq!(mem.0[1][2], 5);
     }
 
-    #[test]
-    fn failed_cas_writes_nothing_and_takes_no_lock() {
+    /// A CAS from n0 expecting 1 on n1's word 0, which holds 9, after its read (tag 4).
+    fn failing_cas_read(mode: FailedCas) -> (Mem, [bool; 2], Qp) {
         let mut mem = Mem::default();
         mem.0[1][0] = 9;
         let mut locks = [false; 2];
-        let mut qp = Qp::new(NodeId(0), NodeId(1));
+        let mut qp = Qp::new(NodeId(0), NodeId(1)).with_failed_cas(mode);
         qp.issue(
             WorkRequest::CompareSwap {
                 remote: 0,
@@ -651,6 +651,12 @@ mod tests {
             4,
         );
         qp.apply(Step::Pipe(0), &mut mem, &mut locks);
+        (mem, locks, qp)
+    }
+
+    #[test]
+    fn failed_cas_writes_nothing_and_takes_no_lock() {
+        let (mut mem, mut locks, mut qp) = failing_cas_read(FailedCas::Reads);
         assert!(!locks[1]);
         run_in_order(&mut qp, &mut mem, &mut locks);
         assert_eq!((mem.0[1][0], mem.0[0][0]), (9, 9));
@@ -659,20 +665,7 @@ mod tests {
 
     #[test]
     fn rxe_failed_cas_takes_the_lock_and_writes_back() {
-        let mut mem = Mem::default();
-        mem.0[1][0] = 9;
-        let mut locks = [false; 2];
-        let mut qp = Qp::new(NodeId(0), NodeId(1)).with_failed_cas(FailedCas::WritesBack);
-        qp.issue(
-            WorkRequest::CompareSwap {
-                remote: 0,
-                expected: 1,
-                new: 2,
-                local: 0,
-            },
-            4,
-        );
-        qp.apply(Step::Pipe(0), &mut mem, &mut locks);
+        let (mut mem, mut locks, mut qp) = failing_cas_read(FailedCas::WritesBack);
         assert!(locks[1], "the write-back holds the remote-atomic lock");
         // A put's write landing now is overwritten by the write-back: the lost update.
         mem.0[1][0] = 7;

@@ -447,3 +447,23 @@ fn a_dropped_context_settles_its_operations() {
         }
     }
 }
+
+/// `free_private` takes back only private memory: shared memory, an empty location or one of
+/// another cluster is never handed out by `alloc_private`.
+#[test]
+fn free_private_ignores_what_is_not_private() {
+    let c = Cluster::builder()
+        .nodes(2)
+        .memory_per_node(256)
+        .build()
+        .unwrap();
+    let shared = c.alloc_word(N0).unwrap();
+    c.free_private(shared).unwrap();
+    c.free_private(c.alloc_private(N0, 0).unwrap()).unwrap();
+    let other = Cluster::builder().nodes(2).build().unwrap();
+    assert!(c.free_private(other.alloc_private(N0, 8).unwrap()).is_err());
+    let p = c.alloc_private(N0, 8).unwrap();
+    assert_ne!(p, shared);
+    c.free_private(p).unwrap();
+    assert_eq!(c.alloc_private(N0, 8).unwrap(), p);
+}

@@ -202,27 +202,24 @@ impl Profile {
 
     /// The round trip of an idle 8-byte `get` + `wait` between two nodes, without jitter.
     pub fn predict_get(&self) -> Duration {
-        sum(&[
-            self.post,
-            self.doorbell,
-            self.wire,
-            self.wire,
-            self.nic,
-            self.read_response,
-            self.pcie_write,
-            self.poll,
-        ])
+        self.predict_fetch(self.read_response)
     }
 
     /// The round trip of an idle remote FAA (or CAS) + `wait`, without jitter.
     pub fn predict_rmw(&self) -> Duration {
+        self.predict_fetch(self.atomic)
+    }
+
+    /// A request that fetches a word back (a get or an RMW), `at_target` being its work at the
+    /// target's NIC.
+    fn predict_fetch(&self, at_target: Duration) -> Duration {
         sum(&[
             self.post,
             self.doorbell,
             self.wire,
             self.wire,
             self.nic,
-            self.atomic,
+            at_target,
             self.pcie_write,
             self.poll,
         ])
