@@ -202,9 +202,10 @@ doctor_on_device() {
     return "$ok"
 }
 
-# A base port for the example's rendezvous, unlikely to be taken.
+# A base port for the example's rendezvous, unlikely to be taken: below Linux's ephemeral range
+# (32768-60999), so no process's outgoing connection can hold it before a member listens.
 example_peers() {
-    local base=$((20000 + RANDOM % 20000))
+    local base=$((20000 + RANDOM % 12000))
     echo "127.0.0.1:$base,127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2))"
 }
 
@@ -362,7 +363,7 @@ fault_run() {
 # The stranger must be refused; the members must not notice (checked by fault_run).
 strangers() {
     local peers=$1 dir=$2 own st=0
-    own=$(sed 's/,.*//' <<<"$peers"),127.0.0.1:$((40000 + RANDOM % 20000)),$(sed 's/.*,//' <<<"$peers")
+    own=$(sed 's/,.*//' <<<"$peers"),127.0.0.1:$((10000 + RANDOM % 10000)),$(sed 's/.*,//' <<<"$peers")
     LOCO_CLUSTER_KEY=$(tr 0-9a-f f-fa-e <<<"$LOCO_FAULT_KEY") "$LOCO_FAULT_BIN" --node 1 --peers "$own" \
         --victim 2 --at faa-wait --timeout 10 >"$dir/stranger" 2>&1 || st=$?
     if [ "$st" -ne 2 ] || ! grep -q 'authentication' "$dir/stranger"; then
