@@ -85,6 +85,7 @@
 //! | an acquire gives up or fails after taking its ticket | the ticket is **abandoned**: marked so that the next thread to find the lock released to it passes it on; nothing blocks later tickets (checked by the litmus explorer: `giveup(l)` in `tests/litmus/*giveup*`) |
 //! | the holder's node dies | a waiter that finds the lock released to a ticket entered by a node reported dead ([`Cluster::check_alive`]) skips that ticket; the next holder is told ([`LockGuard::was_poisoned`]) |
 //! | a waiter's node dies | the same, for a ticket its node announced waiting for (a put sent as soon as the waiter has to wait); the next holder is told, conservatively |
+//! | a thread dies after taking its ticket, before naming it (between its FAA and its announcement landing) | a waiter that finds the lock released to that ticket for 4 ms, unmarked, and claimed by no live thread (below) skips it; the next holder is told, conservatively |
 //! | the calling thread's own node is reported dead | its waiting acquire stops with `PeerDead` naming that node, writing nothing |
 //! | the lock's own node dies (the node lock's node, the weak or strong lock's ticket node) | every acquire fails with [`PeerDead`](loco_rdmawait::Error::PeerDead) naming it |
 //! | the lock's own node restarts ([`Cluster::incarnation`] changes) | its words are gone: the lock is refused from then on (`PeerDead` naming it, in acquire, in a wait, and in a release, which writes nothing: a hold from before the restart ends there); make the lock again |
@@ -93,8 +94,9 @@
 //! | [`Cluster::shutdown`] | threads blocked in any acquire return `Shutdown` within a spin round |
 //! | a context is dropped | its weak/strong lock `rel` slot and private words go back (see below) |
 //!
-//! **How fast.** A waiter looks for abandoned or dead tickets once per millisecond of waiting (one extra read of a mark, and reads of the `held` and
-//! `waiting` words of each dead node); a dead node is noticed as fast as [`Cluster::check_alive`] reports it (the soft
+//! **How fast.** A waiter looks for abandoned or dead tickets once per millisecond of waiting (one extra read of a mark;
+//! while a node is dead, or once the lock has stayed released to one ticket for 4 ms, one read of every
+//! node's `waiting` slots); a dead node is noticed as fast as [`Cluster::check_alive`] reports it (the soft
 //! NIC at once after [`Cluster::kill`]; the verbs backend after its failure detector).
 //! Abandoning a ticket costs the giving-up thread at most a few round trips, bounded by 0.5 s.
 //!
@@ -102,21 +104,28 @@
 //! value, so the next holder (the only one that can repair the state) is told, and its normal
 //! release clears it. The lock stays usable.
 //!
+//! **Tickets nobody names.** Each context has a slot of its own in the lock's `waiting` array
+//! (16 per node, on the lock's node). Before it takes a ticket it **claims** the slot: a put of
+//! `TAKING`, on the same queue pair as the FAA (or `try_acquire`'s CAS), so it lands first
+//! (docs/model.md §3.3). Its slot then reads `TAKING` or names its ticket (its waiting
+//! announcement, then its hold announcement) until its next claim, which comes after its
+//! release. So a ticket the lock has been released to that no live node's slot claims (no
+//! `TAKING`, no slot naming it) is not a live thread's: its thread died before naming it, or its
+//! context was dropped. A waiter skips it as it skips a dead holder (poisoned, since the
+//! thread may have entered). Costs: one put per acquire (not waited for: the FAA behind it is),
+//! and the claim check only after a 4 ms stall. The simulator crashes a node at every step of
+//! its threads' acquires (`locks/tests/sim.rs`): no survivor's acquire times out.
+//!
 //! **Not recovered** (documented limits):
-//! - A thread that dies between taking its ticket and its announcement landing (the FAA, its
-//!   wait, and the put of its `waiting` slot sent when it first has to wait) leaves a ticket
-//!   nobody can attribute: later waiters give up with `Timeout` (their own tickets are abandoned
-//!   correctly), and the lock stays blocked at that ticket. Each context of a node announces in a
-//!   slot of its own (16 per node; beyond 15 contexts of one node using the lock at once, the
-//!   others share the last slot, which keeps only the latest announcement). Likewise a ticket
-//!   taken by an FAA whose completion never arrives, in a context that is then dropped (one whose
-//!   FAA completes while the context is dropped is given up for it by the next caller).
-//!   The simulator measures the window: with a node crashing at a random one of the first 400
-//!   steps of five threads' acquires (`locks/tests/sim.rs`), about one acquire in ten times out.
-//! - A holder that dies before its `held` announcement (a put, not waited for) has landed on
-//!   the lock's node (the ticket node of a weak or strong lock) cannot be told from a slow live
-//!   holder: waiters give up with `Timeout`. The announcement lands within one round trip of
-//!   entering.
+//! - The claim check needs every claim to be in a slot of its own. Beyond 15 contexts of one
+//!   node using the lock at once, the others share the node's last slot, where one context's
+//!   claim can overwrite another's: once a live node has used its shared slot, no ticket is
+//!   inferred unclaimed while that node lives (a dead node's announcements still count).
+//! - A slot left reading `TAKING` (an FAA whose completion never arrived, in a context that never
+//!   calls the lock again and is not dropped) holds up the claim check until it is reused. A
+//!   slot is reused by the process's next context only once nothing of its owner's is in flight.
+//! - After a node restarts, what its dead incarnation's threads claimed stays in their slots,
+//!   read as the (live) node's claims, until the new process's contexts reuse those slots.
 //! - A holder's ticket is skipped only while its node is seen dead: if the node restarts and
 //!   rejoins before a waiter has looked, that ticket blocks (waiters time out).
 //! - After another node restarts, a weak or strong lock's copies there read 0 until the next
@@ -232,11 +241,12 @@ pub use wlock::{RawSLock, RawWLock};
 /// (`giveup(l)`: `tests/litmus/wlock-giveup-cpu.litmus`; with puts, for this lock and the
 /// [`SLock`], `litmus/tests/data/`).
 ///
-/// Dead threads: on the ticket node, `held[k]` and 16 `waiting[k][i]` slots per node k. A thread that enters
-/// with ticket t announces it with `put(held[me], turn)` (`turn` = t+1), not waited for until
-/// its release; a waiter announces its ticket in its slot of `waiting[me]` as soon as it has to wait. A stalled waiter that
-/// finds the lock released to r, r not marked, and `held[k]` or a slot of `waiting[k]` = r+1 for a node k
-/// reported dead, forwards as above with the poison bit set; a thread whose own node is reported
+/// Dead threads: on the ticket node, 16 `waiting[k][i]` slots per node k. A thread claims its
+/// slot (`TAKING`) before its FAA, announces its ticket there as soon as it has to wait, and
+/// announces entering with ticket t with `put(slot, turn)` (`turn` = t+1), not waited for until
+/// its release. A stalled waiter that finds the lock released to r, r not marked, and a slot of
+/// a node k reported dead = r+1, or (after 4 ms) no live node's slot claiming r, forwards as
+/// above with the poison bit set, once its copies still stop at r; a thread whose own node is reported
 /// dead stops waiting and never enters, so a skipped ticket is never entered (see the crate's
 /// [Failures](crate#failures) for what is not recovered).
 pub type WLock = Lock<RawWLock>;
@@ -305,20 +315,20 @@ pub type SLock = Lock<RawSLock>;
 /// ```
 ///
 /// # Failures: the protocol
-/// Words on n: `tkt`, `rel`, `held[k]` and 16 `waiting[k][i]` slots per node k, and a ring of
+/// Words on n: `tkt`, `rel`, 16 `waiting[k][i]` slots per node k, and a ring of
 /// abandon marks
 /// `ab[K]`. `rel` holds the ticket the lock is released to, plus a poison bit.
-/// - A thread that enters with ticket t announces it: `put(held[me], loc)` (`loc` = t+1), not
-///   waited for; it lands before its release's `rcas(rel, t, t+1)` (same queue pair, in order).
-///   A thread
-///   that has to wait announces its ticket the same way in its slot of `waiting[me]` (on its first
-///   failed read).
+/// - A thread claims its slot of `waiting[me]` (`TAKING`) before it takes a ticket. It
+///   announces entering with ticket t there: `put(slot, loc)` (`loc` = t+1), not waited for; it
+///   lands before its release's `rcas(rel, t, t+1)` (same queue pair, in order). A thread that
+///   has to wait announces its ticket the same way (on its first failed read).
 /// - A thread that gives ticket u up (timeout, error) writes `ab[u mod K] = u+1` with a remote
 ///   CAS, then reads `rel`; if the lock was handed to it meanwhile it passes it on itself with
 ///   `rcas(rel, u, u+1)`.
 /// - A waiter that reads `rel = r` (not its ticket) and finds `ab[r mod K] = r+1`, or finds a
-///   node k reported dead with `held[k]` or a slot of `waiting[k]` = r+1, does `rcas(rel, r, r+1)`
-///   (setting the poison bit for a dead node's ticket) and reads again; `try_acquire` does the
+///   node k reported dead with a slot of `waiting[k]` = r+1, or (after 4 ms at r) no live
+///   node's slot claiming r, does `rcas(rel, r, r+1)` (setting the poison bit for a ticket
+///   that was not given up) and reads again; `try_acquire` does the
 ///   same before giving up. A thread whose own node is reported dead stops waiting at once and
 ///   writes nothing more, so a ticket skipped as dead is never entered.
 ///

@@ -5,10 +5,9 @@
 //! |---|---|---|---|
 //! | `tkt` | node n | remote FAA (acquire), remote CAS (`try_acquire`) | remote FAA/CAS |
 //! | `rel` | node n | put of the releaser's `loc` (= its ticket + 1, maybe with the poison bit); remote CAS of a thread passing an abandoned or dead ticket on | gets of the waiting threads; that CAS |
-//! | `held[k]`, one per node | node n | put of `loc` by a thread of node k that entered | a waiter that found node k dead |
-//! | `waiting[k][i]`, 16 slots per node | node n | put of a waiter of node k, in its context's own slot, when it first has to wait (its ticket + 1) | a waiter that found node k dead (one get of the node's slots) |
+//! | `waiting[k][i]`, 16 slots per node | node n | puts of a thread of node k, in its context's own slot: `TAKING` before its FAA or CAS on `tkt` (same queue pair, so it lands first), its ticket + 1 when it first has to wait, and `loc` (ticket + 1) when it enters | a waiter stalled at a ticket, when a node is dead or the stall lasts (one get of every slot) |
 //! | `ab[K]` | node n | remote CAS of a thread that gave its ticket up | gets of the waiting threads |
-//! | `loc` | per thread, its own node | the FAA's / gets' local writes, then `store(loc, t+1)` | the thread; the release and `held` puts |
+//! | `loc` | per thread, its own node | the FAA's / gets' local writes, then `store(loc, t+1)` | the thread; the release and hold puts |
 
 use std::rc::Rc;
 use std::sync::Arc;
@@ -21,7 +20,8 @@ use crate::marks::{self, MARKS, POISON};
 use crate::protocol::{self, NLockWords, NL_ACQ, NL_REL};
 use crate::run::{Run, Spinner};
 use crate::thread::{
-    next_lock_id, thread_lock, Deadline, Home, Spin, ThreadLock, WaitSlots, WAIT_SLOTS,
+    next_lock_id, thread_lock, Claim, Deadline, Home, Spin, ThreadLock, WaitSlots, UNCLAIMED_AFTER,
+    WAIT_SLOTS,
 };
 use crate::{Error, RawLock, Result};
 
@@ -32,8 +32,8 @@ const LOOK_EVERY: Duration = Duration::from_millis(1);
 /// The node lock's protocol (docs/model.md §5.5, Fig. 13): a centralised ticket lock on node n.
 ///
 /// Acquire: `rfaa(tkt, 1, ret=loc, d); wait(d)`, then `get(loc, rel, d); wait(d)` until it reads
-/// the ticket; keep `ticket+1` in `loc`, and announce the hold with `put(held[me], loc)` (not
-/// waited). Release: `rfence(n); rcas(rel, t, t+1, loc)`, not waited for (the paper's Fig. 13
+/// the ticket; keep `ticket+1` in `loc`, and announce the hold with `put(held, loc)` (not
+/// waited; `held` is the thread's `waiting` slot, claimed before the FAA). Release: `rfence(n); rcas(rel, t, t+1, loc)`, not waited for (the paper's Fig. 13
 /// puts; a CAS is what keeps the release on rxe, see [`protocol::nlock_release`]). Both are
 /// [`protocol::nlock_acquire`] and [`protocol::nlock_release`], the definitions the litmus
 /// explorer checks. See [`NLock`](crate::NLock) for the guarantee, and for what happens when
@@ -44,7 +44,6 @@ pub struct RawNLock {
     cluster: Cluster,
     tkt: Loc,
     rel: Loc,
-    held: Loc,
     waiting: Loc,
     ab: Loc,
     debts: Arc<marks::Debts>,
@@ -57,7 +56,6 @@ impl RawNLock {
     pub fn new(cluster: &Cluster, node: NodeId) -> Result<Self> {
         let tkt = cluster.alloc_word(node)?;
         let rel = cluster.alloc_word(node)?;
-        let held = cluster.alloc_words(node, cluster.nodes() as u64)?;
         let waiting = cluster.alloc_words(node, cluster.nodes() as u64 * WAIT_SLOTS)?;
         let ab = cluster.alloc_words(node, MARKS)?;
         Ok(RawNLock {
@@ -65,7 +63,6 @@ impl RawNLock {
             cluster: cluster.clone(),
             tkt,
             rel,
-            held,
             waiting,
             ab,
             debts: Default::default(),
@@ -84,11 +81,11 @@ impl RawNLock {
     }
 
     /// The lock's words as the calling thread uses them.
-    fn words(&self, ctx: &Ctx, me: &ThreadLock) -> Result<NLockWords<Loc>> {
+    fn words(&self, me: &ThreadLock) -> Result<NLockWords<Loc>> {
         Ok(NLockWords {
             tkt: self.tkt,
             rel: self.rel,
-            held: self.held.word(ctx.node().index() as u64)?,
+            held: me.waiting_word(&self.waiting)?,
             ab: self.ab,
             loc: me.word,
             scratch: me.scratch,
@@ -150,40 +147,51 @@ impl RawNLock {
     }
 
     /// The lock is released to `raw` and nobody has entered: if that ticket is marked
-    /// abandoned, or was entered by a thread of a node now dead, pass the lock on with
-    /// `rcas(rel, raw, raw+1)` (poisoned if a dead holder is skipped). Returns whether `rel`
-    /// changed (by us or anyone), i.e. whether to read it again.
-    fn pass_on(&self, ctx: &Ctx, me: &ThreadLock, raw: u64, d: &Deadline) -> Result<bool> {
+    /// abandoned, or no live thread can hold it (a dead node's thread announced it, or, once
+    /// the lock has been released to it for `stalled` >= [`UNCLAIMED_AFTER`], no live thread
+    /// claims it: [`ThreadLock::claims`]), pass the lock on with `rcas(rel, raw, raw+1)`
+    /// (poisoned unless the ticket was given up). Returns whether `rel` changed (by us or
+    /// anyone), i.e. whether to read it again.
+    fn pass_on(
+        &self,
+        ctx: &Ctx,
+        me: &ThreadLock,
+        raw: u64,
+        stalled: Duration,
+        d: &Deadline,
+    ) -> Result<bool> {
         let r = marks::ticket(raw);
-        let w = self.words(ctx, me)?;
+        let w = self.words(me)?;
         // A marked ticket: the protocol's step, which the explorer checks.
         if protocol::nlock_pass_on(&mut self.run(ctx, me, d), &w, raw)? == r + 1 {
             tracing::debug!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r,
                 "nlock: passed an abandoned ticket on");
             return Ok(true);
         }
-        // Only a dead node's thread is skipped: a live holder is waited for. Ticket r is that
-        // thread's if node k announced entering with it (`held[k]`), or waiting for it
-        // (`waiting[k]`, announced when it first had to wait).
-        let mut dead = None;
-        for k in self.cluster.node_ids() {
-            if self.cluster.is_alive(k) {
-                continue;
-            }
-            let wait = || Self::wait_acq(ctx, me, d);
-            if me.announced(ctx, [&self.held, &self.waiting], k, r, NL_ACQ, wait)? {
-                dead = Some(k);
-                break;
-            }
-        }
-        let Some(k) = dead else {
+        // Only a thread that cannot be live is skipped: a live holder is waited for.
+        let any_dead = self.cluster.node_ids().any(|k| !self.cluster.is_alive(k));
+        if !any_dead && stalled < UNCLAIMED_AFTER {
             return Ok(false);
+        }
+        let wait = || Self::wait_acq(ctx, me, d);
+        let whose = match me.claims(ctx, &self.waiting, r, NL_ACQ, wait)? {
+            Claim::Live => return Ok(false),
+            Claim::Nobody if stalled < UNCLAIMED_AFTER => return Ok(false),
+            c => c,
         };
         ctx.rcas(&self.rel, raw, (r + 1) | POISON, &me.scratch, NL_ACQ)?;
         Self::wait_acq(ctx, me, d)?;
         if ctx.load(&me.scratch)? == raw {
-            tracing::warn!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r, dead = %k,
-                "nlock: skipped the ticket of a dead holder; the next holder is told (poisoned)");
+            match whose {
+                Claim::Dead(k) => {
+                    tracing::warn!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r, dead = %k,
+                    "nlock: skipped the ticket of a dead holder; the next holder is told (poisoned)")
+                }
+                _ => {
+                    tracing::warn!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r,
+                    "nlock: skipped a ticket no live thread claims (its taker died before naming it); the next holder is told (poisoned)")
+                }
+            }
         }
         Ok(true)
     }
@@ -217,8 +225,13 @@ impl RawNLock {
         let mut spin = Spin::new();
         let mut looked = loco_rdmawait::clock::now();
         let mut announced = false;
+        // Since when the lock has been released to the same value.
+        let mut stall = (u64::MAX, loco_rdmawait::clock::now());
         loop {
             let raw = Self::read(ctx, me, local, rel, d)?;
+            if raw != stall.0 {
+                stall = (raw, loco_rdmawait::clock::now());
+            }
             let r = marks::ticket(raw);
             if r == t {
                 // A thread of a node reported dead does not enter (the others may skip it).
@@ -247,7 +260,8 @@ impl RawNLock {
             if loco_rdmawait::clock::now().saturating_duration_since(looked) >= LOOK_EVERY {
                 looked = loco_rdmawait::clock::now();
                 self.pay_debts(ctx, me, d);
-                if self.pass_on(ctx, me, raw, d)? {
+                let stalled = looked.saturating_duration_since(stall.1);
+                if self.pass_on(ctx, me, raw, stalled, d)? {
                     continue;
                 }
             }
@@ -284,7 +298,7 @@ impl RawNLock {
     fn try_abandon(&self, ctx: &Ctx, me: &ThreadLock, u: u64, d: &Deadline) -> Result<bool> {
         // Earlier operations (a timed-out poll) first: their local writes target `loc`.
         Self::wait_acq(ctx, me, d)?;
-        let w = self.words(ctx, me)?;
+        let w = self.words(me)?;
         let owed = std::cell::Cell::new(false);
         protocol::nlock_give_up(&mut self.run(ctx, me, d), &w, u, |_| {
             owed.set(true);
@@ -317,7 +331,9 @@ impl RawNLock {
         self.cluster.check_open()?;
         self.cluster.check_alive(self.node())?;
         self.home.check(&self.cluster)?;
-        let w = self.words(ctx, &me)?;
+        let w = self.words(&me)?;
+        // Claimed before the ticket is taken, so that a ticket is never nobody's.
+        me.claim(ctx, &self.waiting, NL_ACQ)?;
         let mut run = self.run(ctx, &me, d);
         match protocol::nlock_acquire(&mut run, &w) {
             Ok((t, raw)) => Ok(self.enter(ctx, &me, t, marks::poisoned(raw))),
@@ -341,6 +357,7 @@ impl RawNLock {
             let raw = self.read_rel(ctx, &me, &me.word, d)?;
             let r = marks::ticket(raw);
             // Free iff tkt == rel: take ticket r only if nobody holds or waits for one.
+            me.claim(ctx, &self.waiting, NL_ACQ)?;
             ctx.rcas(&self.tkt, r, r + 1, &me.word, NL_ACQ)?;
             if let Err(e) = Self::wait_acq(ctx, &me, d) {
                 // Whether the CAS took ticket r is unknown: the next call finds out.
@@ -350,7 +367,7 @@ impl RawNLock {
             me.unreaped.set(false);
             if ctx.load(&me.word)? == r {
                 // tkt was r, so rel (which read r) is still r: ours, poison bit included.
-                let w = self.words(ctx, &me)?;
+                let w = self.words(&me)?;
                 let mut run = self.run(ctx, &me, d);
                 if let Err(e) = protocol::nlock_enter(&mut run, &w, r) {
                     // Ticket r is ours and released to: pass it on rather than strand it.
@@ -358,8 +375,10 @@ impl RawNLock {
                 }
                 return Ok(Some(self.enter(ctx, &me, r, marks::poisoned(raw))));
             }
+            // Took nothing: the claim goes.
+            me.unclaim(ctx, &self.waiting, NL_REL)?;
             // Taken: free only if ticket r was given up (or its holder died).
-            if !self.pass_on(ctx, &me, raw, d)? {
+            if !self.pass_on(ctx, &me, raw, Duration::ZERO, d)? {
                 return Ok(None);
             }
         }
@@ -370,7 +389,7 @@ impl RawNLock {
         let me = self.me(ctx)?;
         let t = me.held.get().ok_or(Error::NotHeld)?;
         self.home.check_release(&self.cluster, &me)?;
-        let w = self.words(ctx, &me)?;
+        let w = self.words(&me)?;
         let d = Deadline::after(self.cluster.timeout());
         // The value of `rel` that let this hold in: the ticket, and the poison bit it came with.
         let raw = if me.poisoned.get() { t | POISON } else { t };

@@ -34,7 +34,7 @@ pub const WL_ACQ: WorkId = WorkId::internal(0x4C4B_0001);
 pub const WL_REL: WorkId = WorkId::internal(0x4C4B_0002);
 /// Work id of the node lock's acquire operations (FAA, CAS, polling gets, marks).
 pub const NL_ACQ: WorkId = WorkId::internal(0x4C4B_0011);
-/// Work id of the node lock's release CAS and `held` announcement. Not waited for (the release
+/// Work id of the node lock's release CAS and hold announcement. Not waited for (the release
 /// does not block the CPU); later operations on the same queue pair reap them.
 pub const NL_REL: WorkId = WorkId::internal(0x4C4B_0012);
 
@@ -96,7 +96,7 @@ pub fn mark<M: RmwMachine>(
 pub struct WLockWords<W> {
     /// The ticket dispenser, on the ticket node.
     pub tkt: W,
-    /// `held[k]` of the thread's node k, on the ticket node: where a thread announces its hold.
+    /// Where the thread announces its hold, on the ticket node (the crate: its `waiting` slot).
     pub held: W,
     /// The ring of [`MARKS`] abandon marks, on the ticket node (its first word).
     pub ab: W,
@@ -268,7 +268,7 @@ pub fn wlock_give_up<M: RmwMachine>(
     )
 }
 
-/// Entering the weak lock with ticket `t`: `store(turn, t+1); put(held[me], turn)`, the hold's
+/// Entering the weak lock with ticket `t`: `store(turn, t+1); put(held, turn)`, the hold's
 /// announcement for waiters that find this node dead (beyond the paper; not waited for here:
 /// the release's `wait(WL_REL)` retires it).
 pub fn wlock_enter<M: Machine>(
@@ -346,7 +346,7 @@ pub struct NLockWords<W> {
     pub tkt: W,
     /// The released-to word, on the lock's node.
     pub rel: W,
-    /// `held[k]` of the thread's node k, on the lock's node: where a thread announces its hold.
+    /// Where the thread announces its hold, on the lock's node (the crate: its `waiting` slot).
     pub held: W,
     /// The ring of [`MARKS`] abandon marks, on the lock's node (its first word).
     pub ab: W,
@@ -359,7 +359,7 @@ pub struct NLockWords<W> {
 /// The node lock's acquire (docs/model.md §5.5, Fig. 13): `rfaa(tkt, 1, loc); wait; t :=
 /// load(loc)` ([`nlock_take`]); `get(loc, rel); wait` until it reads `t`, passing on marked
 /// tickets it finds released to ([`nlock_pass_on`]); `store(loc, t+1)` (for the announcement)
-/// and `put(held[me], loc)` (the hold's announcement, for waiters that find this node dead; not
+/// and `put(held, loc)` (the hold's announcement, for waiters that find this node dead; not
 /// waited for). Returns `t` and the value of `rel` that let it in.
 pub fn nlock_acquire<M: RmwMachine>(
     m: &mut M,
@@ -385,7 +385,7 @@ pub fn nlock_take<M: RmwMachine>(m: &mut M, w: &NLockWords<M::Word>) -> Result<M
 }
 
 /// Entering the node lock with ticket `t`: `store(loc, t+1)` (the announcement's source) and
-/// `put(held[me], loc)` (the hold's announcement; not waited for).
+/// `put(held, loc)` (the hold's announcement; not waited for).
 pub fn nlock_enter<M: Machine>(
     m: &mut M,
     w: &NLockWords<M::Word>,

@@ -81,6 +81,30 @@ pub(crate) fn next_lock_id() -> u64 {
 /// is kept there).
 pub(crate) const WAIT_SLOTS: u64 = 16;
 
+/// A `waiting` slot's value while its thread takes a ticket (see [`ThreadLock::claim`]); never
+/// a ticket + 1 (tickets stay below 2^62).
+pub(crate) const TAKING: u64 = 1 << 62;
+
+/// A private `waiting` slot's value after a `try_acquire` that took no ticket.
+pub(crate) const IDLE: u64 = 0;
+
+/// How long the lock must stay released to one ticket before a waiter asks whether anyone
+/// claims it ([`ThreadLock::claims`]): the claim check reads every node's slots, so it is kept
+/// off the path of an ordinary hand-over.
+pub(crate) const UNCLAIMED_AFTER: Duration = Duration::from_millis(4);
+
+/// Whose a ticket the lock is stalled at is ([`ThreadLock::claims`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// A thread of this node, reported dead, announced waiting for it or holding it.
+    Dead(NodeId),
+    /// A live thread may hold it, or be about to.
+    Live,
+    /// No live thread can hold it: its taker died before naming it, or its context was
+    /// dropped.
+    Nobody,
+}
+
 /// The `waiting` slots this process's contexts hold, per node (bit i: slot i taken).
 #[derive(Debug, Default)]
 pub(crate) struct WaitSlots(Mutex<HashMap<NodeId, u64>>);
@@ -123,7 +147,8 @@ pub(crate) struct ThreadLock {
     pub(crate) word: Loc,
     /// A second private word: the destination of the abandon and recovery operations.
     pub(crate) scratch: Loc,
-    /// A third private word: the source of a waiter's `waiting` announcement (both locks).
+    /// A third private word: the source of the thread's `waiting` slot puts (its claim, its
+    /// waiting announcement; both locks).
     pub(crate) note: Loc,
     /// The thread's slot in the `rel[*]` array (wlock); 0 for an nlock.
     pub(crate) slot: usize,
@@ -158,7 +183,8 @@ pub(crate) struct ThreadLock {
     /// This thread's slot of the lock's `waiting` array, taken when it first has to wait.
     wait_slot: Cell<Option<u64>>,
     wait_slots: Option<Arc<WaitSlots>>,
-    /// A [`WAIT_SLOTS`]-word buffer for reading a dead node's `waiting` slots, made when needed.
+    /// A buffer for reading every node's `waiting` slots ([`ThreadLock::claims`]), made when
+    /// needed.
     scan: Cell<Option<Loc>>,
     cluster: loco_rdmawait::Cluster,
 }
@@ -229,43 +255,85 @@ impl ThreadLock {
         Ok(waiting.word(node.index() as u64 * WAIT_SLOTS + slot)?)
     }
 
-    /// Whether a thread of node `k` announced ticket `r` in `held[k]` or one of its `waiting`
-    /// slots (`[held, waiting]`: the lock's arrays): two gets (into `scratch` and a [`WAIT_SLOTS`]-word buffer), each followed by
-    /// `wait` (the lock's wait for `wid`, which keeps `dirty`).
-    pub(crate) fn announced(
+    /// Claims the thread's slot of `waiting` before it takes a ticket: `store(note, TAKING);
+    /// put(slot, note, wid)`, posted before the FAA or CAS on `tkt` on the same queue pair (the
+    /// slots live on the ticket's node), so it lands before the ticket is taken
+    /// (docs/model.md §3.3). From then until the thread's next claim, its slot reads
+    /// [`TAKING`] or names the ticket it took (waiting or holding); see [`ThreadLock::claims`].
+    /// `wid` is the acquire's work id: the ticket's wait reaps the put.
+    pub(crate) fn claim(&self, ctx: &Ctx, waiting: &Loc, wid: WorkId) -> Result<()> {
+        let w = self.waiting_word(waiting)?;
+        ctx.store(&self.note, TAKING)?;
+        ctx.put(&w, &self.note, wid)?;
+        // In flight until the ticket's wait: the slot and words are not recycled before.
+        self.dirty.set(true);
+        Ok(())
+    }
+
+    /// A `try_acquire` that took no ticket clears its claim (`put(slot, IDLE)`, with the
+    /// lock's release work id `wid`), so that its [`TAKING`] does not hold up the inference of
+    /// an unclaimed ticket. Only in a slot of its own: the shared slot may hold another
+    /// context's claim.
+    pub(crate) fn unclaim(&self, ctx: &Ctx, waiting: &Loc, wid: WorkId) -> Result<()> {
+        if self.wait_slot.get().is_none_or(|s| s >= WAIT_SLOTS - 1) {
+            return Ok(());
+        }
+        let w = self.waiting_word(waiting)?;
+        ctx.store(&self.note, IDLE)?;
+        ctx.put(&w, &self.note, wid)?;
+        self.unreaped.set(true);
+        Ok(())
+    }
+
+    /// Whose ticket `r` is, from every node's `waiting` slots (the lock's array, one get of
+    /// [`WAIT_SLOTS`] words per node into a buffer, then `wait`, the lock's wait for `wid`
+    /// that keeps `dirty`):
+    /// - [`Claim::Dead`]: a node reported dead announced waiting for `r` or holding it;
+    /// - [`Claim::Live`]: a live node's slot reads [`TAKING`] or names `r`, or a live node has
+    ///   used its shared slot (whose claims other contexts overwrite): `r` may be a live
+    ///   thread's;
+    /// - [`Claim::Nobody`]: neither. Then `r`'s thread is not live: every thread claims its
+    ///   slot before taking a ticket, and its slot reads `TAKING` or names that ticket until its
+    ///   next claim, which comes after its release; a slot goes back to the pool only once
+    ///   nothing of its owner's is in flight, and with no hold (a ticket a dropped context
+    ///   left is owed as a mark). The ticket was taken before the caller's own (which it
+    ///   precedes), so its claim landed before the caller's FAA and this get sees it or a
+    ///   later value of that slot.
+    pub(crate) fn claims(
         &self,
         ctx: &Ctx,
-        [held, waiting]: [&Loc; 2],
-        k: NodeId,
+        waiting: &Loc,
         r: u64,
         wid: WorkId,
         wait: impl Fn() -> Result<()>,
-    ) -> Result<bool> {
-        let is_r = |v: u64| crate::marks::ticket(v) == r + 1;
-        ctx.get(&self.scratch, &held.word(k.index() as u64)?, wid)?;
-        wait()?;
-        if is_r(ctx.load(&self.scratch)?) {
-            return Ok(true);
-        }
+    ) -> Result<Claim> {
         let buf = match self.scan.get() {
             Some(b) => b,
             None => {
                 let b = self
                     .cluster
-                    .alloc_private(self.word.node(), WAIT_SLOTS * WORD)?;
+                    .alloc_private(self.word.node(), waiting.len())?;
                 self.scan.set(Some(b));
                 b
             }
         };
-        let slots = waiting.slice(k.index() as u64 * WAIT_SLOTS * WORD, WAIT_SLOTS * WORD)?;
-        ctx.get(&buf, &slots, wid)?;
+        ctx.get(&buf, waiting, wid)?;
         wait()?;
-        for i in 0..WAIT_SLOTS {
-            if is_r(ctx.load(&buf.word(i)?)?) {
-                return Ok(true);
+        let mut live = false;
+        for k in self.cluster.node_ids() {
+            let alive = self.cluster.is_alive(k);
+            for i in 0..WAIT_SLOTS {
+                let v = ctx.load(&buf.word(k.index() as u64 * WAIT_SLOTS + i)?)?;
+                let names_r = crate::marks::ticket(v) == r.wrapping_add(1);
+                if !alive && names_r {
+                    return Ok(Claim::Dead(k));
+                }
+                if alive && (v == TAKING || names_r || (i == WAIT_SLOTS - 1 && v != 0)) {
+                    live = true;
+                }
             }
         }
-        Ok(false)
+        Ok(if live { Claim::Live } else { Claim::Nobody })
     }
 
     /// Tickets this thread leaves behind when its context is dropped are owed to `debts`.

@@ -5,10 +5,9 @@
 //! | `tkt` | the ticket node | remote FAA (acquire), remote CAS (`try_acquire`) | remote FAA/CAS, get (`try_acquire`) |
 //! | `slots` | the ticket node | remote FAA (a thread's first use: its `rel` slot) | — |
 //! | `rel[j]`, one sv per slot | a copy on every node | thread j: `store` then `bcast` (release) | every thread: `load` of its node's copy (acquire) |
-//! | `held[k]`, one per node | the ticket node | put of `turn` (= ticket + 1) by a thread of node k that entered | a waiter that found node k dead |
-//! | `waiting[k][i]`, 16 slots per node | the ticket node | put of a waiter of node k, in its context's own slot, when it first has to wait (its ticket + 1) | a waiter that found node k dead (one get of the node's slots) |
+//! | `waiting[k][i]`, 16 slots per node | the ticket node | puts of a thread of node k, in its context's own slot: `TAKING` before its FAA or CAS on `tkt` (same queue pair, so it lands first), its ticket + 1 when it first has to wait, and `turn` (ticket + 1) when it enters | a waiter stalled at a ticket, when a node is dead or the stall lasts (one get of every slot) |
 //! | `ab[K]` | the ticket node | remote CAS of a thread that gave its ticket up | gets of the waiting threads |
-//! | `turn` | per thread, its own node | the FAA's (or CAS's) local write, then `store(turn, t+1)` on entering | the thread; the `held` put |
+//! | `turn` | per thread, its own node | the FAA's (or CAS's) local write, then `store(turn, t+1)` on entering | the thread; the hold put |
 
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
@@ -20,10 +19,11 @@ use loco_rdmawaitrmw::Rmw;
 use loco_sv::SharedVar;
 
 use crate::marks::{self, MARKS, POISON};
-use crate::protocol::{self, WL_ACQ, WL_REL};
+use crate::protocol::{self, NONE, WL_ACQ, WL_REL};
 use crate::run::{Run, Spinner};
 use crate::thread::{
-    next_lock_id, thread_lock, Deadline, Home, OnDrop, Spin, ThreadLock, WaitSlots, WAIT_SLOTS,
+    next_lock_id, thread_lock, Claim, Deadline, Home, OnDrop, Spin, ThreadLock, WaitSlots,
+    UNCLAIMED_AFTER, WAIT_SLOTS,
 };
 use crate::{Error, RawLock, Result};
 
@@ -34,7 +34,8 @@ const LOOK_EVERY: Duration = Duration::from_millis(1);
 ///
 /// A ticket dispenser `tkt` on a chosen node; per thread a private `turn` and a shared variable
 /// `rel[t]`. Acquire: `rfaa(tkt, 1, ret=turn, d); wait(d)`, then spin over the local copies of
-/// all `rel[*]` until one equals `turn`, then announce the hold (`put(held[me], turn)`).
+/// all `rel[*]` until one equals `turn`, then announce the hold (`put(held, turn)`, into the
+/// thread's `waiting` slot, claimed before the FAA).
 /// Release: `wait(d)` (the announcement), `store(rel[me], turn+1)` and `bcast(rel[me], all
 /// other live nodes, d)`, not waited for. Both are [`protocol::wlock_acquire`]
 /// and [`protocol::wlock_release`], the definitions the litmus explorer checks. See
@@ -47,7 +48,6 @@ pub struct RawWLock {
     tkt: Loc,
     slots: Loc,
     ab: Loc,
-    held: Loc,
     waiting: Loc,
     rel: Vec<SharedVar>,
     pool: Arc<SlotPool>,
@@ -93,7 +93,7 @@ impl RawWLock {
         let per_node = (max_threads as u64).saturating_mul(WORD);
         for node in cluster.node_ids() {
             let extra = if node == ticket_node {
-                (2 + MARKS + (1 + WAIT_SLOTS) * cluster.nodes() as u64) * WORD
+                (2 + MARKS + WAIT_SLOTS * cluster.nodes() as u64) * WORD
             } else {
                 0
             };
@@ -111,7 +111,6 @@ impl RawWLock {
         let tkt = cluster.alloc_word(ticket_node)?;
         let slots = cluster.alloc_word(ticket_node)?;
         let ab = cluster.alloc_words(ticket_node, MARKS)?;
-        let held = cluster.alloc_words(ticket_node, cluster.nodes() as u64)?;
         let waiting = cluster.alloc_words(ticket_node, cluster.nodes() as u64 * WAIT_SLOTS)?;
         let rel = (0..max_threads)
             .map(|_| SharedVar::new(cluster))
@@ -122,7 +121,6 @@ impl RawWLock {
             tkt,
             slots,
             ab,
-            held,
             waiting,
             rel,
             pool: Arc::default(),
@@ -307,10 +305,10 @@ impl RawWLock {
     }
 
     /// The lock's words as the calling thread uses them.
-    fn words(&self, ctx: &Ctx, me: &ThreadLock) -> Result<protocol::WLockWords<Loc>> {
+    fn words(&self, me: &ThreadLock) -> Result<protocol::WLockWords<Loc>> {
         Ok(protocol::WLockWords {
             tkt: self.tkt,
-            held: self.held.word(ctx.node().index() as u64)?,
+            held: me.waiting_word(&self.waiting)?,
             ab: self.ab,
             turn: me.word,
             scratch: me.scratch,
@@ -322,12 +320,20 @@ impl RawWLock {
     }
 
     /// The lock is released to `r` (some copy on this node reads `raw`, ticket `r`) and nobody
-    /// has entered: if `r` is marked abandoned, or is the ticket of a thread of a node now dead
-    /// (it announced entering with it, or waiting for it), release to `r + 1` on its behalf
-    /// (poisoned if a dead holder is skipped). Returns whether it did.
-    fn forward(&self, ctx: &Ctx, me: &ThreadLock, raw: u64, d: &Deadline) -> Result<bool> {
+    /// has entered: if `r` is marked abandoned, or no live thread can hold it (a dead node's
+    /// thread announced it, or, once the copies have stopped at it for `stalled` >=
+    /// [`UNCLAIMED_AFTER`], no live thread claims it: [`ThreadLock::claims`]), release to
+    /// `r + 1` on its behalf (poisoned unless it was given up). Returns whether it did.
+    fn forward(
+        &self,
+        ctx: &Ctx,
+        me: &ThreadLock,
+        raw: u64,
+        stalled: Duration,
+        d: &Deadline,
+    ) -> Result<bool> {
         let r = marks::ticket(raw);
-        let w = self.words(ctx, me)?;
+        let w = self.words(me)?;
         // A marked ticket: the protocol's step, which the explorer checks. It may have stored
         // in the thread's slot even if it failed after: note the slot's value either way.
         let seen = self.with_publish(me, |publish| {
@@ -339,14 +345,36 @@ impl RawWLock {
                 "wlock: passed an abandoned ticket on");
             return Ok(true);
         }
-        let Some(k) = self.dead_owner(ctx, me, r, d)? else {
+        // Only a thread that cannot be live is skipped: a live holder is waited for.
+        let any_dead = self.cluster.node_ids().any(|k| !self.cluster.is_alive(k));
+        if !any_dead && stalled < UNCLAIMED_AFTER {
             return Ok(false);
+        }
+        let wait = || self.run(ctx, me, d).wait(WL_ACQ);
+        let whose = match me.claims(ctx, &self.waiting, r, WL_ACQ, wait)? {
+            Claim::Live => return Ok(false),
+            Claim::Nobody if stalled < UNCLAIMED_AFTER => return Ok(false),
+            c => c,
         };
+        // The copies still stop at r after the claims were read: r was not released meanwhile
+        // (its thread's next claim comes after its release has landed on every live node, so
+        // a slot that lost r's claim to a new one goes with a copy past r).
+        if Self::released_in(ctx, &me.rels, NONE)? != Err(r) {
+            return Ok(true);
+        }
         // Our previous broadcast must have read its source before we store again.
         self.run(ctx, me, d).wait(WL_REL)?;
         self.publish(ctx, me, (r + 1) | POISON, d)?;
-        tracing::warn!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r, dead = %k,
-            "wlock: skipped the ticket of a dead holder; the next holder is told (poisoned)");
+        match whose {
+            Claim::Dead(k) => {
+                tracing::warn!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r, dead = %k,
+                "wlock: skipped the ticket of a dead holder; the next holder is told (poisoned)")
+            }
+            _ => {
+                tracing::warn!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r,
+                "wlock: skipped a ticket no live thread claims (its taker died before naming it); the next holder is told (poisoned)")
+            }
+        }
         Ok(true)
     }
 
@@ -372,27 +400,6 @@ impl RawWLock {
         let own = self.rel[me.slot].copies()[ctx.node().index()];
         me.last_rel.set(ctx.load(&own)?);
         Ok(())
-    }
-
-    /// The dead node whose thread announced ticket `r` (`held[k]` or `waiting[k]` reads
-    /// `r + 1`), if any: that ticket will never be released by its owner.
-    fn dead_owner(
-        &self,
-        ctx: &Ctx,
-        me: &ThreadLock,
-        r: u64,
-        d: &Deadline,
-    ) -> Result<Option<NodeId>> {
-        for k in self.cluster.node_ids() {
-            if self.cluster.is_alive(k) {
-                continue;
-            }
-            let wait = || self.run(ctx, me, d).wait(WL_ACQ);
-            if me.announced(ctx, [&self.held, &self.waiting], k, r, WL_ACQ, wait)? {
-                return Ok(Some(k));
-            }
-        }
-        Ok(None)
     }
 
     /// The raw copy value that releases to `r`, if some local copy does.
@@ -427,6 +434,8 @@ impl RawWLock {
         let mut spin = Spin::new();
         let mut looked = loco_rdmawait::clock::now();
         let mut announced = false;
+        // Since when the copies have stopped at the same ticket.
+        let mut stall = (NONE, loco_rdmawait::clock::now());
         loop {
             match Self::released_in(ctx, rels, t)? {
                 Ok(raw) => {
@@ -435,6 +444,9 @@ impl RawWLock {
                     return Ok(raw);
                 }
                 Err(high) => {
+                    if high != stall.0 {
+                        stall = (high, loco_rdmawait::clock::now());
+                    }
                     if !announced {
                         // A waiter announces its ticket as soon as it has to wait (not waited
                         // for): if it dies from then on, the others can skip its ticket.
@@ -452,8 +464,9 @@ impl RawWLock {
                         self.cluster.check_alive(self.ticket_node())?;
                         self.home.check(&self.cluster)?;
                         self.pay_debts(ctx, me, d);
+                        let stalled = looked.saturating_duration_since(stall.1);
                         if let Some(raw) = Self::copy_of(ctx, me, high)? {
-                            if self.forward(ctx, me, raw, d)? {
+                            if self.forward(ctx, me, raw, stalled, d)? {
                                 continue;
                             }
                         }
@@ -490,7 +503,7 @@ impl RawWLock {
     /// Gives ticket `u` up with the protocol's step ([`protocol::wlock_give_up`]); returns
     /// whether it is done (false: the mark is owed).
     fn try_abandon(&self, ctx: &Ctx, me: &ThreadLock, u: u64, d: &Deadline) -> Result<bool> {
-        let w = self.words(ctx, me)?;
+        let w = self.words(me)?;
         let owed = std::cell::Cell::new(false);
         let r = self.with_publish(me, |publish| {
             protocol::wlock_give_up(&mut self.run(ctx, me, d), &w, &me.rels, publish, u, |_| {
@@ -533,8 +546,12 @@ impl RawWLock {
         self.settle(ctx, &me, d)?;
         self.cluster.check_alive(self.ticket_node())?;
         self.home.check(&self.cluster)?;
-        let w = self.words(ctx, &me)?;
+        let w = self.words(&me)?;
         let mut run = self.run(ctx, &me, d);
+        // Claimed before the ticket is taken (so that a ticket is never nobody's), and after
+        // the thread's last release has landed (see `forward`).
+        run.wait(WL_REL)?;
+        me.claim(ctx, &self.waiting, WL_ACQ)?;
         let acquired = self.with_publish(&me, |publish| {
             protocol::wlock_acquire(&mut run, &w, &me.rels, publish)
         });
@@ -571,7 +588,7 @@ impl RawWLock {
                     match Self::copy_of(ctx, &me, high)? {
                         Some(raw)
                             if high.wrapping_sub(v) >= 1 << 62
-                                && self.forward(ctx, &me, raw, d)? =>
+                                && self.forward(ctx, &me, raw, Duration::ZERO, d)? =>
                         {
                             continue
                         }
@@ -580,6 +597,7 @@ impl RawWLock {
                 }
             };
             // Take ticket v only if nobody took it meanwhile: no ticket is ever left behind.
+            me.claim(ctx, &self.waiting, WL_ACQ)?;
             ctx.rcas(&self.tkt, v, v + 1, &me.word, WL_ACQ)?;
             if let Err(e) = d.wait(ctx, WL_ACQ) {
                 // Whether the CAS took the ticket is unknown: read it on the next call.
@@ -588,9 +606,11 @@ impl RawWLock {
                 return Err(e);
             }
             if ctx.load(&me.word)? != v {
+                // Took nothing: the claim goes.
+                me.unclaim(ctx, &self.waiting, WL_REL)?;
                 return Ok(None);
             }
-            let w = self.words(ctx, &me)?;
+            let w = self.words(&me)?;
             if let Err(e) = protocol::wlock_enter(&mut self.run(ctx, &me, d), &w, v) {
                 // Ticket v is ours and released to: pass it on rather than strand it.
                 return crate::run::spun(ctx, Err(e), || self.abandon(ctx, &me, v)).map(Some);

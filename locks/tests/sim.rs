@@ -161,20 +161,35 @@ fn nlock_under_simulation() {
     check("nlock", |c: &Cluster| NLock::new(c, NodeId(0)));
 }
 
-/// A thread's node crashes at a random step while it uses the lock (maybe inside its critical
-/// section): the other threads go on. Each of their acquires either gets the lock (mutual
-/// exclusion among live threads kept; a dead holder skipped makes it poisoned) or, in the
-/// documented window where the victim died before its announcement landed, times out; nothing
-/// hangs, and a replayed seed crashes at the same step.
-fn crash_check<R, M>(name: &str, make: M)
+/// The run of [`crash_check`]: three threads (two on n0, one on n1) do `ROUNDS` critical
+/// sections each while n1 crashes at `at`. Each survivor's acquire must get the lock (mutual
+/// exclusion among live threads kept; a skipped dead or unclaimed ticket makes it poisoned):
+/// whenever the victim dies, even between taking its ticket and naming it, its ticket is
+/// skipped. Returns the entries and the timed-out acquires over all runs.
+fn crash_runs<R, M>(name: &str, make: M, config: Config) -> (u64, u64)
 where
     R: RawLock + Send + Sync + 'static,
     M: Fn(&Cluster) -> loco_locks::Result<Lock<R>> + Send + Sync + Clone + 'static,
 {
-    use loco_rdmawait::sim::{At, Fault, JoinError};
-    use std::sync::atomic::AtomicU64;
-    let entered = Arc::new(AtomicU64::new(0));
-    let timeouts = Arc::new(AtomicU64::new(0));
+    let f = crash_run(make);
+    let (entered, timeouts) = (f.1.clone(), f.2.clone());
+    let g = f.0.clone();
+    sim::check(config, move |c: &Cluster| g(c))
+        .unwrap_or_else(|fail| panic!("{name}:\n{}", fail.report()));
+    (entered.load(SeqCst), timeouts.load(SeqCst))
+}
+
+type Counter = Arc<std::sync::atomic::AtomicU64>;
+type CrashRun = Arc<dyn Fn(&Cluster) -> Result<(), BoxError> + Send + Sync>;
+
+fn crash_run<R, M>(make: M) -> (CrashRun, Counter, Counter)
+where
+    R: RawLock + Send + Sync + 'static,
+    M: Fn(&Cluster) -> loco_locks::Result<Lock<R>> + Send + Sync + Clone + 'static,
+{
+    use loco_rdmawait::sim::JoinError;
+    let entered = Counter::default();
+    let timeouts = Counter::default();
     let (e2, t2) = (entered.clone(), timeouts.clone());
     let f = move |cluster: &Cluster| -> Result<(), BoxError> {
         let lock = Arc::new(make(cluster)?);
@@ -225,29 +240,71 @@ where
         }
         Ok(())
     };
-    let f = Arc::new(f);
+    (Arc::new(f), entered, timeouts)
+}
+
+/// A thread's node crashes at a random step while it uses the lock (maybe inside its critical
+/// section, maybe between taking its ticket and naming it): the other threads go on, and none
+/// of their acquires times out; nothing hangs, and a replayed seed crashes at the same step.
+fn crash_check<R, M>(name: &str, make: M)
+where
+    R: RawLock + Send + Sync + 'static,
+    M: Fn(&Cluster) -> loco_locks::Result<Lock<R>> + Send + Sync + Clone + 'static,
+{
+    use loco_rdmawait::sim::{At, Fault};
     let config = || {
         config(20).fault(Fault::Crash {
             node: NodeId(1),
             at: At::Random { within: 400 },
         })
     };
-    let g = f.clone();
-    let r = sim::check(config(), move |c: &Cluster| g(c))
-        .unwrap_or_else(|fail| panic!("{name}:\n{}", fail.report()));
-    eprintln!(
-        "{name} with a crash: {r:?}; {} entries, {} timeouts",
-        entered.load(SeqCst),
-        timeouts.load(SeqCst)
-    );
-    assert!(
-        entered.load(SeqCst) >= 20 * 2 * ROUNDS as u64 / 2,
-        "the survivors got in"
-    );
-    let (g1, g2) = (f.clone(), f.clone());
+    let (entered, timeouts) = crash_runs(name, make.clone(), config());
+    eprintln!("{name} with a crash: {entered} entries, {timeouts} timeouts");
+    assert_eq!(timeouts, 0, "{name}: a survivor's acquire timed out");
+    assert!(entered >= 20 * 2 * ROUNDS as u64, "the survivors got in");
+    let f = crash_run(make).0;
+    let (g1, g2) = (f.clone(), f);
     let a = sim::replay(config(), 3, move |c: &Cluster| g1(c)).unwrap();
     let b = sim::replay(config(), 3, move |c: &Cluster| g2(c)).unwrap();
     assert_eq!(a, b);
+}
+
+/// [`crash_runs`] with n1 crashing at each of the first `STEPS` steps, one run per step: every
+/// window of the victim's acquires and releases (its two rounds end well within them), the one
+/// between its FAA and its announcement included. Every survivor's acquire gets in.
+fn crash_at_every_step<R, M>(name: &str, make: M)
+where
+    R: RawLock + Send + Sync + 'static,
+    M: Fn(&Cluster) -> loco_locks::Result<Lock<R>> + Send + Sync + Clone + 'static,
+{
+    use loco_rdmawait::sim::{At, Fault};
+    const STEPS: u64 = 160;
+    for step in 1..=STEPS {
+        let config = config(1).seed(step).fault(Fault::Crash {
+            node: NodeId(1),
+            at: At::Step(step),
+        });
+        let (entered, timeouts) = crash_runs(name, make.clone(), config);
+        assert_eq!(
+            timeouts, 0,
+            "{name}: n1 crashed at step {step}: a survivor's acquire timed out"
+        );
+        // The survivors' entries, and the victim's before it crashed.
+        assert!(
+            entered >= 2 * ROUNDS as u64,
+            "{name}: crash at step {step}: {entered} entries"
+        );
+    }
+}
+
+#[test]
+fn nlock_survives_a_crash_at_every_step() {
+    crash_at_every_step("nlock", |c: &Cluster| NLock::new(c, NodeId(2)));
+}
+
+#[test]
+fn wlock_survives_a_crash_at_every_step() {
+    crash_at_every_step("wlock", |c: &Cluster| WLock::new(c, NodeId(2), 3));
 }
 
 #[test]

@@ -112,3 +112,42 @@ fn rcas_lock_protects_a_get_put_increment() {
     c.quiesce().unwrap();
     assert_eq!(c.peek(&value).unwrap(), rounds * threads.len() as u64);
 }
+
+/// An RMW whose result its thread has seen has taken effect at its target, also if the
+/// thread's node dies right after (the responder did the read and the write as one): a later
+/// FAA by a survivor counts from it. On the adversarial schedule, where the RMW's atomic write
+/// may still sit in the target's write buffer when its result is seen (docs/model.md rules
+/// 11-13), over many seeds.
+#[test]
+fn a_dead_initiators_completed_faa_is_not_lost() {
+    for seed in 1..=40 {
+        let c = Cluster::builder()
+            .nodes(3)
+            .memory_per_node(1 << 12)
+            .soft(Schedule::Chaos { seed })
+            .build()
+            .unwrap();
+        let w = c.alloc_word(NodeId(2)).unwrap();
+        let c1 = c.clone();
+        let seen = std::thread::spawn(move || {
+            let ctx = c1.context(NodeId(1)).unwrap();
+            let l = c1.alloc_word(NodeId(1)).unwrap();
+            ctx.rfaa(&w, 1, &l, WorkId::new(1)).unwrap();
+            ctx.wait(WorkId::new(1)).unwrap();
+            ctx.load(&l).unwrap()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(seen, 0);
+        c.kill(NodeId(1)).unwrap();
+        let ctx = c.context(NodeId(0)).unwrap();
+        let l = c.alloc_word(NodeId(0)).unwrap();
+        ctx.rfaa(&w, 1, &l, WorkId::new(1)).unwrap();
+        ctx.wait(WorkId::new(1)).unwrap();
+        assert_eq!(
+            ctx.load(&l).unwrap(),
+            1,
+            "seed {seed}: the dead thread's FAA was lost"
+        );
+    }
+}

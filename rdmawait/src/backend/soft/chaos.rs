@@ -113,7 +113,8 @@ fn holds_lock(qp: &Qp) -> bool {
 
 impl State {
     /// Applies the kills and stalls made since the last call: the work of threads on a dead
-    /// node is discarded, and so is every request towards a dead node that has not reached it
+    /// node is discarded, except what already reached a live target (its remote writes, and
+    /// the atomic write of an RMW that has read); so is every request towards a dead node
     /// (store buffer, pipe, remote write buffer); local writes already on their way stay. A
     /// discarded RMW that held a remote-atomic lock releases it, so that RMWs of the survivors
     /// never wait for a dead thread.
@@ -144,10 +145,25 @@ impl State {
             if dead[th.node] {
                 th.sb.clear();
                 for qp in &mut th.qps {
-                    if holds_lock(qp) {
-                        locks[qp.remote_node.index()] = false;
+                    let mut fresh =
+                        Qp::new(qp.local_node, qp.remote_node).with_failed_cas(fabric.failed_cas);
+                    if dead[qp.remote_node.index()] {
+                        if holds_lock(qp) {
+                            locks[qp.remote_node.index()] = false;
+                        }
+                    } else {
+                        // What reached a live target still lands there: the remote writes in
+                        // its buffer, and the atomic writes of RMWs that have read (the other
+                        // half of one indivisible operation, whose result the dead thread may
+                        // have seen). They keep the target's atomic lock until they commit.
+                        fresh.br = std::mem::take(&mut qp.br);
+                        fresh.pipe = qp
+                            .pipe
+                            .drain(..)
+                            .filter(|e| matches!(e, Entry::Atomic { .. }))
+                            .collect();
                     }
-                    *qp = Qp::new(qp.local_node, qp.remote_node).with_failed_cas(fabric.failed_cas);
+                    *qp = fresh;
                 }
             } else {
                 th.sb.retain_posts(|p| !dead[p.target.index()]);
