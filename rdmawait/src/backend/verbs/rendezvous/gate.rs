@@ -376,6 +376,33 @@ mod tests {
         g.stop();
     }
 
+    /// A client holding the key that authenticates as node 1 (Hello and proof) and leaves
+    /// before its `Join`, several times, keeps nobody out: no session saw a join, and the real
+    /// node 1 then joins, with the same incarnation.
+    #[test]
+    fn an_authenticated_hello_that_leaves_before_joining_keeps_the_member_in() {
+        let (g, rx) = gate(8, Duration::from_secs(5));
+        for _ in 0..5 {
+            let d = Dial {
+                nodes: NODES,
+                from: 1,
+                to: ME,
+                incarnation: 2,
+            };
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let (s, theirs) = dial(g.addr(), deadline, &key(), d, Duration::from_secs(10)).unwrap();
+            assert_eq!(theirs, 1);
+            drop(s);
+        }
+        assert!(
+            rx.recv_timeout(Duration::from_millis(200)).is_err(),
+            "a connection that never sent Join reached a session's join"
+        );
+        join(g.addr(), &key(), 1).unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(30)).unwrap(), 1);
+        g.stop();
+    }
+
     #[test]
     fn a_fuzzing_client_does_not_keep_the_member_out() {
         let (g, rx) = gate(8, Duration::from_millis(500));
