@@ -86,7 +86,8 @@ pub trait RawLock: Send + Sync + fmt::Debug {
     /// tickets), reaps its outstanding release operations, and hands its per-thread state back
     /// at once (a weak lock's `rel` slot, private words). Dropping the context does the same,
     /// except that words an operation may still read or write are then leaked rather than
-    /// recycled. Fails with [`Error::AlreadyHeld`] while the thread holds the lock.
+    /// recycled (the thread's `waiting` slot is read back at the drop, as `leave` does, and kept
+    /// if that read does not complete). Fails with [`Error::AlreadyHeld`] while the thread holds the lock.
     fn leave(&self, ctx: &Ctx) -> Result<()> {
         let _ = ctx;
         Ok(())

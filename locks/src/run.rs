@@ -172,6 +172,9 @@ impl Machine for Run<'_> {
 
     fn put(&mut self, remote: Loc, local: Loc, wid: WorkId) -> Result<()> {
         self.towards_live(self.ctx.put(&remote, &local, wid))?;
+        if self.me.is_slot(&remote) {
+            self.me.wrote_slot();
+        }
         let private = [self.me.word, self.me.scratch, self.me.note].contains(&local);
         if wid == self.rel && private {
             self.me.unreaped.set(true);

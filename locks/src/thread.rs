@@ -93,6 +93,13 @@ pub(crate) const IDLE: u64 = 0;
 /// off the path of an ordinary hand-over.
 pub(crate) const UNCLAIMED_AFTER: Duration = Duration::from_millis(4);
 
+/// Work id of the read of a thread's slot when its context is dropped
+/// ([`ThreadLock::land_slot_at_drop`]).
+const LAND: WorkId = WorkId::internal(0x4C4B_0021);
+
+/// How long a dropped context waits for that read: a round trip.
+const LAND_AT_DROP: Duration = Duration::from_millis(200);
+
 /// Whose a ticket the lock is stalled at is ([`ThreadLock::claims`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Claim {
@@ -120,6 +127,13 @@ impl WaitSlots {
             }
             None => WAIT_SLOTS - 1, // shared
         }
+    }
+
+    /// The slots of `node` taken now (bit i: slot i).
+    #[cfg(test)]
+    pub(crate) fn taken(&self, node: NodeId) -> u64 {
+        let m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        m.get(&node).copied().unwrap_or(0)
     }
 
     fn give(&self, node: NodeId, slot: u64) {
@@ -180,8 +194,15 @@ pub(crate) struct ThreadLock {
     settled: Settled,
     /// Where a ticket left behind by a dropped context is owed (the lock's [`Debts`]).
     debts: Option<Arc<Debts>>,
-    /// This thread's slot of the lock's `waiting` array, taken when it first has to wait.
+    /// This thread's slot of the lock's `waiting` array, taken when it first claims it.
     wait_slot: Cell<Option<u64>>,
+    /// The slot's word, once taken.
+    slot_word: Cell<Option<Loc>>,
+    /// Whether every write of this thread into its slot is known to have landed (a get of the
+    /// slot completed after it): only then does the slot go back to the pool, so that no late
+    /// write of this thread can overwrite its next owner's claim (a put's completion says that
+    /// it read its source, not that its remote write landed).
+    slot_landed: Cell<bool>,
     wait_slots: Option<Arc<WaitSlots>>,
     /// A buffer for reading every node's `waiting` slots ([`ThreadLock::claims`]), made when
     /// needed.
@@ -227,6 +248,8 @@ impl ThreadLock {
             settled: ctx.settled(),
             debts: None,
             wait_slot: Cell::new(None),
+            slot_word: Cell::new(None),
+            slot_landed: Cell::new(true),
             wait_slots: None,
             scan: Cell::new(None),
             cluster: ctx.cluster().clone(),
@@ -252,7 +275,59 @@ impl ThreadLock {
             }
             (None, None) => WAIT_SLOTS - 1,
         };
-        Ok(waiting.word(node.index() as u64 * WAIT_SLOTS + slot)?)
+        let w = waiting.word(node.index() as u64 * WAIT_SLOTS + slot)?;
+        self.slot_word.set(Some(w));
+        Ok(w)
+    }
+
+    /// A put into the thread's slot was posted: its write may land late (see `slot_landed`).
+    pub(crate) fn wrote_slot(&self) {
+        self.slot_landed.set(false);
+    }
+
+    /// Whether `remote` is the thread's `waiting` slot.
+    pub(crate) fn is_slot(&self, remote: &Loc) -> bool {
+        self.slot_word.get().as_ref() == Some(remote)
+    }
+
+    /// Before the thread is done with the lock: one get of its slot (into `scratch`; nothing
+    /// else may be in flight), which reads only once the thread's earlier writes on that queue
+    /// pair have landed (a NIC read flushes the queue pair's earlier remote writes); then the
+    /// slot can go back to the pool. `wait` is the lock's wait for `wid`.
+    pub(crate) fn land_slot(
+        &self,
+        ctx: &Ctx,
+        wid: WorkId,
+        wait: impl Fn() -> Result<()>,
+    ) -> Result<()> {
+        if let (false, Some(w)) = (self.slot_landed.get(), self.slot_word.get()) {
+            ctx.get(&self.scratch, &w, wid)?;
+            wait()?;
+            self.slot_landed.set(true);
+        }
+        Ok(())
+    }
+
+    /// [`ThreadLock::land_slot`] as the context is dropped ([`Ctx::on_drop`]), bounded by
+    /// [`LAND_AT_DROP`]: so that a context dropped without [`RawLock::leave`] hands its slot
+    /// back too. Skipped while the thread holds the lock or may have an operation in flight
+    /// into `scratch`; a read that does not complete keeps the slot (and its words).
+    ///
+    /// [`RawLock::leave`]: crate::RawLock::leave
+    fn land_slot_at_drop(&self, ctx: &Ctx) {
+        if self.slot_landed.get() || self.held.get().is_some() || self.dirty.get() {
+            return;
+        }
+        let Some(w) = self.slot_word.get() else {
+            return;
+        };
+        let landed = ctx
+            .get(&self.scratch, &w, LAND)
+            .and_then(|()| ctx.wait_timeout(LAND, LAND_AT_DROP));
+        match landed {
+            Ok(()) => self.slot_landed.set(true),
+            Err(_) => self.dirty.set(true),
+        }
     }
 
     /// Claims the thread's slot of `waiting` before it takes a ticket: `store(note, TAKING);
@@ -265,6 +340,7 @@ impl ThreadLock {
         let w = self.waiting_word(waiting)?;
         ctx.store(&self.note, TAKING)?;
         ctx.put(&w, &self.note, wid)?;
+        self.wrote_slot();
         // In flight until the ticket's wait: the slot and words are not recycled before.
         self.dirty.set(true);
         Ok(())
@@ -281,8 +357,32 @@ impl ThreadLock {
         let w = self.waiting_word(waiting)?;
         ctx.store(&self.note, IDLE)?;
         ctx.put(&w, &self.note, wid)?;
+        self.wrote_slot();
         self.unreaped.set(true);
         Ok(())
+    }
+
+    /// Whether the lock, released to ticket `r` for `stalled`, may skip it: only if no live
+    /// thread can hold it, by [`ThreadLock::claims`] (read when a node is dead, or after
+    /// [`UNCLAIMED_AFTER`]), and an unclaimed ticket only after that stall. `None`: wait on.
+    pub(crate) fn skippable(
+        &self,
+        ctx: &Ctx,
+        waiting: &Loc,
+        r: u64,
+        stalled: Duration,
+        wid: WorkId,
+        wait: impl Fn() -> Result<()>,
+    ) -> Result<Option<Claim>> {
+        let any_dead = self.cluster.node_ids().any(|k| !self.cluster.is_alive(k));
+        if !any_dead && stalled < UNCLAIMED_AFTER {
+            return Ok(None);
+        }
+        Ok(match self.claims(ctx, waiting, r, wid, wait)? {
+            Claim::Live => None,
+            Claim::Nobody if stalled < UNCLAIMED_AFTER => None,
+            c => Some(c),
+        })
     }
 
     /// Whose ticket `r` is, from every node's `waiting` slots (the lock's array, one get of
@@ -298,7 +398,8 @@ impl ThreadLock {
     ///   nothing of its owner's is in flight, and with no hold (a ticket a dropped context
     ///   left is owed as a mark). The ticket was taken before the caller's own (which it
     ///   precedes), so its claim landed before the caller's FAA and this get sees it or a
-    ///   later value of that slot.
+    ///   later value of that slot. A slot goes back to the pool only once its owner's writes
+    ///   are known to have landed ([`ThreadLock::land_slot`]).
     pub(crate) fn claims(
         &self,
         ctx: &Ctx,
@@ -349,6 +450,20 @@ impl ThreadLock {
     }
 }
 
+impl Claim {
+    /// Logs that `kind` lock `lock` skipped ticket `r` of this claim, from node `node`.
+    pub(crate) fn report(self, kind: &str, lock: u64, node: NodeId, r: u64) {
+        match self {
+            Claim::Dead(k) => {
+                tracing::warn!(target: "loco::locks", kind, lock, %node, ticket = r, dead = %k,
+                "skipped the ticket of a dead holder; the next holder is told (poisoned)")
+            }
+            _ => tracing::warn!(target: "loco::locks", kind, lock, %node, ticket = r,
+                "skipped a ticket no live thread claims (its taker died before naming it); the next holder is told (poisoned)"),
+        }
+    }
+}
+
 impl Drop for ThreadLock {
     fn drop(&mut self) {
         if let Some(ticket) = self.held.get() {
@@ -381,7 +496,13 @@ impl Drop for ThreadLock {
             return; // leaked, which is safe
         }
         if let (Some(slot), Some(slots)) = (self.wait_slot.get(), &self.wait_slots) {
-            slots.give(self.word.node(), slot);
+            if self.slot_landed.get() {
+                slots.give(self.word.node(), slot);
+            } else {
+                // A write of ours into it may still be on its way: kept (leaked), which is safe.
+                tracing::debug!(target: "loco::locks", node = %self.word.node(), slot,
+                    "a context's waiting slot is kept: its last write may not have landed (call leave to hand it back)");
+            }
         }
         for w in [self.word, self.scratch, self.note] {
             let _ = self.cluster.free_private(w);
@@ -409,7 +530,17 @@ pub(crate) fn thread_lock(
             lock: cluster,
         });
     }
-    let reg = ctx.extension::<Registry>(|_| Ok(Registry::default()))?;
+    let reg = ctx.extension::<Registry>(|ctx| {
+        // Before the context goes: every lock's slot is read back, so that it can be reused.
+        ctx.on_drop(|ctx| {
+            if let Ok(reg) = ctx.extension::<Registry>(|_| Ok(Registry::default())) {
+                for st in reg.locks.borrow().values() {
+                    st.land_slot_at_drop(ctx);
+                }
+            }
+        });
+        Ok(Registry::default())
+    })?;
     if let Some(st) = reg.locks.borrow().get(&id) {
         return Ok(st.clone());
     }

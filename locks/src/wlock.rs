@@ -22,8 +22,7 @@ use crate::marks::{self, MARKS, POISON};
 use crate::protocol::{self, NONE, WL_ACQ, WL_REL};
 use crate::run::{Run, Spinner};
 use crate::thread::{
-    next_lock_id, thread_lock, Claim, Deadline, Home, OnDrop, Spin, ThreadLock, WaitSlots,
-    UNCLAIMED_AFTER, WAIT_SLOTS,
+    next_lock_id, thread_lock, Deadline, Home, OnDrop, Spin, ThreadLock, WaitSlots, WAIT_SLOTS,
 };
 use crate::{Error, RawLock, Result};
 
@@ -346,35 +345,21 @@ impl RawWLock {
             return Ok(true);
         }
         // Only a thread that cannot be live is skipped: a live holder is waited for.
-        let any_dead = self.cluster.node_ids().any(|k| !self.cluster.is_alive(k));
-        if !any_dead && stalled < UNCLAIMED_AFTER {
-            return Ok(false);
-        }
         let wait = || self.run(ctx, me, d).wait(WL_ACQ);
-        let whose = match me.claims(ctx, &self.waiting, r, WL_ACQ, wait)? {
-            Claim::Live => return Ok(false),
-            Claim::Nobody if stalled < UNCLAIMED_AFTER => return Ok(false),
-            c => c,
+        let Some(whose) = me.skippable(ctx, &self.waiting, r, stalled, WL_ACQ, wait)? else {
+            return Ok(false);
         };
-        // The copies still stop at r after the claims were read: r was not released meanwhile
-        // (its thread's next claim comes after its release has landed on every live node, so
-        // a slot that lost r's claim to a new one goes with a copy past r).
+        // The copies still stop at r after the claims were read. Should r's holder have
+        // released and claimed anew meanwhile (its release's puts read before its claim, but
+        // may land here later), this forward only publishes r+1 once more: r+1 still enters
+        // once, told of a poisoning that did not happen (conservative).
         if Self::released_in(ctx, &me.rels, NONE)? != Err(r) {
             return Ok(true);
         }
         // Our previous broadcast must have read its source before we store again.
         self.run(ctx, me, d).wait(WL_REL)?;
         self.publish(ctx, me, (r + 1) | POISON, d)?;
-        match whose {
-            Claim::Dead(k) => {
-                tracing::warn!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r, dead = %k,
-                "wlock: skipped the ticket of a dead holder; the next holder is told (poisoned)")
-            }
-            _ => {
-                tracing::warn!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r,
-                "wlock: skipped a ticket no live thread claims (its taker died before naming it); the next holder is told (poisoned)")
-            }
-        }
+        whose.report("wlock", self.id, ctx.node(), r);
         Ok(true)
     }
 
@@ -453,6 +438,7 @@ impl RawWLock {
                         ctx.store(&me.note, t + 1)?;
                         let w = me.waiting_word(&self.waiting)?;
                         self.run(ctx, me, d).put(w, me.note, WL_REL)?;
+                        me.wrote_slot();
                         announced = true;
                     }
                     if loco_rdmawait::clock::now().saturating_duration_since(looked) >= LOOK_EVERY
@@ -549,7 +535,7 @@ impl RawWLock {
         let w = self.words(&me)?;
         let mut run = self.run(ctx, &me, d);
         // Claimed before the ticket is taken (so that a ticket is never nobody's), and after
-        // the thread's last release has landed (see `forward`).
+        // the thread's last release has read its source.
         run.wait(WL_REL)?;
         me.claim(ctx, &self.waiting, WL_ACQ)?;
         let acquired = self.with_publish(&me, |publish| {
@@ -655,6 +641,7 @@ impl RawWLock {
         let mut run = self.run(ctx, &me, &d);
         run.wait(WL_REL)?;
         run.wait(WL_ACQ)?;
+        me.land_slot(ctx, WL_ACQ, || self.run(ctx, &me, &d).wait(WL_ACQ))?;
         drop(me);
         crate::thread::forget(ctx, self.id);
         Ok(())

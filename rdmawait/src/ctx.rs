@@ -33,6 +33,20 @@ pub struct Ctx {
     /// Set when the context is dropped with nothing left in flight (see [`Ctx::settled`]).
     settled: Settled,
     extensions: RefCell<HashMap<TypeId, Rc<dyn Any>>>,
+    /// What the layers above run when the context is dropped ([`Ctx::on_drop`]).
+    drop_hooks: DropHooks,
+}
+
+/// A hook of [`Ctx::on_drop`].
+type DropHook = Box<dyn FnOnce(&Ctx)>;
+
+#[derive(Default)]
+struct DropHooks(RefCell<Vec<DropHook>>);
+
+impl std::fmt::Debug for DropHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DropHooks({})", self.0.borrow().len())
+    }
 }
 
 /// Whether a context was dropped with every operation it posted complete, so that nothing can
@@ -56,6 +70,11 @@ pub const DROP_SETTLE: Duration = Duration::from_secs(1);
 
 impl Drop for Ctx {
     fn drop(&mut self) {
+        // The layers' own last work first, while the queue pairs still serve them.
+        let hooks = std::mem::take(&mut *self.drop_hooks.0.borrow_mut());
+        for hook in hooks {
+            hook(self);
+        }
         let budget = DROP_SETTLE.min(self.cluster.timeout());
         let settled = self.settle(budget);
         if !settled {
@@ -124,6 +143,7 @@ impl Ctx {
             }),
             settled: Settled::default(),
             extensions: RefCell::new(HashMap::new()),
+            drop_hooks: DropHooks::default(),
         }
     }
 
@@ -390,6 +410,14 @@ impl Ctx {
             inner.posted += 1;
         }
         Ok(())
+    }
+
+    /// Runs `f` with this context when it is dropped, before it reaps what is left in flight
+    /// and before its extensions are dropped: a layer's chance to finish work of its own (e.g.
+    /// read back a word it wrote, so that it can be recycled). Hooks run in the order they were
+    /// added; they should bound their waits (the context's [`DROP_SETTLE`] follows them).
+    pub fn on_drop(&self, f: impl FnOnce(&Ctx) + 'static) {
+        self.drop_hooks.0.borrow_mut().push(Box::new(f));
     }
 
     /// The per-thread state of type `T` of a library layer, created by `init` on first use (e.g.

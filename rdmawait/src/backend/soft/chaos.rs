@@ -162,6 +162,15 @@ impl State {
                             .drain(..)
                             .filter(|e| matches!(e, Entry::Atomic { .. }))
                             .collect();
+                        // They commit now (a schedule where they did just before the kill), so
+                        // that nothing of the dead incarnation lands after a restart.
+                        let mut steps = Vec::new();
+                        loop {
+                            steps.clear();
+                            fresh.steps(locks, &mut steps);
+                            let Some(&s) = steps.first() else { break };
+                            fresh.apply(s, &mut Mem(fabric), locks);
+                        }
                     }
                     *qp = fresh;
                 }
