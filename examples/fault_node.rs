@@ -27,6 +27,12 @@
 //! (an RDMA WRITE of count + 1 into its slot there), and each node checks that its counter words
 //! hold exactly what each live survivor said it added.
 //!
+//! With `--sc-history DIR`, the survivors then run SC operations (`read_sc`, `write_sc`,
+//! `cas_sc`, `faa_sc`) on one `ScLoc` on n0, each recording its calls with wall-clock instants
+//! (one kernel's clock, so the processes must share a host) into `DIR/nX.sc`; the lowest live
+//! survivor gathers them and checks the merged history for linearizability
+//! (`loco::sc::lincheck`): `nX: sc history ...: linearizable` or `... NOT LINEARIZABLE`.
+//!
 //! Output lines the CI greps: `nX: ready`, `nX: at POINT` (the victim), `nX: peer nV dead at
 //! UNIX_MS: ERROR` (a survivor's first error about the victim), `nX: lock: ...` (the outcome of
 //! taking the victim's lock), `nX: survivor check OK` or `... LOST`. Exit status: 0 when the
@@ -104,6 +110,11 @@ mod verbs_main {
         /// Lock-protected increments per process after the rejoin (`--at rejoin`).
         #[arg(long, default_value_t = 50)]
         increments: u64,
+        /// Survivors: after the check, run SC operations on an `ScLoc` on n0 and write their
+        /// history into this directory; the lowest survivor checks the merged history for
+        /// linearizability (the processes must share a host: instants are wall-clock).
+        #[arg(long)]
+        sc_history: Option<std::path::PathBuf>,
         /// Instead of joining: act as a fuzzing client, sending malformed frames over up to 300
         /// connections (at most 10 s) to this rendezvous address, then exit.
         #[arg(long)]
@@ -202,6 +213,8 @@ mod verbs_main {
         let total = cluster.alloc_word(NodeId(0))?;
         let said = cluster.alloc_words(NodeId(0), n as u64)?;
         let lock = NLock::new(&cluster, NodeId(0))?;
+        // The SC location the survivors check after the fault (its own node lock on n0).
+        let sc = ScLoc::new_on(&cluster, NodeId(0), 0)?;
         if args.restarted {
             // Same objects, same order: the layouts agree with the survivors'.
             println!(
@@ -360,6 +373,10 @@ mod verbs_main {
             println!(
                 "{me}: survivor check OK ({total} FAAs acknowledged to live nodes, every one counted)"
             );
+            if let Some(dir) = &args.sc_history {
+                let survivors: Vec<NodeId> = ids.iter().copied().filter(|&q| q != victim).collect();
+                ok = sc_after_fault(&ctx, me, &survivors, &sc, dir, timeout)?;
+            }
         }
         if args.linger_ms > 0 && ok {
             // Stay up while a stopped victim resumes (the runner sends SIGCONT now): it must not
@@ -413,6 +430,137 @@ mod verbs_main {
         }
         drop(ctx);
         after_rejoin(args, &cluster, &process, &lock, &total, &said, &scratch)
+    }
+
+    /// SC calls per survivor after the fault.
+    const SC_CALLS: u64 = 24;
+
+    fn unix_ns() -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    }
+
+    /// `--sc-history`: [`SC_CALLS`] SC operations on `sc` by this survivor, recorded and written
+    /// to `dir/nX.sc`; the lowest survivor then reads every survivor's file and checks the
+    /// merged history against the register model. Returns whether the check passed (true for
+    /// the others).
+    fn sc_after_fault(
+        ctx: &Ctx,
+        me: NodeId,
+        survivors: &[NodeId],
+        sc: &ScLoc,
+        dir: &std::path::Path,
+        timeout: Duration,
+    ) -> Result<bool, Box<dyn std::error::Error>> {
+        use loco::sc::lincheck::{check, Call, Register, RegisterOp};
+        let mine = 1000 * (me.0 as u64 + 1);
+        let mut calls = Vec::new();
+        let mut last = 0;
+        for i in 0..SC_CALLS {
+            let op = match i % 4 {
+                0 => RegisterOp::Write(mine + i),
+                1 => RegisterOp::Read,
+                2 => RegisterOp::Faa(1),
+                _ => RegisterOp::Cas(last, mine + 500 + i),
+            };
+            let invoke = unix_ns();
+            let ret = match op {
+                RegisterOp::Read => ctx.read_sc(sc)?,
+                RegisterOp::Write(v) => {
+                    ctx.write_sc(sc, v)?;
+                    0
+                }
+                RegisterOp::Faa(k) => ctx.faa_sc(sc, k)?,
+                RegisterOp::Cas(e, v) => ctx.cas_sc(sc, e, v)?,
+            };
+            let response = unix_ns();
+            if !matches!(op, RegisterOp::Write(_)) {
+                last = ret;
+            }
+            calls.push(Call {
+                thread: me.index(),
+                invoke,
+                response,
+                op,
+                ret,
+            });
+        }
+        let line = |c: &Call<RegisterOp, u64>| {
+            let (kind, a, b) = match c.op {
+                RegisterOp::Read => ("r", 0, 0),
+                RegisterOp::Write(v) => ("w", v, 0),
+                RegisterOp::Faa(k) => ("f", k, 0),
+                RegisterOp::Cas(e, v) => ("c", e, v),
+            };
+            format!(
+                "{} {} {} {kind} {a} {b} {}\n",
+                c.thread, c.invoke, c.response, c.ret
+            )
+        };
+        let file = |q: NodeId| dir.join(format!("{q}.sc"));
+        let tmp = dir.join(format!("{me}.sc.tmp"));
+        std::fs::write(&tmp, calls.iter().map(line).collect::<String>())?;
+        std::fs::rename(&tmp, file(me))?;
+        if survivors.first() != Some(&me) {
+            return Ok(true);
+        }
+        let parse = |text: &str| -> Option<Vec<Call<RegisterOp, u64>>> {
+            text.lines()
+                .map(|l| {
+                    let f: Vec<&str> = l.split(' ').collect();
+                    let n = |i: usize| f.get(i)?.parse::<u64>().ok();
+                    let op = match *f.get(3)? {
+                        "r" => RegisterOp::Read,
+                        "w" => RegisterOp::Write(n(4)?),
+                        "f" => RegisterOp::Faa(n(4)?),
+                        "c" => RegisterOp::Cas(n(4)?, n(5)?),
+                        _ => return None,
+                    };
+                    Some(Call {
+                        thread: n(0)? as usize,
+                        invoke: n(1)?,
+                        response: n(2)?,
+                        op,
+                        ret: n(6)?,
+                    })
+                })
+                .collect()
+        };
+        let t = Instant::now();
+        let mut history = calls;
+        for &q in survivors.iter().filter(|&&q| q != me) {
+            let text = loop {
+                if let Ok(text) = std::fs::read_to_string(file(q)) {
+                    break text;
+                }
+                if t.elapsed() > timeout {
+                    println!("{me}: sc history: {q} never wrote its calls");
+                    return Ok(false);
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            };
+            let Some(theirs) = parse(&text) else {
+                println!("{me}: sc history: {q}'s file is malformed");
+                return Ok(false);
+            };
+            history.extend(theirs);
+        }
+        match check(&Register { init: 0 }, &history) {
+            Ok(()) => println!(
+                "{me}: sc history of {} calls from {} survivors after the fault: linearizable",
+                history.len(),
+                survivors.len()
+            ),
+            Err(e) => {
+                println!(
+                    "{me}: sc history of {} calls: NOT LINEARIZABLE: {e}",
+                    history.len()
+                );
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// The victim resumed after a stop: tries one FAA towards every other node and reports

@@ -300,7 +300,8 @@ start_fault_node() {
 # fault_run AT SIGNAL [EXTRA [AFTER [ARGS...]]]: starts n0..n2 (victim n2 stopping at AT; ARGS
 # go to every process), waits for "n2: at AT", sends SIGNAL to n2 (and runs the function EXTRA
 # before that, if given), then checks that n0 and n1 exit 0 with "survivor check OK" and print
-# when they saw n2 dead (detection time). AFTER, if given, runs in the background from the start
+# when they saw n2 dead (detection time), and that n0 found the survivors' SC history after the
+# fault linearizable (--sc-history). AFTER, if given, runs in the background from the start
 # with the output directory and n2's pid, and must succeed.
 fault_run() {
     local at=$1 sig=$2 extra=${3:-} after=${4:-} peers dir i pids=() t_kill rc=0 st t line
@@ -309,7 +310,8 @@ fault_run() {
     dir=$(mktemp -d)
     echo "-- fault_node: n2 at $at, kill -$sig"
     for i in 0 1 2; do
-        start_fault_node "$peers" "$i" "$at" "$dir/$i" --work-ms 60000 "${more[@]+"${more[@]}"}"
+        start_fault_node "$peers" "$i" "$at" "$dir/$i" --work-ms 60000 --sc-history "$dir" \
+            "${more[@]+"${more[@]}"}"
         pids+=($!)
     done
     local after_pid=
@@ -343,6 +345,10 @@ fault_run() {
             rc=1
         fi
     done
+    if ! grep -q "^n0: sc history of .*: linearizable" "$dir/0"; then
+        echo "   n0: no linearizable SC history after the fault"
+        rc=1
+    fi
     if [ -n "$after" ]; then
         wait "$after_pid" || rc=1
         cat "$dir/after"

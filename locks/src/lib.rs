@@ -122,11 +122,12 @@
 //!   claim can overwrite another's: once a live node has used its shared slot, no ticket is
 //!   inferred unclaimed while that node lives (a dead node's announcements still count).
 //! - A slot left reading `TAKING` (an FAA whose completion never arrived, in a context that never
-//!   calls the lock again) holds up the claim check until it is reused.
+//!   calls the lock again and is never dropped) holds up the claim check. A dropped context
+//!   clears its slot (`IDLE`) first.
 //! - A slot is reused by the process's next context only once its owner's writes into it are
 //!   known to have landed (a put's completion does not say so): [`Lock::leave`], and dropping
-//!   the context, end with one get of the slot (at a drop, bounded by 200 ms, and skipped while
-//!   an operation of the lock is still in flight). A slot whose read did not complete is kept:
+//!   the context, end with one get of the slot (at a drop, bounded by 200 ms). A slot whose
+//!   read did not complete is kept:
 //!   after 15 such contexts of one node on one lock, that node's contexts share the last slot,
 //!   and the claim check is off for that node (see the first point).
 //! - After a node restarts, what its dead incarnation's threads claimed stays in their slots,

@@ -479,4 +479,43 @@ mod tests {
             );
         }
     }
+
+    /// A context whose ticket FAA timed out (the lock's node stalled, as by a partition no
+    /// detector has noticed) and that is then dropped clears its claim: once the traffic
+    /// flows, its slot does not read `TAKING`, so the ticket its FAA took, which nobody will
+    /// ever enter with, is skipped (poisoned) by the next caller instead of blocking the lock.
+    #[test]
+    fn a_dropped_contexts_claim_does_not_outlive_it() {
+        use loco_rdmawait::SoftBackend;
+        for s in [Schedule::Threaded, Schedule::Chaos { seed: 4 }] {
+            let b = Arc::new(SoftBackend::try_new(3, 4096, s).unwrap());
+            let c = Cluster::with_backend(Box::new(b.clone()), Duration::from_secs(60));
+            let l = crate::NLock::new(&c, NodeId(2)).unwrap();
+            b.stall(NodeId(2), true).unwrap();
+            let (l1, c1) = (l.clone(), c.clone());
+            let r = std::thread::spawn(move || {
+                let ctx = c1.context(NodeId(0)).unwrap();
+                l1.acquire_timeout(&ctx, Duration::from_millis(50))
+                    .map(|_| ())
+            })
+            .join()
+            .unwrap();
+            assert!(matches!(r, Err(Error::Timeout { .. })), "{s:?}: {r:?}");
+            b.stall(NodeId(2), false).unwrap();
+            c.quiesce().unwrap();
+            let slot = l.raw().waiting.word(0).unwrap();
+            assert_eq!(
+                c.peek(&slot).unwrap(),
+                crate::thread::IDLE,
+                "{s:?}: the slot"
+            );
+            let ctx = c.context(NodeId(1)).unwrap();
+            let g = l.acquire_timeout(&ctx, Duration::from_secs(30)).unwrap();
+            assert_eq!(crate::LockGuard::ticket(&g), 1, "{s:?}");
+            assert!(
+                crate::LockGuard::was_poisoned(&g),
+                "{s:?}: the next holder is told"
+            );
+        }
+    }
 }

@@ -97,7 +97,8 @@ pub(crate) const UNCLAIMED_AFTER: Duration = Duration::from_millis(4);
 /// ([`ThreadLock::land_slot_at_drop`]).
 const LAND: WorkId = WorkId::internal(0x4C4B_0021);
 
-/// How long a dropped context waits for that read: a round trip.
+/// How long a dropped context waits for that read (at most the cluster's timeout): a round
+/// trip.
 const LAND_AT_DROP: Duration = Duration::from_millis(200);
 
 /// Whose a ticket the lock is stalled at is ([`ThreadLock::claims`]).
@@ -308,25 +309,42 @@ impl ThreadLock {
         Ok(())
     }
 
-    /// [`ThreadLock::land_slot`] as the context is dropped ([`Ctx::on_drop`]), bounded by
-    /// [`LAND_AT_DROP`]: so that a context dropped without [`RawLock::leave`] hands its slot
-    /// back too. Skipped while the thread holds the lock or may have an operation in flight
-    /// into `scratch`; a read that does not complete keeps the slot (and its words).
+    /// As the context is dropped ([`Ctx::on_drop`]), unless the thread holds the lock: its
+    /// private slot is cleared (`put(slot, IDLE)`: a thread that holds nothing claims nothing
+    /// any more; a ticket a timed-out FAA of its took is owed as a mark or, never learnt, is
+    /// nobody's, and a `TAKING` left behind would hold up the claim check for good), then read
+    /// back as [`ThreadLock::land_slot`] does, within `budget`, so that a context dropped
+    /// without [`RawLock::leave`] hands its slot back too. Returns whether the read completed;
+    /// if not, the slot (and the words) are kept.
     ///
     /// [`RawLock::leave`]: crate::RawLock::leave
-    fn land_slot_at_drop(&self, ctx: &Ctx) {
-        if self.slot_landed.get() || self.held.get().is_some() || self.dirty.get() {
-            return;
+    fn land_slot_at_drop(&self, ctx: &Ctx, budget: Duration) -> bool {
+        if self.slot_landed.get() || self.held.get().is_some() {
+            return true;
         }
         let Some(w) = self.slot_word.get() else {
-            return;
+            return true;
         };
-        let landed = ctx
-            .get(&self.scratch, &w, LAND)
-            .and_then(|()| ctx.wait_timeout(LAND, LAND_AT_DROP));
+        let private = self.wait_slot.get().is_some_and(|s| s < WAIT_SLOTS - 1);
+        let cleared = if private {
+            ctx.store(&self.note, IDLE)
+                .and_then(|()| ctx.put(&w, &self.note, LAND))
+        } else {
+            Ok(())
+        };
+        // The read's value is not used: `scratch` goes back only if the context settles.
+        let landed = cleared
+            .and_then(|()| ctx.get(&self.scratch, &w, LAND))
+            .and_then(|()| ctx.wait_timeout(LAND, budget));
         match landed {
-            Ok(()) => self.slot_landed.set(true),
-            Err(_) => self.dirty.set(true),
+            Ok(()) => {
+                self.slot_landed.set(true);
+                true
+            }
+            Err(_) => {
+                self.dirty.set(true);
+                false
+            }
         }
     }
 
@@ -531,11 +549,16 @@ pub(crate) fn thread_lock(
         });
     }
     let reg = ctx.extension::<Registry>(|ctx| {
-        // Before the context goes: every lock's slot is read back, so that it can be reused.
+        // Before the context goes: every lock's slot is cleared and read back, so that it can
+        // be reused. The reads share a work id: after one that does not complete (a stalled
+        // or dead node), the others would wait for it too, so they are not tried.
         ctx.on_drop(|ctx| {
+            let budget = LAND_AT_DROP.min(ctx.cluster().timeout());
             if let Ok(reg) = ctx.extension::<Registry>(|_| Ok(Registry::default())) {
                 for st in reg.locks.borrow().values() {
-                    st.land_slot_at_drop(ctx);
+                    if !st.land_slot_at_drop(ctx, budget) {
+                        break;
+                    }
                 }
             }
         });
