@@ -115,8 +115,13 @@ mod verbs_main {
         /// linearizability (the processes must share a host: instants are wall-clock).
         #[arg(long)]
         sc_history: Option<std::path::PathBuf>,
-        /// Instead of joining: act as a fuzzing client, sending malformed frames over up to 300
-        /// connections (at most 10 s) to this rendezvous address, then exit.
+        /// Instead of joining: 5 times, connect to this rendezvous address as `--node`, prove
+        /// the cluster key and leave before joining (as a process dying half-way through its
+        /// join), then exit. The members must not notice.
+        #[arg(long)]
+        hello_and_leave: Option<String>,
+        /// Instead of joining: act as a fuzzing client, sending up to 3000 malformed frames
+        /// (at most 1000 connections, 10 s) to this rendezvous address, then exit.
         #[arg(long)]
         fuzz: Option<String>,
     }
@@ -134,7 +139,7 @@ mod verbs_main {
         };
         let start = Instant::now();
         let (mut conns, mut frames) = (0, 0);
-        while conns < 300 && start.elapsed() < Duration::from_secs(10) {
+        while frames < 3000 && conns < 1000 && start.elapsed() < Duration::from_secs(10) {
             let Ok(mut s) = std::net::TcpStream::connect(addr) else {
                 std::thread::sleep(Duration::from_millis(10));
                 continue;
@@ -172,6 +177,9 @@ mod verbs_main {
         if let Some(addr) = &args.fuzz {
             return fuzz(addr);
         }
+        if let Some(addr) = &args.hello_and_leave {
+            return hello_and_leave(&args, addr);
+        }
         match run(&args) {
             Ok(true) => 0,
             Ok(false) => 1,
@@ -180,6 +188,33 @@ mod verbs_main {
                 2
             }
         }
+    }
+
+    /// `--hello-and-leave`: five authenticated hellos as `--node` towards node 0 at `addr`,
+    /// each closed before its join. Exit 0 iff every handshake succeeded.
+    fn hello_and_leave(args: &Args, addr: &str) -> i32 {
+        let key = std::env::var("LOCO_CLUSTER_KEY").unwrap_or_default();
+        let nodes = args.member.peers.len() as u16;
+        for i in 0..5 {
+            let r = loco::rdmawait::backend::verbs::hello_and_leave(
+                addr,
+                &key,
+                nodes,
+                args.member.node,
+                0,
+                Duration::from_secs(args.timeout),
+            );
+            match r {
+                Ok(inc) => println!(
+                    "hello-and-leave {i}: proved the key to {addr} (incarnation {inc:#x}), left before joining"
+                ),
+                Err(e) => {
+                    println!("hello-and-leave {i}: {e}");
+                    return 2;
+                }
+            }
+        }
+        0
     }
 
     fn unix_ms() -> u128 {

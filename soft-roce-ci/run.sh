@@ -364,9 +364,10 @@ fault_run() {
     return "$rc"
 }
 
-# During a run: a stranger (the wrong key) tries to join as n1 from a port of its own, and a
-# fuzzing client sends 300 connections of random bytes to n0's rendezvous port (bounded: 10 s).
-# The stranger must be refused; the members must not notice (checked by fault_run).
+# During a run: a stranger (the wrong key) tries to join as n1 from a port of its own, a
+# fuzzing client sends up to 3000 malformed frames to n0's rendezvous port (bounded: 10 s),
+# and a holder of the key says Hello as n1 and leaves before its Join, five times. The stranger
+# must be refused; the members must not notice (checked by fault_run).
 strangers() {
     local peers=$1 dir=$2 own st=0
     own=$(sed 's/,.*//' <<<"$peers"),127.0.0.1:$((10000 + RANDOM % 10000)),$(sed 's/.*,//' <<<"$peers")
@@ -380,6 +381,15 @@ strangers() {
     echo "   stranger with the wrong key refused: $(grep -o 'failed authentication.\{0,60\}' "$dir/stranger" | head -n1)"
     "$LOCO_FAULT_BIN" --node 1 --peers "$peers" --victim 2 --at faa-wait --fuzz "$(sed 's/,.*//' <<<"$peers")" \
         | sed 's/^/   /'
+    # A holder of the key proves it to n0 as n1 and leaves before joining, five times: n0 must
+    # not take the real n1 for dead (the survivors' FAAs towards n1 would then fail).
+    if ! LOCO_CLUSTER_KEY=$LOCO_FAULT_KEY "$LOCO_FAULT_BIN" --node 1 --peers "$peers" --victim 2 \
+        --at faa-wait --timeout 10 --hello-and-leave "$(sed 's/,.*//' <<<"$peers")" >"$dir/hello" 2>&1; then
+        echo "   hello-and-leave failed:"
+        sed 's/^/   | /' "$dir/hello"
+        return 1
+    fi
+    echo "   $(tail -n1 "$dir/hello")"
 }
 
 fault_faa_wait() { fault_run faa-wait KILL strangers; }

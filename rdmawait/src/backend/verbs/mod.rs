@@ -143,6 +143,43 @@ pub use device::{inventory, DeviceReport, GidReport, PortReport};
 use region::RegisteredMemory;
 pub use session::Process;
 
+/// Fault injection for tests (`examples/fault_node --hello-and-leave`): connects to the
+/// rendezvous listener at `addr` as node `from` of a cluster of `nodes` dialling node `to`,
+/// proves the cluster key `key` (hex, as `LOCO_CLUSTER_KEY` holds it) under a fresh
+/// incarnation, and leaves before its `Join`: a process that dies half-way through joining.
+/// The listener's members must not notice (nothing is admitted before a `Join`). Returns the
+/// listener's incarnation.
+#[doc(hidden)]
+pub fn hello_and_leave(
+    addr: &str,
+    key: &str,
+    nodes: u16,
+    from: u16,
+    to: u16,
+    timeout: Duration,
+) -> Result<u64> {
+    use super::rendezvous::{auth, gate};
+    let key = ClusterKey::from_hex(key).map_err(verbs_error)?;
+    let sock = addr
+        .to_socket_addrs()
+        .map_err(|e| verbs_error(format!("{addr}: {e}")))?
+        .next()
+        .ok_or_else(|| verbs_error(format!("{addr}: no address")))?;
+    let incarnation =
+        auth::incarnation().map_err(|e| verbs_error(format!("no random incarnation: {e}")))?;
+    let d = gate::Dial {
+        nodes,
+        from,
+        to,
+        incarnation,
+    };
+    let deadline = std::time::Instant::now() + timeout;
+    let (stream, theirs) = gate::dial(sock, deadline, &key, d, timeout)
+        .map_err(|e| verbs_error(format!("hello to {addr}: {e}")))?;
+    drop(stream);
+    Ok(theirs)
+}
+
 /// Default send-queue depth asked for per queue pair (the device may grant more).
 pub const DEFAULT_SEND_QUEUE_DEPTH: u32 = 256;
 
