@@ -57,7 +57,7 @@ pub enum LockArg {
 }
 
 impl BenchBackend {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             BenchBackend::Soft => "soft",
             BenchBackend::Sim => "sim",
@@ -101,7 +101,7 @@ pub enum ProfileArg {
 }
 
 impl ProfileArg {
-    fn profile(self) -> Profile {
+    pub(crate) fn profile(self) -> Profile {
         match self {
             ProfileArg::Connectx5 => Profile::connectx5(),
             ProfileArg::Rxe => Profile::rxe(),
@@ -149,7 +149,7 @@ pub struct LocksArgs {
 }
 
 /// A count in `1..=MAX` (command-line parser).
-fn count<const MAX: usize>(s: &str) -> Result<usize, String> {
+pub(crate) fn count<const MAX: usize>(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(n) if (1..=MAX).contains(&n) => Ok(n),
         _ => Err(format!("expected a whole number from 1 to {MAX}")),
@@ -263,7 +263,7 @@ pub fn locks(args: &LocksArgs) -> Result<(), String> {
         // `None`: another process of a spanning run prints this configuration.
         let row = match (args.backend, &spanning) {
             (BenchBackend::Verbs, Some(sp)) => measure_spanning(sp, lock, threads, secs),
-            (BenchBackend::Verbs, None) => verbs_single(nodes)
+            (BenchBackend::Verbs, None) => verbs_single(nodes, 1 << 20)
                 .and_then(|c| measure_with(c, lock, nodes, threads, secs))
                 .map(Some),
             (BenchBackend::Soft, _) => measure(lock, nodes, threads, secs).map(Some),
@@ -654,26 +654,26 @@ fn locked<R: RawLock + 'static>(
 }
 
 /// A verbs cluster in this process over one device (`--backend verbs` without `LOCO_NODE_ID`).
-fn verbs_single(nodes: usize) -> Result<Cluster, String> {
+pub(crate) fn verbs_single(nodes: usize, memory: u64) -> Result<Cluster, String> {
     #[cfg(feature = "verbs")]
     {
         use loco_rdmawait::backend::verbs::VerbsConfig;
         Cluster::builder()
             .nodes(nodes)
-            .memory_per_node(1 << 20)
+            .memory_per_node(memory)
             .verbs(VerbsConfig::from_env().map_err(|e| e.to_string())?)
             .build()
             .map_err(|e| e.to_string())
     }
     #[cfg(not(feature = "verbs"))]
     {
-        let _ = nodes;
+        let _ = (nodes, memory);
         Err(NO_VERBS.into())
     }
 }
 
 #[cfg(not(feature = "verbs"))]
-const NO_VERBS: &str =
+pub(crate) const NO_VERBS: &str =
     "this loco was built without the verbs backend: cargo build -p loco-cli --features verbs";
 
 /// A cluster spanning processes, one node each (`--backend verbs` with `LOCO_NODE_ID`).

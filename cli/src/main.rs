@@ -10,6 +10,7 @@
 //! - `loco doctor [--peers ...] [--json]`: the machine's RDMA setup, check by check, with fixes
 //!   (exit status 1 if a check fails).
 //! - `loco bench locks ...`: the lock benchmark.
+//! - `loco bench ops ...`: put/get/rfaa/rcas latency and bandwidth, optionally against perftest.
 //!
 //! Every subcommand takes `--json` for machine-readable output. A file's error (it cannot be
 //! read or does not parse, or the explorer gave up on it) is printed before that file's row or
@@ -29,6 +30,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 mod bench;
 mod doctor;
 mod keygen;
+mod ops;
+mod perftest;
 mod plot;
 use indicatif::{ProgressBar, ProgressStyle};
 use loco_litmus::ast::FailedCas;
@@ -89,7 +92,20 @@ enum Bench {
     /// Lock throughput, p50/p99 acquire latency, fairness and network operations per acquire,
     /// per lock, node count and thread count (a table, or JSON lines with --json).
     Locks(bench::LocksArgs),
+    /// Latency (p50/p99/mean) and throughput of put, get, rfaa and rcas + wait from n0 to n1,
+    /// per size and outstanding count (a table, or JSON lines with --json); with --vs-perftest
+    /// (verbs), the ratio to perftest on the same device.
+    #[command(after_help = OPS_EXIT_CODES)]
+    Ops(ops::OpsArgs),
 }
+
+/// The exit statuses of `loco bench ops`.
+const OPS_EXIT_CODES: &str = "Exit status:
+  0  measured
+  2  bad command line (a size not a multiple of 8 from 8 to 1048576, --outstanding 0 or over
+     128, --iters or --warmup out of range, ...)
+  5  the run failed: backend unavailable, a library error, perftest gave no number, or
+     --vs-perftest without --backend verbs";
 
 /// The explorer's budget (`check`, `run`, `show`).
 #[derive(Args, Clone, Copy)]
@@ -273,6 +289,13 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("loco bench locks: {e}");
+                ExitCode::from(5)
+            }
+        },
+        Command::Bench(Bench::Ops(args)) => match ops::ops(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("loco bench ops: {e}");
                 ExitCode::from(5)
             }
         },

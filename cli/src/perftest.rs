@@ -1,0 +1,527 @@
+//! `loco bench ops --vs-perftest`: perftest and loco on the same device, in alternating rounds.
+//!
+//! perftest (`ib_write_lat`, `ib_read_lat`, `ib_atomic_lat`, `ib_write_bw`, `ib_read_bw`) runs
+//! as a loop-back, server and client on this host's device, as soft-roce-ci/bench-perftest.sh
+//! runs it: `-d DEV -x GID_INDEX -F -n ITERS -p PORT`, the client towards the IPv4 address of
+//! the device's GID (127.0.0.1 if the GID is not IPv4-mapped), the server awaited on its TCP
+//! port, a run that fails or prints `inf` (TSC calibration failed under emulation) retried
+//! up to three times, each run on a new port.
+//!
+//! Under qemu absolute latencies swing from run to run, so each of `--rounds` rounds runs
+//! perftest, then loco, per comparison (ABAB...), and the result is the median of the
+//! per-round ratios with their min and max. Latencies compare full round trips and medians:
+//! `ib_write_lat` reports half a round trip (a ping-pong of writes), so its `t_typical` is
+//! doubled; `ib_read_lat` and `ib_atomic_lat` report whole round trips, as loco's op + wait is.
+//! Bandwidth compares loco's MiB/s with perftest's `BW average[MB/sec]` (perftest's MB are
+//! 2^20 bytes), perftest with `-t` (its tx depth) set to loco's outstanding count.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+
+use crate::ops::{Config, OpArg, OpsArgs};
+
+/// Runs of one perftest test before giving up.
+const ATTEMPTS: usize = 4;
+/// The longest a perftest client or server may run.
+const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
+/// perftest's default port; each run takes the next one.
+const FIRST_PORT: u16 = 18515;
+
+/// What a comparison measures.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    /// Latency: loco's p50 over perftest's `t_typical` (times `factor`, 2 for ib_write_lat).
+    Lat { factor: f64 },
+    /// Bandwidth: loco's MiB/s over perftest's average MB/s.
+    Bw,
+}
+
+/// One loco configuration and the perftest test it is compared with.
+struct Comparison {
+    config: Config,
+    tool: &'static str,
+    extra: Vec<String>,
+    kind: Kind,
+}
+
+/// The comparisons `args` asks for: latency at 8 bytes and 1 outstanding for every operation,
+/// bandwidth of put and get at the largest size of `--sizes` at most 65536 (else the smallest)
+/// with the largest `--outstanding`.
+fn comparisons(args: &OpsArgs) -> Vec<Comparison> {
+    let depth = args.outstanding.iter().copied().max().unwrap_or(1);
+    let bw_size = args
+        .sizes
+        .iter()
+        .copied()
+        .filter(|&s| s <= 65536)
+        .max()
+        .or_else(|| args.sizes.iter().copied().min())
+        .unwrap_or(65536);
+    let lat = |op| Config {
+        op,
+        size: 8,
+        outstanding: 1,
+    };
+    let mut v = Vec::new();
+    for &op in &args.op {
+        let (tool, extra, factor): (_, &[&str], _) = match op {
+            OpArg::Put => ("ib_write_lat", &["-s", "8"], 2.0),
+            OpArg::Get => ("ib_read_lat", &["-s", "8"], 1.0),
+            OpArg::Rfaa => ("ib_atomic_lat", &["-A", "FETCH_AND_ADD"], 1.0),
+            OpArg::Rcas => ("ib_atomic_lat", &["-A", "CMP_AND_SWAP"], 1.0),
+        };
+        v.push(Comparison {
+            config: lat(op),
+            tool,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            kind: Kind::Lat { factor },
+        });
+    }
+    for &op in &args.op {
+        let tool = match op {
+            OpArg::Put => "ib_write_bw",
+            OpArg::Get => "ib_read_bw",
+            _ => continue,
+        };
+        v.push(Comparison {
+            config: Config {
+                op,
+                size: bw_size,
+                outstanding: depth,
+            },
+            tool,
+            extra: vec![
+                "-s".into(),
+                bw_size.to_string(),
+                "-t".into(),
+                depth.to_string(),
+            ],
+            kind: Kind::Bw,
+        });
+    }
+    v
+}
+
+/// Where perftest runs: device, GID index, and the server's address.
+struct Target {
+    device: String,
+    gid_index: u32,
+    server: String,
+}
+
+impl Target {
+    fn from_env() -> Result<Target, String> {
+        let device = std::env::var("LOCO_RDMA_DEVICE").unwrap_or_else(|_| "rxe0".into());
+        let gid_index = match std::env::var("LOCO_GID_INDEX") {
+            Ok(s) => s
+                .parse()
+                .map_err(|_| format!("LOCO_GID_INDEX={s}: expected a number"))?,
+            Err(_) => 1,
+        };
+        let gid_file = format!("/sys/class/infiniband/{device}/ports/1/gids/{gid_index}");
+        let gid = std::fs::read_to_string(&gid_file)
+            .map_err(|e| format!("RDMA device {device}: cannot read {gid_file}: {e}"))?;
+        Ok(Target {
+            server: gid_ipv4(gid.trim()).unwrap_or_else(|| "127.0.0.1".into()),
+            device,
+            gid_index,
+        })
+    }
+}
+
+/// The IPv4 address of an IPv4-mapped GID (`0000:...:ffff:0a00:020f` is `10.0.2.15`).
+fn gid_ipv4(gid: &str) -> Option<String> {
+    let hex = gid
+        .strip_prefix("0000:0000:0000:0000:0000:ffff:")?
+        .replace(':', "");
+    if hex.len() != 8 {
+        return None;
+    }
+    let b = u32::from_str_radix(&hex, 16).ok()?.to_be_bytes();
+    Some(format!("{}.{}.{}.{}", b[0], b[1], b[2], b[3]))
+}
+
+/// perftest's latency result: `t_avg` and `t_typical` (µs), as printed.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Lat {
+    pub(crate) t_avg: f64,
+    pub(crate) t_typical: f64,
+}
+
+/// Parses a latency test's client output: the header naming `t_avg[usec]` and
+/// `t_typical[usec]`, then the values at the same positions in the first row that starts with
+/// a number (the columns before them have one-word names).
+pub(crate) fn parse_lat(out: &str) -> Result<Lat, String> {
+    if out.split_whitespace().any(|w| w == "inf") {
+        return Err("perftest printed inf (TSC calibration failed)".into());
+    }
+    let mut cols = None;
+    for line in out.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if let (Some(avg), Some(typ)) = (
+            words.iter().position(|w| w.starts_with("t_avg")),
+            words.iter().position(|w| w.starts_with("t_typical")),
+        ) {
+            cols = Some((avg, typ));
+            continue;
+        }
+        let Some((avg, typ)) = cols else { continue };
+        if words.first().is_some_and(|w| w.parse::<u64>().is_ok()) {
+            let at = |i: usize| -> Result<f64, String> {
+                words
+                    .get(i)
+                    .and_then(|w| w.parse::<f64>().ok())
+                    .ok_or_else(|| format!("no number in column {} of `{}`", i + 1, line.trim()))
+            };
+            return Ok(Lat {
+                t_avg: at(avg)?,
+                t_typical: at(typ)?,
+            });
+        }
+    }
+    Err("no t_avg/t_typical row in perftest's output".into())
+}
+
+/// Parses a bandwidth test's client output: the average MB/s of the first row of five numbers
+/// under the `#bytes #iterations BW peak[MB/sec] BW average[MB/sec] MsgRate[Mpps]` header.
+pub(crate) fn parse_bw(out: &str) -> Result<f64, String> {
+    if out.split_whitespace().any(|w| w == "inf") {
+        return Err("perftest printed inf".into());
+    }
+    let mut header = false;
+    for line in out.lines() {
+        if line.contains("BW average") {
+            header = true;
+            continue;
+        }
+        if !header {
+            continue;
+        }
+        let nums: Vec<f64> = line
+            .split_whitespace()
+            .map_while(|w| w.parse::<f64>().ok())
+            .collect();
+        if nums.len() >= 5 {
+            return Ok(nums[3]);
+        }
+    }
+    Err("no BW average row in perftest's output".into())
+}
+
+/// Whether a TCP socket listens on `port` here, from /proc/net/tcp and tcp6 (a probe
+/// connection would take the perftest server's only client).
+fn listening(port: u16) -> bool {
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .any(|f| std::fs::read_to_string(f).is_ok_and(|t| listens_in(&t, port)))
+}
+
+/// Whether a /proc/net/tcp table has a socket in state LISTEN (0A) on local `port`.
+fn listens_in(table: &str, port: u16) -> bool {
+    table.lines().skip(1).any(|l| {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        w.len() > 3
+            && w[3] == "0A"
+            && w[1]
+                .rsplit(':')
+                .next()
+                .and_then(|p| u16::from_str_radix(p, 16).ok())
+                == Some(port)
+    })
+}
+
+/// Runs perftest test `tool` once, server and client here; returns the client's output.
+fn run_once(tool: &str, opts: &[String], port: u16, server: &str) -> Result<String, String> {
+    let spawn = |extra: Option<&str>, out: Stdio| -> Result<Child, String> {
+        let mut c = Command::new(tool);
+        c.args(opts).arg("-p").arg(port.to_string());
+        if let Some(a) = extra {
+            c.arg(a);
+        }
+        c.stdin(Stdio::null())
+            .stdout(out)
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot run {tool} (is perftest installed?): {e}"))
+    };
+    let mut srv = spawn(None, Stdio::null())?;
+    let start = Instant::now();
+    while !listening(port) {
+        if srv.try_wait().ok().flatten().is_some() || start.elapsed() > Duration::from_secs(30) {
+            let _ = srv.kill();
+            let _ = srv.wait();
+            return Err(format!(
+                "{tool} server did not start listening on port {port}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let file: PathBuf =
+        std::env::temp_dir().join(format!("loco-perftest-{}-{port}.out", std::process::id()));
+    let out = std::fs::File::create(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let client = spawn(Some(server), Stdio::from(out));
+    let result = client.and_then(|c| finish(c, tool)).and_then(|()| {
+        std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))
+    });
+    let _ = std::fs::remove_file(&file);
+    if finish(srv, tool).is_err() {
+        // The server's own status does not matter once the client has its numbers.
+    }
+    result
+}
+
+/// Waits for a perftest process (killed after [`TOOL_TIMEOUT`]); an error unless it exits 0.
+fn finish(mut c: Child, tool: &str) -> Result<(), String> {
+    let start = Instant::now();
+    loop {
+        match c.try_wait() {
+            Ok(Some(s)) if s.success() => return Ok(()),
+            Ok(Some(s)) => return Err(format!("{tool} failed ({s})")),
+            Ok(None) if start.elapsed() > TOOL_TIMEOUT => {
+                let _ = c.kill();
+                let _ = c.wait();
+                return Err(format!("{tool} ran longer than {TOOL_TIMEOUT:?}"));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return Err(format!("{tool}: {e}")),
+        }
+    }
+}
+
+/// The median of `v` (not empty), and its min and max.
+pub(crate) fn median_spread(v: &[f64]) -> (f64, f64, f64) {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    let median = if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    };
+    (median, s[0], s[n - 1])
+}
+
+/// Runs `loco bench ops --backend verbs --vs-perftest`.
+pub(crate) fn compare(args: &OpsArgs) -> Result<(), String> {
+    if std::env::var_os("LOCO_NODE_ID").is_some() {
+        return Err(
+            "--vs-perftest runs loco and perftest as loop-backs on this host's device: \
+                    unset LOCO_NODE_ID"
+                .into(),
+        );
+    }
+    let target = Target::from_env()?;
+    let cluster = crate::bench::verbs_single(2, crate::ops::MAX_SIZE + 4096)?;
+    let b = crate::ops::Buffers::alloc(&cluster, crate::ops::MAX_SIZE)?;
+    let ctx = cluster
+        .context(loco_rdmawait::NodeId(0))
+        .map_err(|e| e.to_string())?;
+    let cmps = comparisons(args);
+    let bar = ProgressBar::new((cmps.len() * args.rounds) as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut port = FIRST_PORT;
+    // Per comparison: (perftest figure, loco figure, ratio) of each round.
+    let mut seen: Vec<Vec<(f64, f64, f64)>> = vec![Vec::new(); cmps.len()];
+    for round in 0..args.rounds {
+        for (i, c) in cmps.iter().enumerate() {
+            bar.set_message(format!(
+                "round {}: {} vs {}",
+                round + 1,
+                crate::ops::label(c.config),
+                c.tool
+            ));
+            let mut opts: Vec<String> = vec![
+                "-d".into(),
+                target.device.clone(),
+                "-x".into(),
+                target.gid_index.to_string(),
+                "-F".into(),
+                "-n".into(),
+                args.iters.to_string(),
+            ];
+            opts.extend(c.extra.iter().cloned());
+            let mut errors = Vec::new();
+            let mut theirs = None;
+            for _ in 0..ATTEMPTS {
+                port = port.wrapping_add(1).max(FIRST_PORT);
+                let r =
+                    run_once(c.tool, &opts, port, &target.server).and_then(|out| match c.kind {
+                        Kind::Lat { factor } => parse_lat(&out).map(|l| l.t_typical * factor),
+                        Kind::Bw => parse_bw(&out),
+                    });
+                match r {
+                    Ok(v) => {
+                        theirs = Some(v);
+                        break;
+                    }
+                    Err(e) => errors.push(e),
+                }
+            }
+            let theirs = theirs.ok_or_else(|| {
+                format!(
+                    "{} gave no number in {ATTEMPTS} runs: {}",
+                    c.tool,
+                    errors.join("; ")
+                )
+            })?;
+            let row = crate::ops::measure(&ctx, &b, c.config, args.iters, args.warmup)?;
+            let ours = match c.kind {
+                Kind::Lat { .. } => row.p50_us,
+                Kind::Bw => row.mib_per_sec.unwrap_or(0.0),
+            };
+            seen[i].push((theirs, ours, ours / theirs));
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    let mut table = String::new();
+    let _ = writeln!(
+        table,
+        "{:<22} {:<24} {:>12} {:>12} {:>8} {:>15}",
+        "loco", "perftest", "perftest", "loco", "ratio", "(min-max)"
+    );
+    for (c, s) in cmps.iter().zip(&seen) {
+        let (ratio, lo, hi) = median_spread(&s.iter().map(|x| x.2).collect::<Vec<_>>());
+        let (theirs, ..) = median_spread(&s.iter().map(|x| x.0).collect::<Vec<_>>());
+        let (ours, ..) = median_spread(&s.iter().map(|x| x.1).collect::<Vec<_>>());
+        let (tool, unit) = match c.kind {
+            Kind::Lat { factor } if factor != 1.0 => (format!("{} x{factor}", c.tool), "us"),
+            Kind::Lat { .. } => (c.tool.to_string(), "us"),
+            Kind::Bw => (format!("{} -s {}", c.tool, c.config.size), "MiB/s"),
+        };
+        if args.json {
+            println!(
+                "{}",
+                json!({
+                    "op": c.config.op.name(),
+                    "backend": "verbs",
+                    "profile": null,
+                    "size": c.config.size,
+                    "outstanding": c.config.outstanding,
+                    "metric": if c.kind == Kind::Bw { "mib_per_sec" } else { "p50_us" },
+                    "perftest": c.tool,
+                    "perftest_value": theirs,
+                    "loco_value": ours,
+                    "rounds": args.rounds,
+                    "ratio_median": ratio,
+                    "ratio_min": lo,
+                    "ratio_max": hi,
+                })
+            );
+        }
+        let _ = writeln!(
+            table,
+            "{:<22} {:<24} {:>9.2} {unit:<2} {:>9.2} {unit:<2} {:>8.2} {:>15}",
+            crate::ops::label(c.config),
+            tool,
+            theirs,
+            ours,
+            ratio,
+            format!("{lo:.2}-{hi:.2}")
+        );
+    }
+    if !args.json {
+        print!("{table}");
+        println!(
+            "device {} (GID index {}), {} rounds of perftest then loco, {} iterations each; \
+             latency: loco p50 / perftest t_typical, full round trips (ib_write_lat's half round \
+             trip doubled); bandwidth: loco / perftest; values are medians over the rounds, \
+             ratio = median of the per-round ratios",
+            target.device, target.gid_index, args.rounds, args.iters
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Client outputs in perftest's format (hand-written after its documented layout).
+    const WRITE_LAT: &str = "\
+---------------------------------------------------------------------------------------
+                    RDMA_Write Latency Test
+ Dual-port       : OFF\t\tDevice         : rxe0
+ Number of qps   : 1\t\tTransport type : IB
+ Connection type : RC\t\tUsing SRQ      : OFF
+ TX depth        : 1
+ Mtu             : 1024[B]
+ Link type       : Ethernet
+ GID index       : 1
+ Max inline data : 220[B]
+ rdma_cm QPs\t : OFF
+ Data ex. method : Ethernet
+---------------------------------------------------------------------------------------
+ local address: LID 0000 QPN 0x0011 PSN 0x5a6b2c RKey 0x000204 VAddr 0x005581e0e4c000
+ GID: 00:00:00:00:00:00:00:00:00:00:255:255:10:00:02:15
+---------------------------------------------------------------------------------------
+ #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] 
+ 8       1000          41.36          2113.44      45.27     \t        52.81    \t   71.02  \t\t98.40   \t\t2113.44 
+---------------------------------------------------------------------------------------
+";
+
+    const ATOMIC_INF: &str = "\
+ #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] 
+ 8       1000          inf            inf          inf               inf           inf            inf                  inf
+";
+
+    const READ_BW: &str = "\
+---------------------------------------------------------------------------------------
+                    RDMA_Read BW Test
+ Dual-port       : OFF\t\tDevice         : rxe0
+ Number of qps   : 1\t\tTransport type : IB
+ TX depth        : 16
+---------------------------------------------------------------------------------------
+ #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]
+ 65536      1000             312.45             298.11\t\t   0.004770
+---------------------------------------------------------------------------------------
+";
+
+    #[test]
+    fn latency_output_parses() {
+        assert_eq!(
+            parse_lat(WRITE_LAT),
+            Ok(Lat {
+                t_avg: 52.81,
+                t_typical: 45.27
+            })
+        );
+        assert!(parse_lat(ATOMIC_INF).unwrap_err().contains("inf"));
+        assert!(parse_lat("Couldn't connect to 10.0.2.15:18516\n").is_err());
+    }
+
+    #[test]
+    fn bandwidth_output_parses() {
+        assert_eq!(parse_bw(READ_BW), Ok(298.11));
+        assert!(parse_bw(WRITE_LAT).is_err());
+    }
+
+    #[test]
+    fn gid_and_listeners() {
+        assert_eq!(
+            gid_ipv4("0000:0000:0000:0000:0000:ffff:0a00:020f").as_deref(),
+            Some("10.0.2.15")
+        );
+        assert_eq!(gid_ipv4("fe80:0000:0000:0000:5054:00ff:fe12:3456"), None);
+        let t = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000:4854 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1
+   1: 0100007F:4855 0100007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 2 1
+";
+        assert!(listens_in(t, 0x4854));
+        assert!(!listens_in(t, 0x4855), "established, not listening");
+    }
+
+    #[test]
+    fn median_and_spread() {
+        assert_eq!(median_spread(&[1.2, 0.9, 1.1]), (1.1, 0.9, 1.2));
+        assert_eq!(median_spread(&[1.0, 2.0]), (1.5, 1.0, 2.0));
+    }
+}

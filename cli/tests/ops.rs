@@ -1,0 +1,157 @@
+//! `loco bench ops`: JSON lines with the documented fields, a deterministic simulator, and
+//! clear errors for bad options.
+
+use std::process::Command;
+
+fn loco(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_loco"))
+        .args(args)
+        .output()
+        .expect("runs loco")
+}
+
+fn json_lines(out: &std::process::Output) -> Vec<serde_json::Value> {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON object per line"))
+        .collect()
+}
+
+#[test]
+fn bench_ops_prints_one_json_object_per_configuration() {
+    let dir = std::env::temp_dir().join(format!("loco-bench-ops-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plot = dir.join("ops.svg");
+    let out = loco(&[
+        "bench",
+        "ops",
+        "--sizes",
+        "8,4096",
+        "--outstanding",
+        "1,4",
+        "--iters",
+        "20",
+        "--warmup",
+        "2",
+        "--json",
+        "--plot",
+        plot.to_str().unwrap(),
+    ]);
+    let lines = json_lines(&out);
+    // put and get at 2 sizes, rfaa and rcas at 8 bytes, each at 2 outstanding counts.
+    assert_eq!(lines.len(), (2 * 2 + 2) * 2);
+    for v in &lines {
+        for field in [
+            "op",
+            "backend",
+            "profile",
+            "size",
+            "outstanding",
+            "p50_us",
+            "p99_us",
+            "mean_us",
+            "ops_per_sec",
+            "mib_per_sec",
+        ] {
+            assert!(v.get(field).is_some(), "{field} missing in {v}");
+        }
+        assert_eq!(v["backend"], "soft");
+        assert!(v["ops_per_sec"].as_f64().unwrap() > 0.0, "{v}");
+        let op = v["op"].as_str().unwrap();
+        if op == "rfaa" || op == "rcas" {
+            assert_eq!(v["size"], 8, "{v}");
+            assert!(v["mib_per_sec"].is_null(), "{v}");
+        } else {
+            assert!(v["mib_per_sec"].as_f64().unwrap() > 0.0, "{v}");
+        }
+    }
+    for op in ["put", "get", "rfaa", "rcas"] {
+        assert!(lines.iter().any(|v| v["op"] == op), "{op} missing");
+    }
+    // One line per operation and outstanding count.
+    let svg = std::fs::read_to_string(&plot).expect("the plot was written");
+    assert_eq!(svg.matches("<polyline").count(), 4 * 2, "{svg}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn bench_ops_on_the_simulator_is_deterministic() {
+    let args = [
+        "bench",
+        "ops",
+        "--backend",
+        "sim",
+        "--profile",
+        "rxe",
+        "--sizes",
+        "8,65536",
+        "--outstanding",
+        "1,2",
+        "--iters",
+        "10",
+        "--warmup",
+        "1",
+        "--seed",
+        "7",
+        "--json",
+        "--no-plot",
+    ];
+    let (a, b) = (json_lines(&loco(&args)), json_lines(&loco(&args)));
+    assert_eq!(a.len(), (2 * 2 + 2) * 2);
+    assert_eq!(a, b, "same seed, same figures");
+    assert!(a
+        .iter()
+        .all(|v| v["backend"] == "sim" && v["profile"] == "rxe"));
+}
+
+#[test]
+fn bench_ops_refuses_bad_options() {
+    for bad in [
+        &["--sizes", "0"][..],
+        &["--sizes", "12"],
+        &["--sizes", "2097152"],
+        &["--sizes", "8,-8"],
+        &["--outstanding", "0"],
+        &["--outstanding", "129"],
+        &["--iters", "0"],
+        &["--iters", "18446744073709551616"],
+        &["--warmup", "18446744073709551616"],
+        &["--warmup", "-1"],
+        &["--rounds", "0"],
+        &["--op", "swap"],
+        &["--backend", "tcp"],
+    ] {
+        let mut args = vec!["bench", "ops", "--no-plot"];
+        args.extend_from_slice(bad);
+        let out = loco(&args);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("error:") && !err.contains("panicked"), "{err}");
+    }
+}
+
+#[test]
+fn vs_perftest_needs_the_verbs_backend() {
+    for backend in ["soft", "sim"] {
+        let out = loco(&[
+            "bench",
+            "ops",
+            "--backend",
+            backend,
+            "--vs-perftest",
+            "--no-plot",
+        ]);
+        assert_eq!(out.status.code(), Some(5), "{backend}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("--vs-perftest") && err.contains("--backend verbs"),
+            "{err}"
+        );
+        assert!(out.stdout.is_empty());
+    }
+}
