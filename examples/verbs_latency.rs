@@ -1,7 +1,7 @@
 //! Latency of one remote operation and its wait on the verbs backend: `put`+`wait`,
 //! `get`+`wait` and `rfaa`+`wait` of one 8-byte word, from a thread on n0 to n1's memory (two
 //! protection domains on one device: a loop-back through the NIC, like perftest run with client
-//! and server on one host). `soft-roce-ci/bench.sh` sets it beside perftest's `ib_write_lat`,
+//! and server on one host). `soft-roce-ci/bench.sh --hosts 2` sets it beside perftest's `ib_write_lat`,
 //! `ib_read_lat` and `ib_atomic_lat` on the same device.
 //!
 //! ```text
