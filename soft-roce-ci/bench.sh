@@ -114,13 +114,16 @@ case $rounds in '' | *[!0-9]*) die "--rounds wants a number, got '$rounds'" ;; e
 need_cmd cargo "rustup (https://rustup.rs)"
 # build_exe WHAT CARGO-ARGS...: builds (release, feature verbs) and prints the executable's path.
 build_exe() {
-    local what=$1 exe
+    local what=$1 exe json
     shift
     log "building $what (release, feature verbs)"
+    # cargo's messages go to a temporary file, not $ROOT/target (absent with CARGO_TARGET_DIR).
+    json=$(mktemp)
     (cd "$ROOT" && cargo build --release "$@" --message-format=json-render-diagnostics) \
-        >"$ROOT/target/bench-build.json" || die "building $what failed"
-    exe=$(grep "\"executable\":\"[^\"]*/$what\"" "$ROOT/target/bench-build.json" \
+        >"$json" || { rm -f "$json"; die "building $what failed"; }
+    exe=$(grep "\"executable\":\"[^\"]*/$what\"" "$json" \
         | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n1)
+    rm -f "$json"
     [ -x "$exe" ] || die "no $what executable found"
     printf '%s\n' "$exe"
 }
