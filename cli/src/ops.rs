@@ -328,10 +328,10 @@ pub fn ops(args: &OpsArgs) -> Result<(), String> {
     bar.finish_and_clear();
     if args.json {
         for r in &rows {
-            println!("{}", json_row(r, args));
+            out(&json_row(r, args).to_string());
         }
     } else {
-        print!("{}", table(&rows, args));
+        out(table(&rows, args).trim_end());
     }
     if !args.no_plot {
         write_plot(&rows, args)?;
@@ -441,6 +441,15 @@ fn verbs(
     {
         let _ = (args, configs, bar);
         Err(crate::bench::NO_VERBS.into())
+    }
+}
+
+/// Prints a line on stdout; ends the process quietly when stdout is closed (`loco ... | head`),
+/// with the status a SIGPIPE death would have (as the other subcommands' `out!`).
+pub(crate) fn out(line: &str) {
+    use std::io::Write as _;
+    if writeln!(std::io::stdout(), "{line}").is_err() {
+        std::process::exit(141);
     }
 }
 

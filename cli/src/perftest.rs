@@ -385,7 +385,7 @@ pub(crate) fn compare(args: &OpsArgs) -> Result<(), String> {
     let mut table = String::new();
     let _ = writeln!(
         table,
-        "{:<22} {:<24} {:>12} {:>12} {:>8} {:>15}",
+        "{:<18} {:<22} {:>15} {:>15} {:>7} {:>11}",
         "loco", "perftest", "perftest", "loco", "ratio", "(min-max)"
     );
     for (c, s) in cmps.iter().zip(&seen) {
@@ -398,9 +398,8 @@ pub(crate) fn compare(args: &OpsArgs) -> Result<(), String> {
             Kind::Bw => (format!("{} -s {}", c.tool, c.config.size), "MiB/s"),
         };
         if args.json {
-            println!(
-                "{}",
-                json!({
+            crate::ops::out(
+                &json!({
                     "op": c.config.op.name(),
                     "backend": "verbs",
                     "profile": null,
@@ -415,28 +414,29 @@ pub(crate) fn compare(args: &OpsArgs) -> Result<(), String> {
                     "ratio_min": lo,
                     "ratio_max": hi,
                 })
+                .to_string(),
             );
         }
         let _ = writeln!(
             table,
-            "{:<22} {:<24} {:>9.2} {unit:<2} {:>9.2} {unit:<2} {:>8.2} {:>15}",
+            "{:<18} {:<22} {:>15} {:>15} {:>7.2} {:>11}",
             crate::ops::label(c.config),
             tool,
-            theirs,
-            ours,
+            format!("{theirs:.2} {unit}"),
+            format!("{ours:.2} {unit}"),
             ratio,
             format!("{lo:.2}-{hi:.2}")
         );
     }
     if !args.json {
-        print!("{table}");
-        println!(
+        crate::ops::out(table.trim_end());
+        crate::ops::out(&format!(
             "device {} (GID index {}), {} rounds of perftest then loco, {} iterations each; \
              latency: loco p50 / perftest t_typical, full round trips (ib_write_lat's half round \
              trip doubled); bandwidth: loco / perftest; values are medians over the rounds, \
              ratio = median of the per-round ratios",
             target.device, target.gid_index, args.rounds, args.iters
-        );
+        ));
     }
     Ok(())
 }
