@@ -281,7 +281,7 @@ pub fn locks(args: &LocksArgs) -> Result<(), String> {
         bar.inc(1);
         if let Some(row) = row {
             if args.json {
-                bar.suspend(|| println!("{}", json_row(&row, args)));
+                bar.suspend(|| crate::ops::out(&json_row(&row, args).to_string()));
             }
             rows.push(row);
         }
@@ -291,7 +291,7 @@ pub fn locks(args: &LocksArgs) -> Result<(), String> {
         return Ok(());
     }
     if !args.json {
-        print!("{}", table(&rows, args));
+        crate::ops::out(table(&rows, args).trim_end_matches('\n'));
     }
     if !args.no_plot {
         write_plot(&rows, args)?;

@@ -39,15 +39,14 @@ use loco_litmus::explore::satisfies;
 use loco_litmus::{Exploration, RunBackend, RunConfig, RunError, Test};
 use serde_json::{json, Value};
 
-/// `println!` that ends the process quietly when stdout is closed (`loco ... | head`), with the
-/// status a SIGPIPE death would have.
+/// `println!` through [`ops::out`]: ends the process quietly when stdout is closed.
 macro_rules! out {
-    ($($t:tt)*) => {{
-        use std::io::Write as _;
-        if writeln!(std::io::stdout(), $($t)*).is_err() {
-            std::process::exit(141);
-        }
-    }};
+    () => {
+        ops::out("")
+    };
+    ($($t:tt)*) => {
+        ops::out(&format!($($t)*))
+    };
 }
 
 /// The exit statuses of `loco litmus`, as `loco litmus --help` prints them.

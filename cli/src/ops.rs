@@ -445,7 +445,7 @@ fn verbs(
 }
 
 /// Prints a line on stdout; ends the process quietly when stdout is closed (`loco ... | head`),
-/// with the status a SIGPIPE death would have (as the other subcommands' `out!`).
+/// with the status a SIGPIPE death would have (every subcommand prints through it).
 pub(crate) fn out(line: &str) {
     use std::io::Write as _;
     if writeln!(std::io::stdout(), "{line}").is_err() {

@@ -158,3 +158,37 @@ fn bench_locks_on_verbs_without_the_feature_says_how_to_build_it() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--features verbs"), "{err}");
 }
+
+/// `loco bench locks --json | head -1`: once the reader has gone, the bench ends quietly with
+/// the status of a SIGPIPE death (141), not a panic about a broken pipe.
+#[test]
+fn a_closed_stdout_ends_the_bench_quietly() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_loco"))
+        .args([
+            "bench",
+            "locks",
+            "--nodes",
+            "2",
+            "--threads",
+            "1,2",
+            "--secs",
+            "0.2",
+            "--json",
+            "--no-plot",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with('{'), "{first}");
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(141), "{stderr}");
+}
