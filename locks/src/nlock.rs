@@ -235,10 +235,8 @@ impl RawNLock {
             if !announced {
                 // A waiter announces its ticket as soon as it has to wait (not waited for): if
                 // it dies from then on, the others can skip its ticket.
-                ctx.store(&me.note, t + 1)?;
                 let w = me.waiting_word(&self.waiting)?;
-                ctx.put(&w, &me.note, NL_REL)?;
-                me.wrote_slot();
+                me.put_slot(ctx, &w, t + 1, NL_REL)?;
                 me.unreaped.set(true);
                 announced = true;
             }

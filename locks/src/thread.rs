@@ -281,6 +281,15 @@ impl ThreadLock {
         Ok(w)
     }
 
+    /// `store(note, v); put(w, note, wid)`: the thread writes `v` into its slot `w` (see
+    /// [`ThreadLock::waiting_word`]); the write may land late ([`ThreadLock::wrote_slot`]).
+    pub(crate) fn put_slot(&self, ctx: &Ctx, w: &Loc, v: u64, wid: WorkId) -> Result<()> {
+        ctx.store(&self.note, v)?;
+        ctx.put(w, &self.note, wid)?;
+        self.wrote_slot();
+        Ok(())
+    }
+
     /// A put into the thread's slot was posted: its write may land late (see `slot_landed`).
     pub(crate) fn wrote_slot(&self) {
         self.slot_landed.set(false);
@@ -325,18 +334,15 @@ impl ThreadLock {
         let Some(w) = self.slot_word.get() else {
             return true;
         };
-        let private = self.wait_slot.get().is_some_and(|s| s < WAIT_SLOTS - 1);
-        let cleared = if private {
-            ctx.store(&self.note, IDLE)
-                .and_then(|()| ctx.put(&w, &self.note, LAND))
-        } else {
-            Ok(())
+        let landed = || -> Result<()> {
+            if self.wait_slot.get().is_some_and(|s| s < WAIT_SLOTS - 1) {
+                self.put_slot(ctx, &w, IDLE, LAND)?;
+            }
+            // The read's value is not used: `scratch` goes back only if the context settles.
+            ctx.get(&self.scratch, &w, LAND)?;
+            Ok(ctx.wait_timeout(LAND, budget)?)
         };
-        // The read's value is not used: `scratch` goes back only if the context settles.
-        let landed = cleared
-            .and_then(|()| ctx.get(&self.scratch, &w, LAND))
-            .and_then(|()| ctx.wait_timeout(LAND, budget));
-        match landed {
+        match landed() {
             Ok(()) => {
                 self.slot_landed.set(true);
                 true
@@ -356,9 +362,7 @@ impl ThreadLock {
     /// `wid` is the acquire's work id: the ticket's wait reaps the put.
     pub(crate) fn claim(&self, ctx: &Ctx, waiting: &Loc, wid: WorkId) -> Result<()> {
         let w = self.waiting_word(waiting)?;
-        ctx.store(&self.note, TAKING)?;
-        ctx.put(&w, &self.note, wid)?;
-        self.wrote_slot();
+        self.put_slot(ctx, &w, TAKING, wid)?;
         // In flight until the ticket's wait: the slot and words are not recycled before.
         self.dirty.set(true);
         Ok(())
@@ -373,9 +377,7 @@ impl ThreadLock {
             return Ok(());
         }
         let w = self.waiting_word(waiting)?;
-        ctx.store(&self.note, IDLE)?;
-        ctx.put(&w, &self.note, wid)?;
-        self.wrote_slot();
+        self.put_slot(ctx, &w, IDLE, wid)?;
         self.unreaped.set(true);
         Ok(())
     }
@@ -412,12 +414,12 @@ impl ThreadLock {
     ///   thread's;
     /// - [`Claim::Nobody`]: neither. Then `r`'s thread is not live: every thread claims its
     ///   slot before taking a ticket, and its slot reads `TAKING` or names that ticket until its
-    ///   next claim, which comes after its release; a slot goes back to the pool only once
-    ///   nothing of its owner's is in flight, and with no hold (a ticket a dropped context
-    ///   left is owed as a mark). The ticket was taken before the caller's own (which it
-    ///   precedes), so its claim landed before the caller's FAA and this get sees it or a
-    ///   later value of that slot. A slot goes back to the pool only once its owner's writes
-    ///   are known to have landed ([`ThreadLock::land_slot`]).
+    ///   next claim, which comes after its release; a slot goes back to the pool only with no
+    ///   hold and once its owner's writes are known to have landed
+    ///   ([`ThreadLock::land_slot`]); a ticket a dropped context left is owed as a mark, or
+    ///   cleared from its slot as nobody's. The ticket was taken before the caller's own (which
+    ///   it precedes), so its claim landed before the caller's FAA and this get sees it or a
+    ///   later value of that slot.
     pub(crate) fn claims(
         &self,
         ctx: &Ctx,

@@ -435,10 +435,9 @@ impl RawWLock {
                     if !announced {
                         // A waiter announces its ticket as soon as it has to wait (not waited
                         // for): if it dies from then on, the others can skip its ticket.
-                        ctx.store(&me.note, t + 1)?;
                         let w = me.waiting_word(&self.waiting)?;
-                        self.run(ctx, me, d).put(w, me.note, WL_REL)?;
-                        me.wrote_slot();
+                        me.put_slot(ctx, &w, t + 1, WL_REL)?;
+                        me.unreaped.set(true);
                         announced = true;
                     }
                     if loco_rdmawait::clock::now().saturating_duration_since(looked) >= LOOK_EVERY
