@@ -173,7 +173,7 @@ pub fn hello_and_leave(
         to,
         incarnation,
     };
-    let deadline = std::time::Instant::now() + timeout;
+    let deadline = session::deadline_after(timeout);
     let (stream, theirs) = gate::dial(sock, deadline, &key, d, timeout)
         .map_err(|e| verbs_error(format!("hello to {addr}: {e}")))?;
     drop(stream);

@@ -58,7 +58,7 @@ fn retry_for(peer_timeout: Duration) -> Duration {
 
 /// `now + timeout`, capped at a year from now: a [`Duration::MAX`] timeout (documented as "no
 /// timeout") must not overflow [`Instant`].
-fn deadline_after(timeout: Duration) -> Instant {
+pub(crate) fn deadline_after(timeout: Duration) -> Instant {
     const FAR: Duration = Duration::from_secs(365 * 24 * 3600);
     Instant::now() + timeout.min(FAR)
 }
