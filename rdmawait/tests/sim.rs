@@ -66,47 +66,50 @@ fn check_counts_runs_and_distinct_schedules() {
 }
 
 /// Publishing with a put and a wait, where a global fence is needed: the flag (towards n2) can
-/// land before the data (towards n1), and the simulator finds a run where the reader sees the
-/// flag but not the data; replaying its seed fails the same way.
+/// land before the data (towards n1), so the reader may see the flag but not the data.
+fn publish(fence: bool) -> impl Fn(&Cluster) -> Result<(), BoxError> + Send + Sync + 'static {
+    move |cluster: &Cluster| {
+        let data = cluster.alloc_word(NodeId(1))?;
+        let flag = cluster.alloc_word(NodeId(2))?;
+        let one = cluster.alloc_word(NodeId(0))?;
+        let seen = cluster.alloc_word(NodeId(2))?;
+        let w = sim::spawn(cluster, NodeId(0), move |ctx: &Ctx| {
+            ctx.store(&one, 1)?;
+            ctx.put(&data, &one, WorkId::new(1))?;
+            ctx.wait(WorkId::new(1))?;
+            if fence {
+                loco_rdmawait::protocol::Machine::rfence(&mut &*ctx, NodeId(1))?;
+                gf_like(ctx, &data, &one)?;
+            }
+            ctx.put(&flag, &one, WorkId::new(1))?;
+            ctx.wait(WorkId::new(1))
+        });
+        let r = sim::spawn(cluster, NodeId(2), move |ctx: &Ctx| {
+            while ctx.load(&flag)? == 0 {
+                loco_rdmawait::clock::pause();
+            }
+            ctx.get(&seen, &data, WorkId::new(1))?;
+            ctx.wait(WorkId::new(1))?;
+            let v = ctx.load(&seen)?;
+            assert_eq!(v, 1, "saw the flag but not the data");
+            Ok::<(), loco_rdmawait::Error>(())
+        });
+        w.join()?;
+        r.join()?;
+        Ok(())
+    }
+}
+
+/// Waits until the put to `data` has landed: a get of it after an rfence (what `gf` does).
+fn gf_like(ctx: &Ctx, data: &Loc, scratch: &Loc) -> loco_rdmawait::Result<()> {
+    ctx.get(scratch, data, WorkId::new(2))?;
+    ctx.wait(WorkId::new(2))
+}
+
+/// The simulator finds a run of [`publish`] without the fence where the reader sees the flag but
+/// not the data; replaying its seed fails the same way.
 #[test]
 fn a_missing_fence_is_found_and_replayed() {
-    fn publish(fence: bool) -> impl Fn(&Cluster) -> Result<(), BoxError> + Send + Sync + 'static {
-        move |cluster: &Cluster| {
-            let data = cluster.alloc_word(NodeId(1))?;
-            let flag = cluster.alloc_word(NodeId(2))?;
-            let one = cluster.alloc_word(NodeId(0))?;
-            let seen = cluster.alloc_word(NodeId(2))?;
-            let w = sim::spawn(cluster, NodeId(0), move |ctx: &Ctx| {
-                ctx.store(&one, 1)?;
-                ctx.put(&data, &one, WorkId::new(1))?;
-                ctx.wait(WorkId::new(1))?;
-                if fence {
-                    loco_rdmawait::protocol::Machine::rfence(&mut &*ctx, NodeId(1))?;
-                    gf_like(ctx, &data, &one)?;
-                }
-                ctx.put(&flag, &one, WorkId::new(1))?;
-                ctx.wait(WorkId::new(1))
-            });
-            let r = sim::spawn(cluster, NodeId(2), move |ctx: &Ctx| {
-                while ctx.load(&flag)? == 0 {
-                    loco_rdmawait::clock::pause();
-                }
-                ctx.get(&seen, &data, WorkId::new(1))?;
-                ctx.wait(WorkId::new(1))?;
-                let v = ctx.load(&seen)?;
-                assert_eq!(v, 1, "saw the flag but not the data");
-                Ok::<(), loco_rdmawait::Error>(())
-            });
-            w.join()?;
-            r.join()?;
-            Ok(())
-        }
-    }
-    /// Waits until the put to `data` has landed: a get of it after an rfence (what `gf` does).
-    fn gf_like(ctx: &Ctx, data: &Loc, scratch: &Loc) -> loco_rdmawait::Result<()> {
-        ctx.get(scratch, data, WorkId::new(2))?;
-        ctx.wait(WorkId::new(2))
-    }
     let f = sim::check(Config::new(3).runs(2000), publish(false)).unwrap_err();
     assert_eq!(f.kind(), FailureKind::Panic, "{}", f.report());
     assert!(
@@ -522,4 +525,167 @@ fn a_thread_blocked_outside_the_simulator_is_a_hang() {
         fail.message()
     );
     drop(tx); // lets the abandoned thread go
+}
+
+/// Store buffering through puts (docs/model.md §3, Fig. 5's shape with CPU stores): two threads
+/// each store 1 into their node's word, put it to the other's, and read the word the other
+/// writes. Returns the outcomes (what each thread read) of every run, in run order.
+fn store_buffering(
+    seen: std::sync::Arc<std::sync::Mutex<Vec<(u64, u64)>>>,
+) -> impl Fn(&Cluster) -> Result<(), BoxError> + Send + Sync + 'static {
+    move |cluster: &Cluster| {
+        let (x, y) = (
+            cluster.alloc_word(NodeId(0))?,
+            cluster.alloc_word(NodeId(1))?,
+        );
+        let (a, b) = (
+            cluster.alloc_word(NodeId(0))?,
+            cluster.alloc_word(NodeId(1))?,
+        );
+        let out = std::sync::Arc::new(std::sync::Mutex::new((0, 0)));
+        let o = out.clone();
+        let t0 = sim::spawn(cluster, NodeId(0), move |ctx: &Ctx| {
+            ctx.store(&a, 1)?;
+            ctx.put(&y, &a, WorkId::new(1))?;
+            ctx.wait(WorkId::new(1))?;
+            o.lock().unwrap().0 = ctx.load(&x)?;
+            Ok::<(), loco_rdmawait::Error>(())
+        });
+        let o = out.clone();
+        let t1 = sim::spawn(cluster, NodeId(1), move |ctx: &Ctx| {
+            ctx.store(&b, 1)?;
+            ctx.put(&x, &b, WorkId::new(1))?;
+            ctx.wait(WorkId::new(1))?;
+            o.lock().unwrap().1 = ctx.load(&y)?;
+            Ok::<(), loco_rdmawait::Error>(())
+        });
+        t0.join()?;
+        t1.join()?;
+        let v = *out.lock().unwrap();
+        seen.lock().unwrap().push(v);
+        Ok(())
+    }
+}
+
+/// Exhaustive search runs every schedule of a small program within its delay bound, says the
+/// bound was hit, and sees every outcome the model allows, (0, 0) included (store buffering
+/// through puts despite the waits, Fig. 5); the same search twice makes the same runs.
+#[test]
+fn exhaustive_search_sees_every_allowed_outcome() {
+    use loco_rdmawait::sim::Search;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    // (1, 1) takes three deviations: both puts landing early, and a thread switch.
+    let config = || {
+        Config::new(2)
+            .strategy(Strategy::Exhaustive { max_delays: 3 })
+            .runs(200_000)
+    };
+    let r = sim::check(config(), store_buffering(seen.clone())).unwrap();
+    assert_eq!(r.search, Search::DelayBound { max_delays: 3 }, "{r:?}");
+    assert!(r.search.to_string().contains("raise max_delays"));
+    // Runs differ in their choices; `schedules` tells apart only the threads' steps.
+    assert!(r.schedules > 10 && r.schedules as u64 <= r.runs, "{r:?}");
+    let outcomes: std::collections::BTreeSet<_> = seen.lock().unwrap().iter().copied().collect();
+    assert_eq!(
+        outcomes,
+        [(0, 0), (0, 1), (1, 0), (1, 1)].into_iter().collect(),
+        "{r:?}"
+    );
+    // The same search twice: the same runs in the same order.
+    let first = std::mem::take(&mut *seen.lock().unwrap());
+    assert_eq!(
+        sim::check(config(), store_buffering(seen.clone())).unwrap(),
+        r
+    );
+    assert_eq!(*seen.lock().unwrap(), first);
+    // Fewer runs than the search needs: it says where it stopped.
+    let cut = sim::check(config().runs(40), store_buffering(seen.clone())).unwrap();
+    assert_eq!(cut.runs, 40);
+    assert_eq!(cut.search, Search::RunBound { runs: 40 });
+}
+
+/// A program small enough is searched completely: every choice of every run explored.
+#[test]
+fn exhaustive_search_of_a_tiny_program_is_complete() {
+    use loco_rdmawait::sim::Search;
+    let f = |cluster: &Cluster| {
+        let x = cluster.alloc_word(NodeId(1))?;
+        let src = cluster.alloc_word(NodeId(0))?;
+        let t = sim::spawn(cluster, NodeId(0), move |ctx: &Ctx| {
+            ctx.store(&src, 7)?;
+            ctx.put(&x, &src, WorkId::new(1))?;
+            ctx.wait(WorkId::new(1))
+        });
+        t.join()?;
+        Ok::<(), BoxError>(())
+    };
+    let r = sim::check(
+        Config::new(2)
+            .strategy(Strategy::Exhaustive { max_delays: 50 })
+            .runs(100_000),
+        f,
+    )
+    .unwrap();
+    assert_eq!(r.search, Search::Complete, "{r:?}");
+    assert!(r.runs > 1, "{r:?}");
+    // Random sampling says it is not exhaustive.
+    let s = sim::check(Config::new(2).runs(3), f).unwrap();
+    assert_eq!(s.search, Search::Sampled);
+}
+
+/// The missing fence of [`publish`], found by exhaustive search with one deviation allowed (the
+/// flag lands before the data); its failure's number replays the same failing run.
+#[test]
+fn exhaustive_search_finds_a_missing_fence_and_replays_it() {
+    let config = || {
+        Config::new(3)
+            .strategy(Strategy::Exhaustive { max_delays: 1 })
+            .runs(100_000)
+    };
+    let f = sim::check(config(), publish(false)).unwrap_err();
+    // One deviation suffices: the flag lands before the data.
+    assert_eq!(f.kind(), FailureKind::Panic, "{}", f.report());
+    assert!(f.message().contains("saw the flag but not the data"));
+    let again = sim::replay(config(), f.seed(), publish(false)).unwrap_err();
+    assert_eq!(again.message(), f.message());
+    assert_eq!(again.trace(), f.trace(), "the same steps");
+    // A run number past the end of the search is refused.
+    let none = sim::replay(config(), u64::MAX, publish(true)).unwrap_err();
+    assert_eq!(none.kind(), FailureKind::Setup, "{}", none.report());
+    // With the fence, the whole bounded search passes.
+    let r = sim::check(config(), publish(true)).unwrap();
+    assert!(r.runs > 10, "{r:?}");
+}
+
+/// Code that behaves differently from run to run (here: state kept across runs) cannot be
+/// searched; the search says so instead of reporting a false pass or fail.
+#[test]
+fn exhaustive_search_refuses_what_it_cannot_search() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let f = |cluster: &Cluster| {
+        let n = CALLS.fetch_add(1, Ordering::Relaxed);
+        let x = cluster.alloc_word(NodeId(0))?;
+        let a = sim::spawn(cluster, NodeId(0), move |ctx: &Ctx| {
+            for i in 0..(2 + n % 3) {
+                ctx.store(&x, i)?;
+            }
+            Ok::<(), loco_rdmawait::Error>(())
+        });
+        let b = sim::spawn(cluster, NodeId(0), move |ctx: &Ctx| ctx.load(&x).map(drop));
+        a.join()?;
+        b.join()?;
+        Ok::<(), BoxError>(())
+    };
+    let config = || {
+        Config::new(1)
+            .strategy(Strategy::Exhaustive { max_delays: 2 })
+            .runs(1000)
+    };
+    let e = sim::check(config(), f).unwrap_err();
+    assert_eq!(e.kind(), FailureKind::Nondeterministic, "{}", e.report());
+    // Not with a timed profile: its clocks order the run.
+    let e = sim::check(config().profile(sim::Profile::connectx5()), f).unwrap_err();
+    assert_eq!(e.kind(), FailureKind::Setup);
+    assert!(e.message().contains("Exhaustive"), "{}", e.message());
 }

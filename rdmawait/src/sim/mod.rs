@@ -37,10 +37,33 @@
 //! sleep lets virtual time pass. (Per-operation costs from network profiles are future work:
 //! every step costs the same today.)
 //!
-//! **Strategies** ([`Strategy`]): uniform random choice at every point, or PCT (probabilistic
+//! **Strategies** ([`Strategy`]): uniform random choice at every point, PCT (probabilistic
 //! concurrency testing: random thread priorities, `depth - 1` random points where the running
 //! thread drops to the lowest priority; a spin loop's pause also drops it, so that a spinning
-//! thread lets the one it waits for run).
+//! thread lets the one it waits for run), or bounded exhaustive search (every schedule within a
+//! number of deviations from a default schedule, each run once, depth first, as loom does; the
+//! [`Report::search`] says whether the bound cut the search).
+//!
+//! ```
+//! use loco_rdmawait::sim::{self, Config, Search, Strategy};
+//! use loco_rdmawait::{Cluster, Ctx, NodeId, WorkId};
+//!
+//! let config = Config::new(2).strategy(Strategy::Exhaustive { max_delays: 2 }).runs(10_000);
+//! let report = sim::check(config, |cluster: &Cluster| {
+//!     let x = cluster.alloc_word(NodeId(1))?;
+//!     let one = cluster.alloc_word(NodeId(0))?;
+//!     let w = sim::spawn(cluster, NodeId(0), move |ctx: &Ctx| {
+//!         ctx.store(&one, 1)?;
+//!         ctx.put(&x, &one, WorkId::new(1))?;
+//!         ctx.wait(WorkId::new(1))
+//!     });
+//!     w.join()?;
+//!     Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+//! })
+//! .unwrap();
+//! assert!(matches!(report.search, Search::Complete | Search::DelayBound { .. }));
+//! println!("{} runs: {}", report.runs, report.search);
+//! ```
 //!
 //! **Faults** ([`Config::fault`], [`Fault`]): a node crashes, or is cut off for a number of
 //! steps, at a given step or at one drawn from the run's seed; the code under test sees the
@@ -59,8 +82,11 @@
 //! NIC and the libraries above it, which use std, parking_lot and crossbeam internally; the
 //! scheduling points that matter are the NIC's operations, and the simulation needs a clock,
 //! which shuttle does not model. The scheduler here is small (`sched.rs`) and follows
-//! shuttle's ideas (PCT with yield-deprioritisation, seeds per run).
+//! shuttle's ideas (PCT with yield-deprioritisation, seeds per run); its exhaustive search
+//! (`explore.rs`) is loom's depth-first walk over a choice tree, with delay bounding, and its
+//! choices include the NIC's steps and the step a random fault strikes at.
 
+pub(crate) mod explore;
 pub mod profile;
 pub(crate) mod sched;
 
@@ -104,6 +130,67 @@ pub enum Strategy {
         /// The bug depth aimed at (at least 1).
         depth: usize,
     },
+    /// Bounded exhaustive search: every schedule that deviates from the default schedule at
+    /// most `max_delays` times is run once, depth first, up to [`Config::runs`] runs; the
+    /// [`Report`]'s [`Search`] says whether the search ran them all, and whether it ran every
+    /// schedule there is. The default schedule: the running thread goes on; at a spin loop's
+    /// pause (or a sleep) the next runnable thread in turn runs; the NIC takes no step until a
+    /// thread polls (then the least work towards the poll's completion: the thread's store
+    /// buffer, then the polled queue pair) or pauses (then every enabled step). So writes stay
+    /// pending by default, and weak outcomes need few deviations. A deviation: any
+    /// other thread, any NIC step at any call, a poll's steps in another order (delay
+    /// bounding, Emmi et al., POPL 2011). Each step of a [`At::Random`] fault is tried too,
+    /// at no delay. No RNG is used, so the base seed does not matter; a [`Failure::seed`] is
+    /// the failing run's number in the search, which [`replay`] reaches by running the search
+    /// again up to it. Not with a [`Config::profile`] (a timed run's order is its clocks').
+    Exhaustive {
+        /// Deviations from the default schedule allowed per run (2 or 3 find most bugs of
+        /// small programs; each one more multiplies the runs by about the run's length).
+        max_delays: usize,
+    },
+}
+
+/// How much of the schedules [`check`] covered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Search {
+    /// Random or PCT: the runs sampled schedules.
+    Sampled,
+    /// Exhaustive search ran every schedule of the program: no run came to a choice it had to
+    /// leave unexplored.
+    Complete,
+    /// Exhaustive search ran every schedule with at most `max_delays` deviations from the
+    /// default; schedules with more were not run (raise the bound to run them).
+    DelayBound {
+        /// The bound that was hit.
+        max_delays: usize,
+    },
+    /// Exhaustive search stopped at [`Config::runs`] runs with schedules left to run (raise
+    /// `runs`, or lower the delay bound).
+    RunBound {
+        /// The runs made.
+        runs: u64,
+    },
+}
+
+impl fmt::Display for Search {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Search::Sampled => write!(f, "sampled schedules (not exhaustive)"),
+            Search::Complete => write!(f, "exhaustive: every schedule of the program was run"),
+            Search::DelayBound { max_delays } => write!(
+                f,
+                "exhaustive up to the delay bound: every schedule with at most {max_delays} \
+                 deviation(s) from the default was run; schedules with more were not \
+                 (raise max_delays)"
+            ),
+            Search::RunBound { runs } => write!(
+                f,
+                "exhaustive search stopped at the run bound ({runs} runs) with schedules left \
+                 (raise Config::runs or lower max_delays)"
+            ),
+        }
+    }
 }
 
 /// When a [`Fault`] strikes.
@@ -297,6 +384,8 @@ pub struct Report {
     pub steps: u64,
     /// The longest run's virtual time.
     pub max_time: Duration,
+    /// How much of the schedules the runs covered.
+    pub search: Search,
 }
 
 /// One run that passed ([`replay`]).
@@ -329,6 +418,11 @@ pub enum FailureKind {
     /// A simulated thread reached no scheduling point for [`Config::watchdog`] of real time:
     /// it blocks outside the simulator.
     Hang,
+    /// Under [`Strategy::Exhaustive`]: a run given the same choices as an earlier one came to
+    /// other choice points, so the program depends on something outside the simulator (real
+    /// time, threads that are not simulated, state kept from one run to the next) and the
+    /// search cannot be trusted.
+    Nondeterministic,
 }
 
 /// A failed run: its seed (give it to [`replay`]), what went wrong, and the last steps.
@@ -554,24 +648,61 @@ where
 {
     let f = Arc::new(f);
     let base = config.base_seed();
+    let explorer = explorer(&config, 0)?;
     let mut hashes = std::collections::HashSet::new();
     let mut report = Report {
         runs: 0,
         schedules: 0,
         steps: 0,
         max_time: Duration::ZERO,
+        search: Search::Sampled,
     };
     let mut expected = 10_000;
     for i in 0..config.runs {
-        let run = run_once(&config, derive(base, i), expected, f.clone())?;
+        let seed = if explorer.is_some() {
+            i
+        } else {
+            derive(base, i)
+        };
+        let run = run_once(&config, seed, expected, explorer.as_ref(), f.clone())?;
         expected = expected.max(run.steps);
         hashes.insert(run.hash);
         report.runs += 1;
         report.steps += run.steps;
         report.max_time = report.max_time.max(run.time);
+        if let Some(e) = &explorer {
+            if !e.advance() {
+                let cut = e.flags().0;
+                report.search = match config.strategy {
+                    Strategy::Exhaustive { max_delays } if cut => Search::DelayBound { max_delays },
+                    _ => Search::Complete,
+                };
+                break;
+            }
+            report.search = Search::RunBound { runs: report.runs };
+        }
     }
     report.schedules = hashes.len();
     Ok(report)
+}
+
+/// The search's explorer under [`Strategy::Exhaustive`] (refused with a profile).
+fn explorer(config: &Config, seed: u64) -> Result<Option<Arc<explore::Explorer>>, Failure> {
+    let Strategy::Exhaustive { max_delays } = config.strategy else {
+        return Ok(None);
+    };
+    if config.profile.is_some() {
+        return Err(Failure {
+            seed,
+            kind: FailureKind::Setup,
+            message: "Strategy::Exhaustive runs untimed: a timed run's order is set by its \
+                      clocks, so drop Config::profile (or use Random or PCT with it)"
+                .into(),
+            steps: 0,
+            trace: Vec::new(),
+        });
+    }
+    Ok(Some(Arc::new(explore::Explorer::new(max_delays))))
 }
 
 /// Runs `f` once with the run seed `seed` (a [`Failure::seed`]): the same schedule, step for
@@ -582,10 +713,37 @@ where
     F: Fn(&Cluster) -> Result<(), E> + Send + Sync + 'static,
     E: fmt::Display + 'static,
 {
-    run_once(&config, seed, 10_000, Arc::new(f))
+    let f = Arc::new(f);
+    let explorer = explorer(&config, seed)?;
+    if let Some(e) = &explorer {
+        // Under exhaustive search the seed is the run's number: walk the search up to it.
+        for i in 0..seed {
+            // Earlier runs only move the search on; whether they failed does not matter.
+            let _ = run_once(&config, i, 10_000, Some(e), f.clone());
+            if !e.advance() {
+                return Err(Failure {
+                    seed,
+                    kind: FailureKind::Setup,
+                    message: format!(
+                        "the exhaustive search has only {} runs: no run number {seed}",
+                        i + 1
+                    ),
+                    steps: 0,
+                    trace: Vec::new(),
+                });
+            }
+        }
+    }
+    run_once(&config, seed, 10_000, explorer.as_ref(), f)
 }
 
-fn run_once<F, E>(config: &Config, seed: u64, expected: u64, f: Arc<F>) -> Result<Run, Failure>
+fn run_once<F, E>(
+    config: &Config,
+    seed: u64,
+    expected: u64,
+    explorer: Option<&Arc<explore::Explorer>>,
+    f: Arc<F>,
+) -> Result<Run, Failure>
 where
     F: Fn(&Cluster) -> Result<(), E> + Send + Sync + 'static,
     E: fmt::Display + 'static,
@@ -600,14 +758,17 @@ where
     let words = config.memory.unwrap_or(DEFAULT_SIM_MEMORY) / crate::WORD;
     let words = usize::try_from(words).unwrap_or(usize::MAX);
     let nic_seed = derive(seed, u64::MAX);
-    let soft = match &config.profile {
-        None => crate::SoftBackend::with_failed_cas(
+    let soft = match (&config.profile, explorer) {
+        (None, Some(e)) => {
+            crate::SoftBackend::explored(config.nodes, words, e.clone(), config.failed_cas)
+        }
+        (None, None) => crate::SoftBackend::with_failed_cas(
             config.nodes,
             words,
             Schedule::Chaos { seed: nic_seed },
             config.failed_cas,
         ),
-        Some(p) => {
+        (Some(p), _) => {
             crate::SoftBackend::timed(config.nodes, words, nic_seed, p.clone(), config.failed_cas)
         }
     }
@@ -621,10 +782,15 @@ where
         config.step_time,
         expected,
         config.profile.clone(),
+        explorer.cloned(),
     ));
     if config.profile.is_some() {
         let s = soft.clone();
         sched.set_nic(Box::new(move |node| s.next_write_due(node)));
+    }
+    if explorer.is_some() {
+        let s = soft.clone();
+        sched.set_drain(Box::new(move || s.drain()));
     }
     if !config.faults.is_empty() {
         let c = cluster.clone();
@@ -651,8 +817,22 @@ where
         f(&c).map_err(|e| e.to_string())
     });
     sched.wait_all_done(config.watchdog);
+    if let Some(e) = explorer {
+        // Teardown's steps are not part of the schedule.
+        e.close();
+    }
     drop(cluster);
-    let (steps, time, hash, failure) = sched.outcome();
+    let (steps, time, hash, mut failure) = sched.outcome();
+    if failure.is_none() && explorer.is_some_and(|e| e.flags().1) {
+        failure = Some((
+            FailureKind::Nondeterministic,
+            "replayed with the same choices, the run came to other choice points: the code \
+             under test depends on something outside the simulator (real time, threads that \
+             are not simulated, state kept from one run to the next), so exhaustive search \
+             cannot cover it"
+                .into(),
+        ));
+    }
     match failure {
         None => Ok(Run {
             seed,

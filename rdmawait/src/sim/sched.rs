@@ -18,6 +18,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::NodeId;
 
+use super::explore::Explorer;
 use super::{FailureKind, Strategy};
 
 /// Steps kept in a failure's trace (the last ones).
@@ -218,6 +219,8 @@ struct State {
     /// A timed run's profile: each thread has its own clock, advanced by its operations'
     /// costs, and the thread with the earliest clock runs next.
     profile: Option<super::Profile>,
+    /// Under exhaustive search: where every choice comes from.
+    explore: Option<Arc<Explorer>>,
 }
 
 /// What injects a fault into the simulated cluster.
@@ -231,6 +234,9 @@ pub(super) type NextStep = Box<dyn Fn(Option<NodeId>) -> Option<Duration> + Send
 /// nothing pending (deadlines in spin loops stay accurate to this).
 const SPIN_LOOK: Duration = Duration::from_micros(1);
 
+/// What lets the NIC take every enabled step (exhaustive search, at a spin loop's pause).
+pub(super) type Drain = Box<dyn Fn() + Send + Sync>;
+
 /// A simulation's scheduler.
 pub(crate) struct Sched {
     state: Mutex<State>,
@@ -238,6 +244,7 @@ pub(crate) struct Sched {
     base: Instant,
     injector: Mutex<Option<Injector>>,
     nic: Mutex<Option<NextStep>>,
+    drain: Mutex<Option<Drain>>,
 }
 
 impl fmt::Debug for Sched {
@@ -287,6 +294,7 @@ impl Sched {
         step_time: Duration,
         expected_steps: u64,
         profile: Option<super::Profile>,
+        explore: Option<Arc<Explorer>>,
     ) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let changes = match strategy {
@@ -298,7 +306,7 @@ impl Sched {
                 c.sort_unstable();
                 c
             }
-            Strategy::Random => Vec::new(),
+            Strategy::Random | Strategy::Exhaustive { .. } => Vec::new(),
         };
         Sched {
             state: Mutex::new(State {
@@ -318,11 +326,13 @@ impl Sched {
                 aborted: None,
                 plan: VecDeque::new(),
                 profile,
+                explore,
             }),
             cv: Condvar::new(),
             base: Instant::now(),
             injector: Mutex::new(None),
             nic: Mutex::new(None),
+            drain: Mutex::new(None),
         }
     }
 
@@ -333,7 +343,15 @@ impl Sched {
         for f in faults {
             let mut at = |a: super::At| match a {
                 super::At::Step(s) => s.max(1),
-                super::At::Random { within } => st.rng.random_range(1..=within.max(1)),
+                // Under exhaustive search every step is tried (not a scheduling decision, so
+                // it costs no delay).
+                super::At::Random { within } => match &st.explore {
+                    Some(e) => {
+                        let n = usize::try_from(within.max(1)).unwrap_or(usize::MAX);
+                        1 + e.choose(n, true) as u64
+                    }
+                    None => st.rng.random_range(1..=within.max(1)),
+                },
             };
             match *f {
                 super::Fault::Crash { node, at: a } => plan.push((at(a), Inject::Kill(node))),
@@ -373,6 +391,11 @@ impl Sched {
     /// Where a timed run learns when the NIC next takes a step.
     pub(super) fn set_nic(&self, next: NextStep) {
         *self.nic.lock().unwrap_or_else(|p| p.into_inner()) = Some(next);
+    }
+
+    /// What an exhaustive search calls at a spin loop's pause to let the NIC catch up.
+    pub(super) fn set_drain(&self, drain: Drain) {
+        *self.drain.lock().unwrap_or_else(|p| p.into_inner()) = Some(drain);
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -419,6 +442,10 @@ impl Sched {
     }
 
     fn fail_locked(st: &mut State, kind: FailureKind, message: String) {
+        // Threads unwind concurrently from here: their choices are not part of the schedule.
+        if let Some(e) = &st.explore {
+            e.close();
+        }
         if st.failure.is_none() {
             st.failure = Some((kind, message));
         }
@@ -475,6 +502,27 @@ impl Sched {
         }
         match st.strategy {
             Strategy::Random => Some(runnable[st.rng.random_range(0..runnable.len())]),
+            Strategy::Exhaustive { .. } => {
+                // The default (choice 0): the running thread goes on, or, when it pauses or
+                // cannot, the next runnable thread after it in turn; every other is a delay.
+                let cur = st.current;
+                let n = st.threads.len();
+                let mut order: Vec<usize> = Vec::with_capacity(runnable.len());
+                let goes_on = !yielding && runnable.contains(&cur);
+                if goes_on {
+                    order.push(cur);
+                }
+                order.extend(
+                    (1..=n)
+                        .map(|i| (cur + i) % n)
+                        .filter(|t| runnable.contains(t) && !(goes_on && *t == cur)),
+                );
+                let k = st
+                    .explore
+                    .as_ref()
+                    .map_or(0, |e| e.choose(order.len(), false));
+                Some(order[k])
+            }
             Strategy::Pct { .. } => {
                 let cur = st.current;
                 let change = st.changes.first().is_some_and(|&c| st.steps >= c);
@@ -654,6 +702,10 @@ impl Handle {
     /// [`SPIN_LOOK`]), when what it spins on can next change: a spin of many rounds costs a few scheduling points, not one per round.
     /// A CPU write of another thread meanwhile ends the pause early ([`Handle::wake_spinners`]).
     pub(crate) fn point(&self) {
+        // Exhaustive search: a pause is where the NIC catches up (its default is to wait).
+        if let Some(d) = &*self.sched.drain.lock().unwrap_or_else(|p| p.into_inner()) {
+            d();
+        }
         let (local, node) = {
             let mut st = self.sched.lock();
             let timed = st.profile.is_some();

@@ -26,6 +26,7 @@ use super::{deadline, expired, Fabric};
 use crate::backend::{ThreadNic, WorkRequest};
 use crate::error::TimeoutKind;
 use crate::model::{ClusterMemory, Entry, LocalItem, Post, Qp, SbItem, Step, StoreBuffer};
+use crate::sim::explore::Explorer;
 use crate::sim::sched::Op;
 use crate::sim::Profile;
 use crate::{Error, NodeId, Result};
@@ -85,6 +86,9 @@ struct State {
     stalled: Vec<bool>,
     /// Under a network profile: steps are taken when due, in time order (see [`Timing`]).
     timing: Option<Timing>,
+    /// Under exhaustive search: every choice comes from here instead of `rng`; a call takes
+    /// no step by default, a poll its own first enabled one.
+    explore: Option<Arc<Explorer>>,
 }
 
 /// Number of action kinds.
@@ -328,15 +332,44 @@ impl State {
     }
 
     /// Picks an enabled action at random, weighted by the run's bias for its kind; only actions
-    /// of thread `only` if it has any. With `idle`, doing nothing competes with weight
+    /// of thread `only.0` (polling its queue pair to node `only.1`) if it has any. With `idle`, doing nothing competes with weight
     /// [`IDLE_WEIGHT`] (None), so that a lone starved action still tends to stay pending.
-    fn pick(&mut self, only: Option<usize>, idle: bool) -> Option<Action> {
+    fn pick(&mut self, only: Option<(usize, usize)>, idle: bool) -> Option<Action> {
         self.collect_actions();
+        let polled = only.map(|(_, n)| n);
+        let only = only.map(|(t, _)| t);
         let owner = |a: &Action| match *a {
             Action::Flush(u) | Action::Nic(u, _, _) => u,
         };
         let mine = |a: &Action| only.is_none_or(|t| owner(a) == t);
         let restrict = only.is_some() && self.actions.iter().any(mine);
+        if let Some(e) = &self.explore {
+            // The default (choice 0) is to take no step where that is allowed; in a poll, the
+            // least work towards its notice: the thread's store buffer, then the polled queue
+            // pair's pipe, local commits and remote commits, then the thread's other steps.
+            // Weak outcomes (writes that stay pending) so cost no deviation; a pause's drain
+            // lets everything land.
+            let skip = usize::from(idle);
+            let rank = |a: &Action| match (*a, polled) {
+                (Action::Flush(_), Some(_)) => 0,
+                (Action::Nic(_, n, Step::Pipe(_)), Some(p)) if n == p => 1,
+                (Action::Nic(_, n, Step::CommitLocal(_)), Some(p)) if n == p => 2,
+                (Action::Nic(_, n, Step::CommitRemote), Some(p)) if n == p => 3,
+                _ => 4,
+            };
+            let mut options: Vec<Action> = self
+                .actions
+                .iter()
+                .filter(|a| !restrict || mine(a))
+                .copied()
+                .collect();
+            if options.is_empty() {
+                return None;
+            }
+            options.sort_by_key(rank); // stable: the model's order within a rank
+            let k = e.choose(options.len() + skip, false);
+            return k.checked_sub(skip).map(|k| options[k]);
+        }
         let weight = |st: &State, a: &Action| {
             if restrict && !mine(a) {
                 0.0
@@ -380,14 +413,15 @@ impl State {
     }
 
     /// Takes one random enabled step of thread `t` (its store buffer or its queue pairs), or, if
-    /// it has none, one random enabled step anywhere; false if none is enabled at all.
+    /// it has none, one random enabled step anywhere; false if none is enabled at all. `polled`
+    /// is the node whose queue pair the poll waits on (exhaustive search's default favours it).
     ///
     /// Blocking calls step this way: a real NIC works on the polled queue pair without also
     /// finishing everyone else's work, and stepping the whole cluster at every poll made the other
     /// threads' pending operations land so fast that allowed outcomes needing them to stay
     /// pending (e.g. the other-node variant of Fig. 8f) were practically never seen.
-    fn step_own(&mut self, fabric: &Fabric, t: usize) -> bool {
-        match self.pick(Some(t), false) {
+    fn step_own(&mut self, fabric: &Fabric, t: usize, polled: usize) -> bool {
+        match self.pick(Some((t, polled)), false) {
             Some(a) => {
                 self.apply(fabric, a);
                 true
@@ -400,6 +434,10 @@ impl State {
     fn churn(&mut self, fabric: &Fabric) {
         if self.timing.is_some() {
             self.advance(fabric, sim_now());
+            return;
+        }
+        if self.explore.is_some() {
+            while self.step(fabric, true) {}
             return;
         }
         if self.rng.random_bool(self.p_idle) {
@@ -796,6 +834,7 @@ impl Chaos {
                 dead: vec![false; nodes],
                 stalled: vec![false; nodes],
                 timing: None,
+                explore: None,
             }),
         }
     }
@@ -866,6 +905,23 @@ impl Chaos {
         .map(|(_, at)| at)
     }
 
+    /// Takes every choice from `explorer` from now on (exhaustive search).
+    pub(super) fn explore_with(&self, explorer: Arc<Explorer>) {
+        self.state.lock().explore = Some(explorer);
+    }
+
+    /// Takes every enabled step, first enabled first (no choice: exhaustive search's default
+    /// at a spin loop's pause).
+    pub(super) fn drain(&self) {
+        let mut st = self.lock();
+        // Each step moves an item on, so this ends; the bound is a guard only.
+        for _ in 0..1_000_000 {
+            st.collect_actions();
+            let Some(&a) = st.actions.first() else { return };
+            st.apply(&self.fabric, a);
+        }
+    }
+
     /// Applies the faults made since the last call (see `State::sync_faults`).
     pub(super) fn apply_faults(&self) {
         drop(self.lock());
@@ -910,7 +966,7 @@ impl Chaos {
             let mut st = self.lock();
             st.churn(&self.fabric);
             let out = f(&mut st, &self.fabric);
-            let y = st.rng.random_bool(P_YIELD);
+            let y = st.explore.is_none() && st.rng.random_bool(P_YIELD);
             (out, y)
         };
         if yield_now && !crate::clock::simulated() {
@@ -993,7 +1049,7 @@ impl ThreadNic for ChaosNic {
                         again = Some(st.next_event(id, t).unwrap_or(idle));
                         break;
                     }
-                    if !st.step_own(&chaos.fabric, id) {
+                    if !st.step_own(&chaos.fabric, id, t) {
                         break;
                     }
                 }

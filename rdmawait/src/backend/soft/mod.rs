@@ -448,6 +448,28 @@ impl SoftBackend {
         Ok(b)
     }
 
+    /// A `Chaos` cluster whose every choice comes from an exhaustive search's `explorer`
+    /// ([`crate::sim::Strategy::Exhaustive`]); only for simulated runs.
+    pub(crate) fn explored(
+        nodes: usize,
+        words: usize,
+        explorer: Arc<crate::sim::explore::Explorer>,
+        failed_cas: FailedCas,
+    ) -> Result<Self> {
+        let b = Self::with_failed_cas(nodes, words, Schedule::Chaos { seed: 0 }, failed_cas)?;
+        if let Engine::Chaos(c) = &b.engine {
+            c.explore_with(explorer);
+        }
+        Ok(b)
+    }
+
+    /// Under exhaustive search: the NIC takes every enabled step (a spin loop's pause).
+    pub(crate) fn drain(&self) {
+        if let Engine::Chaos(c) = &self.engine {
+            c.drain();
+        }
+    }
+
     /// Fault injection for tests: while `stalled`, the NIC traffic from and to `node` is held
     /// back, as by a network partition that no failure detector has noticed yet. Requests are
     /// accepted but not executed, and polls for them block (until their timeout, a
