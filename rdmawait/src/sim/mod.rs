@@ -86,6 +86,7 @@
 //! (`explore.rs`) is loom's depth-first walk over a choice tree, with delay bounding, and its
 //! choices include the NIC's steps and the step a random fault strikes at.
 
+mod coro;
 pub(crate) mod explore;
 pub mod profile;
 pub(crate) mod sched;
@@ -583,7 +584,7 @@ where
         *out.lock().unwrap_or_else(|p| p.into_inner()) = Some(end);
         r
     };
-    start_thread(h, format!("loco-sim-t{thread}"), body);
+    start_thread(h, body);
     // The new thread may run first.
     parent.point_with(Op::Spawn { thread });
     JoinHandle {
@@ -592,41 +593,33 @@ where
     }
 }
 
-/// Runs `body` as simulated thread `h` on a new OS thread; a panic or an error fails the run.
-fn start_thread(
-    h: Handle,
-    name: String,
-    body: impl FnOnce() -> Result<(), String> + Send + 'static,
-) {
+/// Runs `body` as simulated thread `h` (a coroutine the dispatcher starts); a panic or an
+/// error fails the run.
+fn start_thread(h: Handle, body: impl FnOnce() -> Result<(), String> + Send + 'static) {
     let sched = h.sched.clone();
     let me = h.me;
-    let spawned = std::thread::Builder::new().name(name).spawn(move || {
-        sched::enter(h.clone());
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            h.start();
-            body()
-        }));
-        match r {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => h
-                .sched
-                .fail(FailureKind::Error, format!("thread t{}: {e}", h.me)),
-            Err(p) if p.is::<sched::Stopped>() => {}
-            Err(p) => h.sched.fail(
-                FailureKind::Panic,
-                format!("thread t{} panicked: {}", h.me, panic_message(&*p)),
-            ),
-        }
-        h.finish();
-    });
-    if let Err(e) = spawned {
-        let h = Handle { sched, me };
-        h.sched.fail(
-            FailureKind::Setup,
-            format!("cannot spawn an OS thread: {e}"),
-        );
-        h.finish();
-    }
+    sched.start_thread(
+        me,
+        Box::new(move || {
+            sched::enter(Some(h.clone()));
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                h.start();
+                body()
+            }));
+            match r {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => h
+                    .sched
+                    .fail(FailureKind::Error, format!("thread t{}: {e}", h.me)),
+                Err(p) if p.is::<sched::Stopped>() => {}
+                Err(p) => h.sched.fail(
+                    FailureKind::Panic,
+                    format!("thread t{} panicked: {}", h.me, panic_message(&*p)),
+                ),
+            }
+            h.finish();
+        }),
+    );
 }
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
@@ -813,10 +806,25 @@ where
         me: main,
     };
     let c = cluster.clone();
-    start_thread(h, "loco-sim-main".into(), move || {
-        f(&c).map_err(|e| e.to_string())
-    });
-    sched.wait_all_done(config.watchdog);
+    start_thread(h, move || f(&c).map_err(|e| e.to_string()));
+    // Every simulated thread runs on this one OS thread, as a coroutine.
+    let s = sched.clone();
+    let worker = std::thread::Builder::new()
+        .name("loco-sim".into())
+        .spawn(move || s.run_all());
+    match worker {
+        Ok(w) => {
+            sched.wait_all_done(config.watchdog);
+            // Done, or failed; a hung run's thread is abandoned (it cannot be stopped).
+            if sched.all_done() {
+                let _ = w.join();
+            }
+        }
+        Err(e) => sched.fail(
+            FailureKind::Setup,
+            format!("cannot spawn the simulation's OS thread: {e}"),
+        ),
+    }
     if let Some(e) = explorer {
         // Teardown's steps are not part of the schedule.
         e.close();

@@ -1,11 +1,12 @@
 //! The deterministic scheduler: one simulated thread runs at a time, and the seeded strategy
 //! picks which at every scheduling point.
 //!
-//! Simulated threads are OS threads that pass a baton: each is parked until it is `current`,
-//! and a switch unparks only the thread that gets the baton. A scheduling point ([`Handle::point`]) advances virtual time,
-//! records the step in the trace, and hands the baton to the thread the strategy picks (maybe
-//! the same). Because only the baton holder runs, and every choice comes from the run's seed,
-//! a run is a function of its seed.
+//! Simulated threads are coroutines (`coro.rs`) on the run's one OS thread, which runs the
+//! dispatcher ([`Sched::run_all`]): it resumes the thread holding the baton until that thread
+//! hands it on. A scheduling point ([`Handle::point`]) advances virtual time, records the step
+//! in the trace, and hands the baton to the thread the strategy picks (maybe the same, then
+//! nothing is suspended). Because only the baton holder runs, and every choice comes from the
+//! run's seed, a run is a function of its seed.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -18,6 +19,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::NodeId;
 
+use super::coro::{self, Coro};
 use super::explore::Explorer;
 use super::{FailureKind, Strategy};
 
@@ -33,9 +35,21 @@ pub(crate) fn current() -> Option<Handle> {
     CURRENT.with(|c| c.borrow().clone())
 }
 
-/// Makes the calling OS thread simulated thread `h` (until it ends).
-pub(super) fn enter(h: Handle) {
-    CURRENT.with(|c| *c.borrow_mut() = Some(h));
+/// Makes the calling code simulated thread `h` (until another coroutine runs, see
+/// [`hand_over`]).
+pub(super) fn enter(h: Option<Handle>) {
+    CURRENT.with(|c| *c.borrow_mut() = h);
+}
+
+/// Suspends the calling simulated thread until the dispatcher resumes it (it has the baton, or
+/// the run stopped); it is the current simulated thread again afterwards.
+fn hand_over() {
+    let me = current();
+    if !coro::suspend() {
+        // Not in a coroutine (cannot happen for a simulated thread): let others run.
+        std::thread::yield_now();
+    }
+    enter(me);
 }
 
 /// Runs `op` as a scheduling point of the calling thread, if it is simulated (a no-op
@@ -180,8 +194,6 @@ struct Thread {
     status: Status,
     /// PCT priority (higher runs first).
     prio: u64,
-    /// Its OS thread, once started: unparked when it gets the baton (only that thread wakes).
-    handle: Option<std::thread::Thread>,
     /// Under a profile: the thread's own clock (when its next step happens).
     clock: Duration,
     /// Under a profile: the thread is in a spin loop's pause, moved on to the NIC's next
@@ -245,7 +257,12 @@ pub(crate) struct Sched {
     injector: Mutex<Option<Injector>>,
     nic: Mutex<Option<NextStep>>,
     drain: Mutex<Option<Drain>>,
+    /// Threads spawned whose coroutines the dispatcher has not made yet.
+    pending: Mutex<Vec<(usize, Body)>>,
 }
+
+/// What a simulated thread runs (it catches its own panics).
+pub(super) type Body = Box<dyn FnOnce() + Send>;
 
 impl fmt::Debug for Sched {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -333,6 +350,7 @@ impl Sched {
             injector: Mutex::new(None),
             nic: Mutex::new(None),
             drain: Mutex::new(None),
+            pending: Mutex::new(Vec::new()),
         }
     }
 
@@ -411,7 +429,6 @@ impl Sched {
             node,
             status: Status::Runnable,
             prio,
-            handle: None,
             clock,
             spinning: false,
             posted: false,
@@ -419,26 +436,83 @@ impl Sched {
         st.threads.len() - 1
     }
 
-    /// Stops the run with a failure (the first one counts), waking every thread.
+    /// Stops the run with a failure (the first one counts).
     pub(super) fn fail(&self, kind: FailureKind, message: String) {
         let mut st = self.lock();
         Self::fail_locked(&mut st, kind, message);
         self.wake_all(&st);
     }
 
-    /// Wakes thread `t` (it has the baton now).
-    fn wake(st: &State, t: usize) {
-        if let Some(h) = st.threads.get(t).and_then(|th| th.handle.as_ref()) {
-            h.unpark();
-        }
+    /// Wakes the driver waiting for the run's end (the dispatcher resumes threads itself).
+    fn wake_all(&self, _st: &State) {
+        self.cv.notify_all();
     }
 
-    /// Wakes every thread, and the driver waiting for the run's end.
-    fn wake_all(&self, st: &State) {
-        for t in 0..st.threads.len() {
-            Self::wake(st, t);
+    /// Hands thread `t`'s body to the dispatcher, which starts it as a coroutine.
+    pub(super) fn start_thread(&self, t: usize, body: Body) {
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((t, body));
+    }
+
+    /// The dispatcher, on the run's OS thread: resumes the thread holding the baton until
+    /// every thread is done; once the run has stopped, resumes each thread left so that it
+    /// unwinds. Returns when every thread is done (a thread that blocks outside the simulator
+    /// blocks this too: the driver's watchdog sees it, see [`Sched::wait_all_done`]).
+    pub(super) fn run_all(self: &Arc<Self>) {
+        let mut coros: Vec<Option<Coro>> = Vec::new();
+        loop {
+            let spawned: Vec<(usize, Body)> =
+                std::mem::take(&mut *self.pending.lock().unwrap_or_else(|p| p.into_inner()));
+            for (t, body) in spawned {
+                if coros.len() <= t {
+                    coros.resize_with(t + 1, || None);
+                }
+                match Coro::new(body) {
+                    Ok(c) => coros[t] = Some(c),
+                    Err(e) => {
+                        self.fail(
+                            FailureKind::Setup,
+                            format!("cannot map a stack for t{t}: {e}"),
+                        );
+                        Handle {
+                            sched: self.clone(),
+                            me: t,
+                        }
+                        .finish();
+                    }
+                }
+            }
+            let next = {
+                let st = self.lock();
+                let left = |t: &usize| st.threads[*t].status != Status::Done;
+                if st.aborted.is_none() && left(&st.current) {
+                    Some(st.current)
+                } else {
+                    (0..st.threads.len())
+                        .find(|t| left(t) && coros.get(*t).is_some_and(Option::is_some))
+                }
+            };
+            let Some(t) = next else {
+                break;
+            };
+            match coros.get_mut(t).and_then(Option::as_mut) {
+                Some(c) => {
+                    if c.resume() {
+                        coros[t] = None;
+                    }
+                }
+                None => {
+                    // The baton holder has no coroutine: it was never started.
+                    self.fail(
+                        FailureKind::Setup,
+                        format!("simulated thread t{t} holds the baton but was never started"),
+                    );
+                }
+            }
         }
-        self.cv.notify_all();
+        enter(None);
     }
 
     fn fail_locked(st: &mut State, kind: FailureKind, message: String) {
@@ -468,10 +542,8 @@ impl Sched {
             if st.current == me {
                 return st;
             }
-            // Parked until a switch to us unparks us (a wake-up that came first is kept as
-            // the park token; a spurious one just loops).
             drop(st);
-            std::thread::park();
+            hand_over();
             st = self.lock();
         }
     }
@@ -546,12 +618,7 @@ impl Sched {
         yielding: bool,
     ) -> MutexGuard<'a, State> {
         match Self::pick(&mut st, yielding) {
-            Some(next) => {
-                if next != me {
-                    st.current = next;
-                    Self::wake(&st, next);
-                }
-            }
+            Some(next) => st.current = next,
             None => {
                 let blocked: Vec<String> = st
                     .threads
@@ -609,12 +676,17 @@ impl Sched {
         (st.steps, st.now, st.hash, st.failure.clone())
     }
 
+    /// Whether every simulated thread is done.
+    pub(super) fn all_done(&self) -> bool {
+        self.lock().threads.iter().all(|t| t.status == Status::Done)
+    }
+
     /// Waits (on a non-simulated thread) until every simulated thread is done, or the run
     /// stopped and every thread has left the scheduler. A run whose step count has not moved
     /// for `watchdog` of real time has a thread blocked outside the simulator (a std lock, a
     /// sleep, I/O, or a loop without scheduling points): it fails as [`FailureKind::Hang`],
-    /// and its threads are abandoned (they cannot be stopped from outside; they stay parked or
-    /// blocked, and are leaked).
+    /// and its threads are abandoned (they cannot be stopped from outside: the run's OS thread
+    /// stays blocked, and is leaked with them).
     pub(super) fn wait_all_done(&self, watchdog: Duration) {
         let mut st = self.lock();
         let mut last = (st.steps, Instant::now());
@@ -661,6 +733,19 @@ impl Handle {
         let mut st = st;
         Self::check_turn(&st, self.me);
         Sched::record(&mut st, self.me, op);
+        if std::thread::panicking() {
+            // Unwinding (a panic on its way to the thread's catch): the thread runs on without
+            // handing the baton over, since the next coroutine on this OS thread would see the
+            // panic in progress. Time still passes, so the deadlines of its drop code expire.
+            if let Some(p) = &st.profile {
+                let cost = cost(p, op);
+                let th = &mut st.threads[self.me];
+                th.clock = th.clock.saturating_add(cost);
+                let clock = th.clock;
+                st.now = st.now.max(clock);
+            }
+            return;
+        }
         if let Some(p) = &st.profile {
             let cost = cost(p, op);
             let th = &mut st.threads[self.me];
@@ -804,8 +889,7 @@ impl Handle {
 
     /// Waits for the baton before the thread's first step.
     pub(super) fn start(&self) {
-        let mut st = self.sched.lock();
-        st.threads[self.me].handle = Some(std::thread::current());
+        let st = self.sched.lock();
         let st = self.sched.wait_turn(st, self.me);
         drop(st);
         self.point_with(Op::Start);
@@ -828,10 +912,7 @@ impl Handle {
         }
         if st.aborted.is_none() && st.current == me {
             match Sched::pick(&mut st, false) {
-                Some(next) => {
-                    st.current = next;
-                    Sched::wake(&st, next);
-                }
+                Some(next) => st.current = next,
                 None if st.threads.iter().all(|t| t.status == Status::Done) => {}
                 None => {
                     Sched::fail_locked(
