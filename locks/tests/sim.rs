@@ -21,6 +21,8 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 const THREADS: usize = 5;
 /// Critical sections each thread tries.
 const ROUNDS: usize = 3;
+/// Seeded runs per lock, strategy and give-up mode (2,000 per lock in all).
+const UNTIMED_RUNS: u64 = 500;
 
 /// One thread's work: `ROUNDS` critical sections; `impatient` threads use a short timed
 /// acquire and go on without the lock when it times out.
@@ -106,12 +108,12 @@ where
         for strategy in [Strategy::Random, Strategy::Pct { depth: 3 }] {
             let patience = Duration::from_micros(30);
             let r = sim::check(
-                config(20).strategy(strategy),
+                config(UNTIMED_RUNS).strategy(strategy),
                 run(make.clone(), giving_up, patience),
             )
             .unwrap_or_else(|f| panic!("{name}, give-ups {giving_up}:\n{}", f.report()));
             eprintln!("{name} give-ups={giving_up} {strategy:?}: {r:?}");
-            assert_eq!(r.runs, 20);
+            assert_eq!(r.runs, UNTIMED_RUNS);
         }
         // Timed by a network profile (NIC steps in time order, with a wide jitter so that
         // seeds differ): the impatient threads give up after 6 µs, a few round trips.
@@ -315,4 +317,62 @@ fn nlock_survives_a_crash_under_simulation() {
 #[test]
 fn wlock_survives_a_crash_under_simulation() {
     crash_check("wlock", |c: &Cluster| WLock::new(c, NodeId(2), 3));
+}
+
+/// Two threads on two nodes, one critical section each, under bounded exhaustive search: every
+/// schedule within the delay bound keeps mutual exclusion, per lock.
+#[test]
+fn locks_under_exhaustive_search() {
+    fn two<R, M>(make: M) -> impl Fn(&Cluster) -> Result<(), BoxError> + Send + Sync
+    where
+        R: RawLock + Send + Sync + 'static,
+        M: Fn(&Cluster) -> loco_locks::Result<Lock<R>> + Send + Sync + 'static,
+    {
+        move |cluster: &Cluster| {
+            let lock = Arc::new(make(cluster)?);
+            let inside = Arc::new(AtomicUsize::new(0));
+            let word = cluster.alloc_word(NodeId(2))?;
+            let mut hs = Vec::new();
+            for t in 0..2u16 {
+                let (lock, inside) = (lock.clone(), inside.clone());
+                let scratch = cluster.alloc_word(NodeId(t))?;
+                hs.push(sim::spawn(cluster, NodeId(t), move |ctx: &Ctx| {
+                    let g = lock.acquire(ctx)?;
+                    if inside.fetch_add(1, SeqCst) != 0 {
+                        return Err::<(), BoxError>("mutual exclusion broken".into());
+                    }
+                    ctx.get(&scratch, &word, WorkId::new(7))?;
+                    ctx.wait(WorkId::new(7))?;
+                    inside.fetch_sub(1, SeqCst);
+                    LockGuard::release(g)?;
+                    Ok(())
+                }));
+            }
+            for h in hs {
+                h.join()?;
+            }
+            Ok(())
+        }
+    }
+    // Two deviations for the node lock (13,620 runs); one for the other two, whose runs are
+    // longer (a registration, broadcasts; 41,892 and 76,299 runs at two).
+    let config = |max_delays| config(200_000).strategy(Strategy::Exhaustive { max_delays });
+    let report = |name: &str, r: Result<sim::Report, sim::Failure>| {
+        let r = r.unwrap_or_else(|f| panic!("{name}:\n{}", f.report()));
+        eprintln!("{name} exhaustive: {r:?}");
+        assert!(r.runs > 100, "{r:?}");
+        assert!(!matches!(r.search, sim::Search::RunBound { .. }), "{r:?}");
+    };
+    report(
+        "nlock",
+        sim::check(config(2), two(|c: &Cluster| NLock::new(c, NodeId(0)))),
+    );
+    report(
+        "wlock",
+        sim::check(config(1), two(|c: &Cluster| WLock::new(c, NodeId(1), 2))),
+    );
+    report(
+        "slock",
+        sim::check(config(1), two(|c: &Cluster| SLock::new(c, NodeId(1), 2))),
+    );
 }

@@ -1,5 +1,6 @@
 //! SC locations under the deterministic simulator (`loco_rdmawait::sim`): longer histories
-//! than the OS-thread suite (4 threads, two of them on one node, 6 calls each), each run a
+//! than the OS-thread suite (4 threads, two of them on one node, 6 calls each, 1,000 runs per
+//! strategy), each run a
 //! seeded schedule that interleaves the threads at every operation; every history is checked
 //! linearizable. A control shows the pipeline has teeth under the simulator too: a register made
 //! of a plain `put` (not waited for) and a `get` is caught, and its failing seed replays.
@@ -88,14 +89,18 @@ fn sc_locations_are_linearizable_under_simulation() {
     };
     for strategy in [Strategy::Random, Strategy::Pct { depth: 3 }] {
         let r = sim::check(
-            Config::new(3).runs(40).strategy(strategy),
+            Config::new(3).runs(1000).strategy(strategy),
             body(made.clone()),
         )
         .unwrap_or_else(|f| panic!("{}", f.report()));
         eprintln!("{strategy:?}: {r:?}");
         // Seeds that happen to give the same interleaving count once (PCT, with few priority
-        // changes, repeats itself more than the random strategy).
-        assert!(r.schedules as u64 > r.runs / 2, "{r:?}");
+        // changes, repeats itself more than the random strategy: 141 of 1,000 distinct here).
+        let distinct = match strategy {
+            Strategy::Random => r.runs / 2,
+            _ => r.runs / 10,
+        };
+        assert!(r.schedules as u64 > distinct, "{r:?}");
     }
 }
 

@@ -1,6 +1,6 @@
 //! Shared variables under the deterministic simulator (`loco_rdmawait::sim`): publication with
-//! `bcast` and the global fence, checked over many seeded schedules, with a control that the
-//! simulator catches the same publication without the fence.
+//! `bcast` and the global fence, checked over many seeded schedules and by bounded exhaustive
+//! search, with a control that the simulator catches the same publication without the fence.
 //!
 //! The writer on n0 stores `data`, broadcasts it to every node, then raises `flag` on n2 the
 //! same way. The reader on n2 waits for its copy of `flag`, then reads n1's copy of `data` with a
@@ -62,9 +62,22 @@ fn publish(fenced: bool) -> impl Fn(&Cluster) -> Result<(), BoxError> + Send + S
 
 #[test]
 fn a_fenced_publication_holds_under_simulation() {
-    let r = sim::check(Config::new(3).runs(300), publish(true))
+    let r = sim::check(Config::new(3).runs(3000), publish(true))
         .unwrap_or_else(|f| panic!("{}", f.report()));
-    assert_eq!(r.runs, 300);
+    assert_eq!(r.runs, 3000);
+    // Also every schedule within two deviations of the default (exhaustive search).
+    let r = sim::check(
+        Config::new(3)
+            .runs(100_000)
+            .strategy(loco_rdmawait::sim::Strategy::Exhaustive { max_delays: 2 }),
+        publish(true),
+    )
+    .unwrap_or_else(|f| panic!("{}", f.report()));
+    eprintln!("exhaustive: {r:?}");
+    assert_ne!(
+        r.search,
+        loco_rdmawait::sim::Search::RunBound { runs: r.runs }
+    );
 }
 
 #[test]
@@ -78,5 +91,20 @@ fn an_unfenced_publication_is_caught_and_replayed() {
         f.report()
     );
     let again = sim::replay(Config::new(3), f.seed(), publish(false)).expect_err("replays");
+    assert_eq!(again.trace(), f.trace());
+    // Exhaustive search finds it with two deviations from the default schedule (n2's copies
+    // of data and flag land, n1's data stays pending), and replays it.
+    let config = || {
+        Config::new(3)
+            .runs(100_000)
+            .strategy(loco_rdmawait::sim::Strategy::Exhaustive { max_delays: 2 })
+    };
+    let f = sim::check(config(), publish(false)).expect_err("found exhaustively");
+    assert!(
+        f.message().contains("n1's copy of data reads 0"),
+        "{}",
+        f.report()
+    );
+    let again = sim::replay(config(), f.seed(), publish(false)).expect_err("replays");
     assert_eq!(again.trace(), f.trace());
 }

@@ -11,7 +11,7 @@
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
@@ -233,6 +233,8 @@ struct State {
     profile: Option<super::Profile>,
     /// Under exhaustive search: where every choice comes from.
     explore: Option<Arc<Explorer>>,
+    /// [`Sched::pick_among`]'s buffer of runnable threads.
+    runnable: Vec<usize>,
 }
 
 /// What injects a fault into the simulated cluster.
@@ -344,6 +346,7 @@ impl Sched {
                 plan: VecDeque::new(),
                 profile,
                 explore,
+                runnable: Vec::new(),
             }),
             cv: Condvar::new(),
             base: Instant::now(),
@@ -456,6 +459,41 @@ impl Sched {
             .push((t, body));
     }
 
+    /// Starts the dispatcher ([`Sched::run_all`]) on an OS thread of the simulations' pool (an
+    /// idle one if there is one: a run then costs no thread creation).
+    pub(super) fn start_run(self: &Arc<Self>) -> std::io::Result<()> {
+        /// Idle workers kept at most; more end when their run does.
+        const IDLE_KEPT: usize = 16;
+        static IDLE: Mutex<Vec<mpsc::Sender<Arc<Sched>>>> = Mutex::new(Vec::new());
+        let idle = || IDLE.lock().unwrap_or_else(|p| p.into_inner());
+        let mut job = self.clone();
+        loop {
+            let Some(tx) = idle().pop() else { break };
+            match tx.send(job) {
+                Ok(()) => return Ok(()),
+                Err(mpsc::SendError(j)) => job = j, // that worker is gone
+            }
+        }
+        let (tx, rx) = mpsc::channel::<Arc<Sched>>();
+        let back = tx.clone();
+        tx.send(job)
+            .map_err(|_| std::io::Error::other("a new worker's channel closed"))?;
+        std::thread::Builder::new()
+            .name("loco-sim".into())
+            .spawn(move || {
+                while let Ok(sched) = rx.recv() {
+                    sched.run_all();
+                    drop(sched);
+                    let mut idle = idle();
+                    if idle.len() >= IDLE_KEPT {
+                        return;
+                    }
+                    idle.push(back.clone());
+                }
+            })
+            .map(drop)
+    }
+
     /// The dispatcher, on the run's OS thread: resumes the thread holding the baton until
     /// every thread is done; once the run has stopped, resumes each thread left so that it
     /// unwinds. Returns when every thread is done (a thread that blocks outside the simulator
@@ -509,6 +547,11 @@ impl Sched {
                         FailureKind::Setup,
                         format!("simulated thread t{t} holds the baton but was never started"),
                     );
+                    Handle {
+                        sched: self.clone(),
+                        me: t,
+                    }
+                    .finish();
                 }
             }
         }
@@ -561,9 +604,18 @@ impl Sched {
     /// [`Sched::pick`]'s choice; in a timed run only threads whose clock is the earliest are
     /// candidates (the strategy breaks ties).
     fn pick_among(st: &mut State, yielding: bool) -> Option<usize> {
-        let mut runnable: Vec<usize> = (0..st.threads.len())
-            .filter(|&t| st.threads[t].status == Status::Runnable)
-            .collect();
+        // The buffer is kept from point to point (a scheduling point allocates nothing).
+        let mut runnable = std::mem::take(&mut st.runnable);
+        runnable.clear();
+        runnable
+            .extend((0..st.threads.len()).filter(|&t| st.threads[t].status == Status::Runnable));
+        let next = Self::pick_in(st, yielding, &mut runnable);
+        st.runnable = runnable;
+        next
+    }
+
+    /// [`Sched::pick_among`]'s choice among `runnable`.
+    fn pick_in(st: &mut State, yielding: bool, runnable: &mut Vec<usize>) -> Option<usize> {
         if st.profile.is_some() {
             if let Some(first) = runnable.iter().map(|&t| st.threads[t].clock).min() {
                 runnable.retain(|&t| st.threads[t].clock == first);
@@ -605,7 +657,7 @@ impl Sched {
                     st.low -= 1;
                     st.threads[cur].prio = st.low;
                 }
-                runnable.into_iter().max_by_key(|&t| st.threads[t].prio)
+                runnable.iter().copied().max_by_key(|&t| st.threads[t].prio)
             }
         }
     }
@@ -674,11 +726,6 @@ impl Sched {
     pub(super) fn outcome(&self) -> (u64, Duration, u64, Option<(FailureKind, String)>) {
         let st = self.lock();
         (st.steps, st.now, st.hash, st.failure.clone())
-    }
-
-    /// Whether every simulated thread is done.
-    pub(super) fn all_done(&self) -> bool {
-        self.lock().threads.iter().all(|t| t.status == Status::Done)
     }
 
     /// Waits (on a non-simulated thread) until every simulated thread is done, or the run
@@ -923,9 +970,9 @@ impl Handle {
                 }
             }
         }
-        if st.aborted.is_some() {
-            self.sched.wake_all(&st);
-        } else {
+        // The driver waits for the last thread only (a wake-up per thread would cost a
+        // futex call each).
+        if st.threads.iter().all(|t| t.status == Status::Done) {
             self.sched.cv.notify_all();
         }
     }

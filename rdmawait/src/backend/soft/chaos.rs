@@ -199,23 +199,31 @@ impl State {
 
     fn collect_actions(&mut self) {
         self.actions.clear();
-        for (t, th) in self.threads.iter().enumerate() {
-            let Some(th) = th else { continue };
-            if !th.sb.is_empty() {
-                self.actions.push(Action::Flush(t));
+        for t in 0..self.threads.len() {
+            self.collect_actions_of(t);
+        }
+    }
+
+    /// Appends thread `t`'s enabled actions to [`State::actions`], in the order
+    /// [`State::collect_actions`] lists them.
+    fn collect_actions_of(&mut self, t: usize) {
+        let Some(Some(th)) = self.threads.get(t) else {
+            return;
+        };
+        if !th.sb.is_empty() {
+            self.actions.push(Action::Flush(t));
+        }
+        for (n, qp) in th.qps.iter().enumerate() {
+            if self.stalled[th.node] || self.stalled[n] {
+                continue;
             }
-            for (n, qp) in th.qps.iter().enumerate() {
-                if self.stalled[th.node] || self.stalled[n] {
-                    continue;
-                }
-                if qp.pipe.is_empty() && qp.br.is_empty() && qp.bl.is_empty() {
-                    continue;
-                }
-                self.steps.clear();
-                qp.steps(&self.locks, &mut self.steps);
-                self.actions
-                    .extend(self.steps.iter().map(|&s| Action::Nic(t, n, s)));
+            if qp.pipe.is_empty() && qp.br.is_empty() && qp.bl.is_empty() {
+                continue;
             }
+            self.steps.clear();
+            qp.steps(&self.locks, &mut self.steps);
+            self.actions
+                .extend(self.steps.iter().map(|&s| Action::Nic(t, n, s)));
         }
     }
 
@@ -335,14 +343,23 @@ impl State {
     /// of thread `only.0` (polling its queue pair to node `only.1`) if it has any. With `idle`, doing nothing competes with weight
     /// [`IDLE_WEIGHT`] (None), so that a lone starved action still tends to stay pending.
     fn pick(&mut self, only: Option<(usize, usize)>, idle: bool) -> Option<Action> {
-        self.collect_actions();
         let polled = only.map(|(_, n)| n);
-        let only = only.map(|(t, _)| t);
+        let mut only = only.map(|(t, _)| t);
+        // Thread `only`'s actions alone when it has any (the choice below is then among them
+        // exactly as if every action were listed), else every thread's.
+        self.actions.clear();
+        if let Some(t) = only {
+            self.collect_actions_of(t);
+        }
+        if self.actions.is_empty() {
+            only = None;
+            self.collect_actions();
+        }
         let owner = |a: &Action| match *a {
             Action::Flush(u) | Action::Nic(u, _, _) => u,
         };
         let mine = |a: &Action| only.is_none_or(|t| owner(a) == t);
-        let restrict = only.is_some() && self.actions.iter().any(mine);
+        let restrict = only.is_some();
         if let Some(e) = &self.explore {
             // The default (choice 0) is to take no step where that is allowed; in a poll, the
             // least work towards its notice: the thread's store buffer, then the polled queue
