@@ -689,3 +689,56 @@ fn exhaustive_search_refuses_what_it_cannot_search() {
     assert_eq!(e.kind(), FailureKind::Setup);
     assert!(e.message().contains("Exhaustive"), "{}", e.message());
 }
+
+/// Under `rxe` one device serves each thread's requests one after the other, as rxe does under
+/// emulation: four puts in flight take about four times one; `connectx5` pipelines them.
+#[test]
+fn a_one_at_a_time_device_serialises_requests() {
+    fn elapsed(p: sim::Profile, puts: u64) -> Duration {
+        let out = std::sync::Arc::new(std::sync::Mutex::new(Duration::ZERO));
+        let o = out.clone();
+        let p = sim::Profile { jitter: 0.0, ..p };
+        sim::replay(Config::new(2).profile(p), 1, move |cluster: &Cluster| {
+            let x = cluster.alloc_words(NodeId(1), 4)?;
+            let src = cluster.alloc_word(NodeId(0))?;
+            let o = o.clone();
+            let t = sim::spawn(cluster, NodeId(0), move |ctx: &Ctx| {
+                let start = sim::now();
+                for i in 0..puts {
+                    ctx.put(&x.word(i)?, &src, WorkId::new(1))?;
+                }
+                ctx.wait(WorkId::new(1))?;
+                *o.lock().unwrap() = sim::now() - start;
+                Ok::<(), loco_rdmawait::Error>(())
+            });
+            t.join()?;
+            Ok::<(), BoxError>(())
+        })
+        .unwrap();
+        let d = *out.lock().unwrap();
+        d
+    }
+    let rxe = sim::Profile::rxe();
+    let (one, four) = (elapsed(rxe.clone(), 1), elapsed(rxe.clone(), 4));
+    assert!(
+        four >= one + rxe.device_put * 3,
+        "rxe: {one:?} then {four:?}"
+    );
+    let (one, four) = (
+        elapsed(sim::Profile::connectx5(), 1),
+        elapsed(sim::Profile::connectx5(), 4),
+    );
+    assert!(four < one * 2, "connectx5: {one:?} then {four:?}");
+    // Edge values of the new fields cannot break a run.
+    let odd = sim::Profile {
+        device_lanes: usize::MAX,
+        device_put: Duration::MAX,
+        ..sim::Profile::rxe()
+    };
+    assert!(elapsed(odd, 2) > Duration::from_secs(1));
+    let none = sim::Profile {
+        device_lanes: 0,
+        ..sim::Profile::rxe()
+    };
+    assert!(elapsed(none, 2) > Duration::ZERO);
+}

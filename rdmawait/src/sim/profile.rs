@@ -8,7 +8,7 @@
 //!
 //! | step of the model | due (after the step before it) |
 //! |---|---|
-//! | a post leaves the store buffer for its queue pair | `doorbell` (WQE write and doorbell, until the NIC has the request), then the NIC's outbound rate |
+//! | a post leaves the store buffer for its queue pair | `doorbell` (WQE write and doorbell, until the NIC has the request), then the NIC's outbound rate, then a free lane of a one-at-a-time device ([`Profile::device_put`]; rxe only) |
 //! | a put reads its source (nLR) | `pcie_read` |
 //! | the put's data is sent | `nic` |
 //! | the remote write lands (nRW commit) | `wire` + `nic`, then the target's inbound rate |
@@ -81,6 +81,23 @@ pub struct Profile {
     pub pause: Duration,
     /// Each NIC delay is multiplied by a factor drawn uniformly from `1 ± jitter`.
     pub jitter: f64,
+    /// One device doing every node's NIC work, [`Profile::device_lanes`] requests at a time:
+    /// a request leaves its store buffer only once a lane is free and the same thread's
+    /// previous request has held the device this long (zero: no such limit, as on hardware
+    /// NICs, which pipeline). So it is on Soft-RoCE under emulation, where the NIC is kernel
+    /// software on the VM's CPUs: with four requests outstanding each takes about as long as
+    /// one alone (`loco bench ops --outstanding 1,4`), and a request not waited for still
+    /// costs its time. For a put; `rxe` sets it to the put's idle round trip less the CPU's
+    /// post and poll.
+    pub device_put: Duration,
+    /// As [`Profile::device_put`], for a get.
+    pub device_get: Duration,
+    /// As [`Profile::device_put`], for a remote FAA or CAS.
+    pub device_rmw: Duration,
+    /// How many requests the device of [`Profile::device_put`] works on at once, each
+    /// thread's one after the other (the VM's CPUs, for rxe); 1 to 1024 (other values are
+    /// taken as the nearest).
+    pub device_lanes: usize,
 }
 
 impl Profile {
@@ -115,6 +132,10 @@ impl Profile {
             poll: Duration::from_nanos(40),
             pause: Duration::from_nanos(30),
             jitter: 0.05,
+            device_put: Duration::ZERO,
+            device_get: Duration::ZERO,
+            device_rmw: Duration::ZERO,
+            device_lanes: 1,
         }
     }
 
@@ -142,6 +163,10 @@ impl Profile {
             poll: Duration::from_micros(1),
             pause: Duration::from_nanos(200),
             jitter: 0.05,
+            device_put: Duration::from_micros(91),
+            device_get: Duration::from_micros(160),
+            device_rmw: Duration::from_micros(89),
+            device_lanes: 2,
         }
     }
 
@@ -169,6 +194,10 @@ impl Profile {
             poll: f(self.poll),
             pause: f(self.pause),
             jitter: self.jitter,
+            device_put: f(self.device_put),
+            device_get: f(self.device_get),
+            device_rmw: f(self.device_rmw),
+            device_lanes: self.device_lanes,
         }
     }
 

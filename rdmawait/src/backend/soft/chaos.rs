@@ -529,6 +529,9 @@ struct Times {
     pipe: Vec<VecDeque<Duration>>,
     br: Vec<VecDeque<Duration>>,
     bl: Vec<VecDeque<Duration>>,
+    /// Under [`Profile::device_put`] and its siblings: when the device is done with this
+    /// thread's last request (a thread's requests hold the device one after the other).
+    device_free: Duration,
 }
 
 impl Times {
@@ -538,6 +541,7 @@ impl Times {
             pipe: vec![VecDeque::new(); nodes],
             br: vec![VecDeque::new(); nodes],
             bl: vec![VecDeque::new(); nodes],
+            device_free: Duration::ZERO,
         }
     }
 
@@ -571,6 +575,10 @@ struct Timing {
     now: Duration,
     inbound_free: Vec<Duration>,
     outbound_free: Vec<Duration>,
+    /// Under [`Profile::device_put`] and its siblings: when the cluster's one device may start
+    /// its next request.
+    /// One entry per lane ([`Profile::device_lanes`]).
+    device_free: Vec<Duration>,
 }
 
 /// `d` multiplied by a factor drawn uniformly from `1 ± j` (`j` capped at 1; none when it is
@@ -594,6 +602,16 @@ impl Timing {
         jitter(self.profile.jitter, rng, d)
     }
 
+    /// The device's lane that is free first, and from when.
+    fn device_lane(&self) -> (usize, Duration) {
+        self.device_free
+            .iter()
+            .copied()
+            .enumerate()
+            .min_by_key(|&(_, t)| t)
+            .unwrap_or((0, Duration::ZERO))
+    }
+
     /// One-way latency from `from` to `to`.
     fn wire(&self, from: usize, to: usize) -> Duration {
         if from == to {
@@ -603,14 +621,25 @@ impl Timing {
         }
     }
 
-    /// When action `a` of thread `th` can be taken: when its item falls due, and not before
-    /// the NIC it needs is free.
-    fn due(&self, th: &ThreadState, a: Action) -> Duration {
+    /// When action `a` of thread `th` can be taken (when its item falls due, and not before
+    /// the NIC or device it needs is free), and when the item itself fell due: of the steps
+    /// held back by a busy NIC or device, the one that has waited longest goes first (first
+    /// come, first served).
+    fn due_key(&self, th: &ThreadState, a: Action) -> (Duration, Duration) {
+        let own = match a {
+            Action::Flush(_) => th.times.sb[0],
+            Action::Nic(_, n, Step::Pipe(i)) => th.times.pipe[n][i],
+            Action::Nic(_, n, Step::CommitRemote) => th.times.br[n][0],
+            Action::Nic(_, n, Step::CommitLocal(j)) => th.times.bl[n][j],
+        };
         let at = match a {
             Action::Flush(_) => {
                 let d = th.times.sb[0];
                 match th.sb.front() {
-                    Some(SbItem::Post(_)) => d.max(self.outbound_free[th.node]),
+                    Some(SbItem::Post(_)) => d
+                        .max(self.outbound_free[th.node])
+                        .max(self.device_lane().1)
+                        .max(th.times.device_free),
                     _ => d,
                 }
             }
@@ -631,7 +660,7 @@ impl Timing {
             }
             Action::Nic(_, n, Step::CommitLocal(j)) => th.times.bl[n][j],
         };
-        at.max(self.now)
+        (at.max(self.now), own)
     }
 
     /// Mirrors in `th.times` what action `a` (described by `before`) did to the thread's
@@ -655,6 +684,17 @@ impl Timing {
             (Action::Flush(_), Before::Post(n, wr)) => {
                 th.times.sb.pop_front();
                 self.outbound_free[me] = at.saturating_add(p.outbound_gap);
+                let busy = match wr {
+                    WorkRequest::Write { .. } => p.device_put,
+                    WorkRequest::Fence => Duration::ZERO,
+                    WorkRequest::Read { .. } => p.device_get,
+                    WorkRequest::CompareSwap { .. } | WorkRequest::FetchAdd { .. } => p.device_rmw,
+                };
+                if !busy.is_zero() {
+                    let (lane, _) = self.device_lane();
+                    self.device_free[lane] = at.saturating_add(busy);
+                    th.times.device_free = at.saturating_add(busy);
+                }
                 let d = match wr {
                     WorkRequest::Write { .. } => j(rng, p.pcie_read),
                     WorkRequest::Fence => Duration::ZERO,
@@ -765,7 +805,7 @@ impl State {
     }
 
     /// Under a profile: the enabled step among those `keep` accepts that falls due first,
-    /// and when (ties: the first listed).
+    /// and when (ties: the one whose item fell due first, then the first listed).
     fn earliest(
         &mut self,
         keep: impl Fn(&ThreadState, Action) -> bool,
@@ -773,7 +813,7 @@ impl State {
         self.timing.as_ref()?;
         self.collect_actions();
         let tm = self.timing.as_ref()?;
-        let mut best: Option<(Action, Duration)> = None;
+        let mut best: Option<(Action, (Duration, Duration))> = None;
         for &a in &self.actions {
             let t = match a {
                 Action::Flush(t) | Action::Nic(t, _, _) => t,
@@ -782,12 +822,12 @@ impl State {
             if !keep(th, a) {
                 continue;
             }
-            let at = tm.due(th, a);
-            if best.is_none_or(|(_, b)| at < b) {
-                best = Some((a, at));
+            let key = tm.due_key(th, a);
+            if best.is_none_or(|(_, b)| key < b) {
+                best = Some((a, key));
             }
         }
-        best
+        best.map(|(a, (at, _))| (a, at))
     }
 
     /// Under a profile: when thread `t`'s poll towards `n` can next succeed or the NIC next
@@ -860,11 +900,14 @@ impl Chaos {
     pub(super) fn timed(fabric: Arc<Fabric>, seed: u64, profile: Profile) -> Self {
         let nodes = fabric.nodes();
         let c = Self::new(fabric, seed);
+        // A user's value: at least one lane, and not more than a device could have.
+        let lanes = profile.device_lanes.clamp(1, 1024);
         c.state.lock().timing = Some(Timing {
             profile,
             now: Duration::ZERO,
             inbound_free: vec![Duration::ZERO; nodes],
             outbound_free: vec![Duration::ZERO; nodes],
+            device_free: vec![Duration::ZERO; lanes],
         });
         c
     }
