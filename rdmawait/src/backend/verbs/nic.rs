@@ -68,6 +68,8 @@ struct Link {
     far: Far,
     /// Send-queue entries the device granted.
     capacity: usize,
+    /// Inline bytes per request the device granted: puts up to this long go inline.
+    max_inline: u32,
     /// Requests posted whose completion has not been drained yet.
     in_flight: usize,
     /// Statuses of drained completions not yet consumed by `poll`, in post order.
@@ -221,12 +223,16 @@ impl Link {
         // The incarnation first: if the target rejoins meanwhile, the link is born stale.
         let incarnation = shared.incarnation(target);
         let info = shared.info(target)?;
-        let (mut qp, capacity) = qp::create(device, home, cq, shared.send_depth)?;
+        let qp::Created {
+            mut qp,
+            capacity,
+            max_inline,
+        } = qp::create(device, home, cq, shared.send_depth)?;
         let local = qp::endpoint(device, &qp, qp::random_psn());
         let mut dead = None;
         let far = match shared.local(target) {
             Some(node) => {
-                let (mut responder, _) = qp::create(device, node, &node.responder_cq, 1)?;
+                let mut responder = qp::create(device, node, &node.responder_cq, 1)?.qp;
                 let remote = qp::endpoint(device, &responder, qp::random_psn());
                 let mut towards = remote;
                 if shared.peers.unreachable(target) {
@@ -273,6 +279,7 @@ impl Link {
             qp,
             far,
             capacity,
+            max_inline,
             in_flight: 0,
             done: VecDeque::new(),
             fence: false,
@@ -587,6 +594,12 @@ impl VerbsNic {
         swr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
         if fence {
             swr.send_flags |= sys::ibv_send_flags::IBV_SEND_FENCE.0;
+        }
+        // A small put goes inline: the provider copies its source now, and the NIC need not
+        // read it over PCIe (the put reads its source at post time, one of the moments the
+        // model allows, docs/model.md §4).
+        if enc.opcode == sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE && enc.length <= link.max_inline {
+            swr.send_flags |= sys::ibv_send_flags::IBV_SEND_INLINE.0;
         }
         if enc.atomic {
             swr.wr.atomic = sys::atomic_t {

@@ -184,27 +184,50 @@ fn raw_state(qp: &BasicQueuePair) -> Option<u32> {
     }
 }
 
+/// Bytes of inline data asked for per send-queue entry: a put of up to this many bytes is
+/// copied into the request at post time (`IBV_SEND_INLINE`), sparing the NIC the DMA read of
+/// its source; 64 bytes is a cache line, 8 words. A device that refuses inline data gets a
+/// queue pair without it.
+pub(crate) const INLINE_WANTED: u32 = 64;
+
+/// What [`create`] made.
+pub(crate) struct Created {
+    pub(crate) qp: Qp,
+    /// Send-queue entries the device actually granted (rxe rounds up: docs/verbs-notes.md,
+    /// pitfall 6).
+    pub(crate) capacity: usize,
+    /// Inline bytes the device granted per request (0: none).
+    pub(crate) max_inline: u32,
+}
+
 /// Creates an RC queue pair in `node`'s protection domain with `send_depth` send-queue entries
-/// (one receive entry: the backend never receives) on `cq`, moved to INIT. Returns it with the
-/// send-queue capacity the device actually granted (rxe rounds up: docs/verbs-notes.md,
-/// pitfall 6).
+/// (one receive entry: the backend never receives) on `cq`, moved to INIT, with up to
+/// [`INLINE_WANTED`] bytes of inline data if the device allows it.
 pub(crate) fn create(
     device: &Device,
     node: &Arc<LocalNode>,
     cq: &Arc<BasicCompletionQueue>,
     send_depth: u32,
-) -> Result<(Qp, usize)> {
-    let qp = node
-        .pd
-        .create_qp_builder()
-        .setup_max_send_wr(send_depth)
-        .setup_max_recv_wr(1)
-        .setup_max_send_sge(1)
-        .setup_max_recv_sge(1)
-        .setup_send_cq(cq.clone())
-        .setup_recv_cq(cq.clone())
-        .build()
-        .map_err(|e| verbs_source("ibv_create_qp failed", e))?;
+) -> Result<Created> {
+    let build = |inline: u32| {
+        node.pd
+            .create_qp_builder()
+            .setup_max_send_wr(send_depth)
+            .setup_max_recv_wr(1)
+            .setup_max_send_sge(1)
+            .setup_max_recv_sge(1)
+            .setup_max_inline_data(inline)
+            .setup_send_cq(cq.clone())
+            .setup_recv_cq(cq.clone())
+            .build()
+    };
+    let qp = match build(INLINE_WANTED) {
+        Ok(qp) => qp,
+        Err(e) => {
+            tracing::debug!(target: "loco::rdmawait", error = %e, "no inline data: a queue pair without it");
+            build(0).map_err(|e| verbs_source("ibv_create_qp failed", e))?
+        }
+    };
     // Wrapped at once: from here on, an error destroys the queue pair before the node can go.
     let mut qp = Qp {
         qp: ManuallyDrop::new(qp),
@@ -218,6 +241,7 @@ pub(crate) fn create(
     if capacity == 0 {
         return Err(verbs_error("the device granted a send queue of 0 entries"));
     }
+    let max_inline = init.max_inline_data();
     let mut attr = QueuePairAttribute::new();
     attr.setup_state(QueuePairState::Init)
         .setup_pkey_index(0)
@@ -225,7 +249,11 @@ pub(crate) fn create(
         .setup_access_flags(remote_access());
     qp.modify(&attr)
         .map_err(|e| verbs_source("moving a queue pair to INIT failed", e))?;
-    Ok((qp, capacity))
+    Ok(Created {
+        qp,
+        capacity,
+        max_inline,
+    })
 }
 
 /// This end of `qp`, starting its send queue at `psn`.

@@ -570,7 +570,7 @@ fn responder(shared: &Shared, from: NodeId, inc: u64, remote: &Endpoint) -> Resu
         .local(me)
         .ok_or_else(|| verbs_error("this process's node is not local"))?;
     let device = &shared.device;
-    let (mut qp, _) = qp::create(device, home, &home.responder_cq, 1)?;
+    let mut qp = qp::create(device, home, &home.responder_cq, 1)?.qp;
     let local = qp::endpoint(device, &qp, qp::random_psn());
     qp::connect(device, &mut qp, &local, remote, shared.transport)?;
     let mut responders = shared.responders.lock();
