@@ -24,9 +24,10 @@ const ROUNDS: usize = 3;
 /// Seeded runs per lock, strategy and give-up mode (2,000 per lock in all).
 const UNTIMED_RUNS: u64 = 500;
 
-/// One thread's work: `ROUNDS` critical sections; `impatient` threads use a short timed
+/// One thread's work: `rounds` critical sections; `impatient` threads use a short timed
 /// acquire and go on without the lock when it times out.
 fn worker<R: RawLock + Send + Sync + 'static>(
+    rounds: usize,
     lock: Arc<Lock<R>>,
     inside: Arc<AtomicUsize>,
     word: loco_rdmawait::Loc,
@@ -34,7 +35,7 @@ fn worker<R: RawLock + Send + Sync + 'static>(
     impatient: Option<Duration>,
 ) -> impl FnOnce(&Ctx) -> Result<(), BoxError> + Send + 'static {
     move |ctx: &Ctx| {
-        for _ in 0..ROUNDS {
+        for _ in 0..rounds {
             let g = if let Some(patience) = impatient {
                 match lock.acquire_timeout(ctx, patience) {
                     Ok(g) => g,
@@ -71,19 +72,41 @@ where
     R: RawLock + Send + Sync + 'static,
     M: Fn(&Cluster) -> loco_locks::Result<Lock<R>> + Send + Sync + 'static,
 {
+    run_of(THREADS, ROUNDS, make, giving_up, patience)
+}
+
+/// [`run`] with `threads` threads (round-robin over n0, n1, n2) of `rounds` critical sections.
+fn run_of<R, M>(
+    threads: usize,
+    rounds: usize,
+    make: M,
+    giving_up: bool,
+    patience: Duration,
+) -> impl Fn(&Cluster) -> Result<(), BoxError> + Send + Sync
+where
+    R: RawLock + Send + Sync + 'static,
+    M: Fn(&Cluster) -> loco_locks::Result<Lock<R>> + Send + Sync + 'static,
+{
     move |cluster: &Cluster| {
         let lock = Arc::new(make(cluster)?);
         let inside = Arc::new(AtomicUsize::new(0));
         let word = cluster.alloc_word(NodeId(2))?;
         let mut hs = Vec::new();
-        for t in 0..THREADS {
+        for t in 0..threads {
             let node = NodeId((t % 3) as u16);
             let scratch = cluster.alloc_word(node)?;
             let impatient = (giving_up && t % 2 == 1).then_some(patience);
             hs.push(sim::spawn(
                 cluster,
                 node,
-                worker(lock.clone(), inside.clone(), word, scratch, impatient),
+                worker(
+                    rounds,
+                    lock.clone(),
+                    inside.clone(),
+                    word,
+                    scratch,
+                    impatient,
+                ),
             ));
         }
         for h in hs {
@@ -323,39 +346,16 @@ fn wlock_survives_a_crash_under_simulation() {
 /// schedule within the delay bound keeps mutual exclusion, per lock.
 #[test]
 fn locks_under_exhaustive_search() {
+    /// Two patient threads (n0, n1), one critical section each.
     fn two<R, M>(make: M) -> impl Fn(&Cluster) -> Result<(), BoxError> + Send + Sync
     where
         R: RawLock + Send + Sync + 'static,
         M: Fn(&Cluster) -> loco_locks::Result<Lock<R>> + Send + Sync + 'static,
     {
-        move |cluster: &Cluster| {
-            let lock = Arc::new(make(cluster)?);
-            let inside = Arc::new(AtomicUsize::new(0));
-            let word = cluster.alloc_word(NodeId(2))?;
-            let mut hs = Vec::new();
-            for t in 0..2u16 {
-                let (lock, inside) = (lock.clone(), inside.clone());
-                let scratch = cluster.alloc_word(NodeId(t))?;
-                hs.push(sim::spawn(cluster, NodeId(t), move |ctx: &Ctx| {
-                    let g = lock.acquire(ctx)?;
-                    if inside.fetch_add(1, SeqCst) != 0 {
-                        return Err::<(), BoxError>("mutual exclusion broken".into());
-                    }
-                    ctx.get(&scratch, &word, WorkId::new(7))?;
-                    ctx.wait(WorkId::new(7))?;
-                    inside.fetch_sub(1, SeqCst);
-                    LockGuard::release(g)?;
-                    Ok(())
-                }));
-            }
-            for h in hs {
-                h.join()?;
-            }
-            Ok(())
-        }
+        run_of(2, 1, make, false, Duration::ZERO)
     }
-    // Two deviations for the node lock (13,620 runs); one for the other two, whose runs are
-    // longer (a registration, broadcasts; 41,892 and 76,299 runs at two).
+    // Two deviations for the node lock (36,278 runs); one for the other two, whose runs are
+    // longer (a registration, broadcasts: about a hundred times the runs at two).
     let config = |max_delays| config(200_000).strategy(Strategy::Exhaustive { max_delays });
     let report = |name: &str, r: Result<sim::Report, sim::Failure>| {
         let r = r.unwrap_or_else(|f| panic!("{name}:\n{}", f.report()));
