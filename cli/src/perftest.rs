@@ -14,6 +14,11 @@
 //! doubled; `ib_read_lat` and `ib_atomic_lat` report whole round trips, as loco's op + wait is.
 //! Bandwidth compares loco's MiB/s with perftest's `BW average[MB/sec]` (perftest's MB are
 //! 2^20 bytes), perftest with `-t` (its tx depth) set to loco's outstanding count.
+//!
+//! Both sides are pinned the same way where the host allows it ([`Pinning`]): perftest's
+//! server on the first CPU, its client on the second (`taskset -c`), and loco's measuring
+//! thread on the client's CPU (loco's target node needs no thread: RDMA does not involve its
+//! CPU), so that neither side gains from the scheduler moving it around.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -39,6 +44,38 @@ enum Kind {
     Lat { factor: f64 },
     /// Bandwidth: loco's MiB/s over perftest's average MB/s.
     Bw,
+}
+
+/// Where perftest's processes and loco's measuring thread run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Pinning {
+    /// perftest's server.
+    server: usize,
+    /// perftest's client, and loco's measuring thread.
+    client: usize,
+}
+
+impl Pinning {
+    /// The first two CPUs this process may run on (one CPU: both sides on it); `None` if the
+    /// CPUs cannot be listed or `taskset` is missing (then nothing is pinned).
+    fn probe() -> Option<(Pinning, core_affinity::CoreId)> {
+        let cores = core_affinity::get_core_ids()?;
+        let server = *cores.first()?;
+        let client = *cores.get(1).unwrap_or(&server);
+        let taskset = Command::new("taskset")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        taskset.then_some((
+            Pinning {
+                server: server.id,
+                client: client.id,
+            },
+            client,
+        ))
+    }
 }
 
 /// One loco configuration and the perftest test it is compared with.
@@ -235,10 +272,25 @@ fn listens_in(table: &str, port: u16) -> bool {
     })
 }
 
-/// Runs perftest test `tool` once, server and client here; returns the client's output.
-fn run_once(tool: &str, opts: &[String], port: u16, server: &str) -> Result<String, String> {
+/// Runs perftest test `tool` once, server and client here (pinned as `pin` says); returns the
+/// client's output.
+fn run_once(
+    tool: &str,
+    opts: &[String],
+    port: u16,
+    server: &str,
+    pin: Option<Pinning>,
+) -> Result<String, String> {
     let spawn = |extra: Option<&str>, out: Stdio| -> Result<Child, String> {
-        let mut c = Command::new(tool);
+        let mut c = match pin {
+            Some(p) => {
+                let cpu = if extra.is_some() { p.client } else { p.server };
+                let mut c = Command::new("taskset");
+                c.arg("-c").arg(cpu.to_string()).arg(tool);
+                c
+            }
+            None => Command::new(tool),
+        };
         c.args(opts).arg("-p").arg(port.to_string());
         if let Some(a) = extra {
             c.arg(a);
@@ -322,6 +374,8 @@ pub(crate) fn compare(args: &OpsArgs) -> Result<(), String> {
         .context(loco_rdmawait::NodeId(0))
         .map_err(|e| e.to_string())?;
     let cmps = comparisons(args);
+    let pin =
+        Pinning::probe().and_then(|(p, core)| core_affinity::set_for_current(core).then_some(p));
     let bar = ProgressBar::new((cmps.len() * args.rounds) as u64);
     bar.set_style(
         ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
@@ -352,11 +406,12 @@ pub(crate) fn compare(args: &OpsArgs) -> Result<(), String> {
             let mut theirs = None;
             for _ in 0..ATTEMPTS {
                 port = port.wrapping_add(1).max(FIRST_PORT);
-                let r =
-                    run_once(c.tool, &opts, port, &target.server).and_then(|out| match c.kind {
-                        Kind::Lat { factor } => parse_lat(&out).map(|l| l.t_typical * factor),
-                        Kind::Bw => parse_bw(&out),
-                    });
+                let r = run_once(c.tool, &opts, port, &target.server, pin).and_then(|out| match c
+                    .kind
+                {
+                    Kind::Lat { factor } => parse_lat(&out).map(|l| l.t_typical * factor),
+                    Kind::Bw => parse_bw(&out),
+                });
                 match r {
                     Ok(v) => {
                         theirs = Some(v);
@@ -413,6 +468,7 @@ pub(crate) fn compare(args: &OpsArgs) -> Result<(), String> {
                     "ratio_median": ratio,
                     "ratio_min": lo,
                     "ratio_max": hi,
+                    "pinned": pin.map(|p| json!({"perftest_server_cpu": p.server, "client_cpu": p.client})),
                 })
                 .to_string(),
             );
@@ -434,8 +490,19 @@ pub(crate) fn compare(args: &OpsArgs) -> Result<(), String> {
             "device {} (GID index {}), {} rounds of perftest then loco, {} iterations each; \
              latency: loco p50 / perftest t_typical, full round trips (ib_write_lat's half round \
              trip doubled); bandwidth: loco / perftest; values are medians over the rounds, \
-             ratio = median of the per-round ratios",
-            target.device, target.gid_index, args.rounds, args.iters
+             ratio = median of the per-round ratios; {}",
+            target.device,
+            target.gid_index,
+            args.rounds,
+            args.iters,
+            match pin {
+                Some(p) => format!(
+                    "pinned: perftest's server on CPU {}, its client and loco's measuring thread \
+                     on CPU {}",
+                    p.server, p.client
+                ),
+                None => "not pinned (no CPU list or no taskset)".into(),
+            }
         ));
     }
     Ok(())
@@ -444,6 +511,17 @@ pub(crate) fn compare(args: &OpsArgs) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pinning_takes_two_cpus_this_process_may_use() {
+        let Some((p, core)) = Pinning::probe() else {
+            return; // no CPU list or no taskset here: nothing is pinned, nothing to check
+        };
+        let cpus = core_affinity::get_core_ids().unwrap();
+        assert!(cpus.iter().any(|c| c.id == p.server), "{p:?}");
+        assert_eq!(core.id, p.client);
+        assert_eq!(p.server == p.client, cpus.len() == 1, "{p:?} of {cpus:?}");
+    }
 
     // Client outputs in perftest's format (hand-written after its documented layout).
     const WRITE_LAT: &str = "\
