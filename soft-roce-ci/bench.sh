@@ -8,13 +8,14 @@
 #
 # Usage: soft-roce-ci/bench.sh [--native | --vm | --hosts 2] [--iters N] [--rounds R]
 #   --iters   iterations per test and round (default 2000)
-#   --rounds  rounds of perftest then loco (default 5; single host only)
+#   --rounds  rounds of perftest then loco (default 5)
 #
 # --hosts 2: across two hosts, on two VMs of soft-roce-ci/cluster.sh (each with its own rxe
-# device, packets crossing the in-host Ethernet segment): perftest's server on VM 0 and client
-# on VM 1 (10.77.0.1), through bench-perftest.sh, and loco's verbs_latency example as two
-# processes, n0 on VM 0 measuring towards n1 on VM 1; one round, a table of both and their
-# ratio (put/get/rfaa only).
+# device, packets crossing the in-host Ethernet segment), the same command as two processes:
+# perftest's servers in n1's process on VM 1, its clients and loco's n0 measuring towards n1's
+# memory on VM 0, alternated in --rounds rounds (cli/src/perftest/across.rs); then the lock
+# benchmark (loco bench locks --backend verbs, one process per VM, 1 and 2 threads) across
+# the same two VMs.
 #
 # Reading the tables: every latency row compares full round trips. ib_write_lat is a ping-pong
 # and reports half a round trip, so its figure is doubled; ib_read_lat and ib_atomic_lat report
@@ -30,31 +31,6 @@ usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit "${1:
 
 ROOT=$(cd "$SRC_DIR/.." && pwd)
 
-# table (--hosts 2): the ratio table from perftest's and verbs_latency's machine-readable lines
-# on stdin.
-table() {
-    awk -v dev="${LOCO_RDMA_DEVICE:-default}" -v kern="$(uname -r)" '
-        BEGIN {
-            tool["put+wait"] = "ib_write_lat"; tool["get+wait"] = "ib_read_lat"; tool["rfaa+wait"] = "ib_atomic_lat"
-        }
-        # perftest full round trips: ib_write_lat reports half of one, so it is doubled.
-        $1 == "perftest" { pa[$2] = ($2 == "ib_write_lat" ? 2 : 1) * $3 }
-        $1 == "perftest-typical" { pt[$2] = ($2 == "ib_write_lat" ? 2 : 1) * $3 }
-        $1 == "RESULT" { lm[$2] = $5; la[$2] = $4; ops[++n] = $2 }
-        END {
-            printf "\nLatency on %s (kernel %s), 8-byte operations, full round trips, µs\n", dev, kern
-            printf "%-10s | %-16s %9s %9s | %9s %9s | %14s %12s\n", "loco op", "perftest", "median", "avg", "median", "avg", "loco/perftest", "(avg ratio)"
-            for (i = 1; i <= n; i++) {
-                o = ops[i]; t = tool[o]
-                name = t (t == "ib_write_lat" ? " x2" : "")
-                ratio = (pt[t] > 0) ? sprintf("%.2f", lm[o] / pt[t]) : "n/a"
-                aratio = (pa[t] > 0) ? sprintf("%.2f", la[o] / pa[t]) : "n/a"
-                printf "%-10s | %-16s %9.2f %9.2f | %9.2f %9.2f | %14s %12s\n", o, name, pt[t], pa[t], lm[o], la[o], ratio, aratio
-            }
-            print "(perftest columns: t_typical and t_avg; loco columns: median and average of put/get/rfaa + wait)"
-        }'
-}
-
 # inside LOCO ITERS ROUNDS: the single-host comparison, on this host's device.
 inside() {
     local loco=$1 iters=$2 rounds=$3
@@ -66,18 +42,18 @@ inside() {
         --iters "$iters" --warmup 200 --rounds "$rounds" --no-plot
 }
 
-# cross_inside EXAMPLE ITERS: one VM of the two-host run (role from LOCO_NODE_ID): perftest's
-# servers (VM 0) or clients (VM 1, printing the machine-readable lines), through
-# bench-perftest.sh --serve / --peer, then verbs_latency as one of two processes.
+# cross_inside LOCO ITERS ROUNDS: one VM of the two-host run (its node from LOCO_NODE_ID):
+# the perftest comparison, then the lock benchmark, each a cluster of the two processes (the
+# second on the next rendezvous port, so that it never meets the first's closing sockets).
 cross_inside() {
-    local example=$1 iters=$2
-    if [ "${LOCO_NODE_ID:?}" = 0 ]; then
-        "$SRC_DIR/bench-perftest.sh" -n "$iters" --serve
-    else
-        "$SRC_DIR/bench-perftest.sh" -n "$iters" --peer 10.77.0.1 | grep '^perftest' \
-            || log "perftest gave no numbers"
-    fi
-    "$example" --iters "$iters" --warmup 200
+    local loco=$1 iters=$2 rounds=$3
+    need_cmd ib_write_lat perftest
+    "$loco" bench ops --backend verbs --vs-perftest --sizes 8,65536 --outstanding 1,16 \
+        --iters "$iters" --warmup 200 --rounds "$rounds" --no-plot
+    LOCO_PEERS=$(printf '%s\n' "$LOCO_PEERS" | awk -F, '{ for (i = 1; i <= NF; i++) {
+            n = split($i, a, ":"); host = substr($i, 1, length($i) - length(a[n]) - 1)
+            printf "%s%s:%d", (i > 1 ? "," : ""), host, a[n] + 1 } }') \
+        "$loco" bench locks --backend verbs --nodes 2 --threads 1,2 --secs 2 --no-plot
 }
 
 if [ "${1:-}" = --inside ]; then
@@ -135,21 +111,19 @@ has_device() {
     done
     return 1
 }
+loco=$(build_exe loco -p loco-cli --features verbs --bin loco)
 if [ "$mode" = hosts ]; then
-    example=$(build_exe verbs_latency -p loco --features verbs --example verbs_latency)
     out=$(mktemp)
     trap 'rm -f "$out"' EXIT
-    "$SRC_DIR/cluster.sh" --vms 2 --timeout "${LOCO_VM_TIMEOUT:-900}" -- \
-        "$SRC_DIR/bench.sh" --cross-inside "$example" "$iters" >"$out" 2>&1 || {
+    "$SRC_DIR/cluster.sh" --vms 2 --timeout "${LOCO_VM_TIMEOUT:-1800}" -- \
+        "$SRC_DIR/bench.sh" --cross-inside "$loco" "$iters" "$rounds" >"$out" 2>&1 || {
         cat "$out" >&2
         die "the two-host run failed"
     }
-    grep -v '^\[vm[01]\] \(perftest\|RESULT\)' "$out" >&2 || true
-    echo "(across two VMs: perftest server on VM 0, client on VM 1; loco n0 on VM 0 -> n1 on VM 1)"
-    sed -n 's/^\[vm1\] \(perftest.*\)$/\1/p; s/^\[vm0\] \(RESULT .*\)$/\1/p' "$out" | table
+    grep -v '^\[vm0\] ' "$out" >&2 || true
+    sed -n 's/^\[vm0\] //p' "$out"
     exit 0
 fi
-loco=$(build_exe loco -p loco-cli --features verbs --bin loco)
 if [ "$mode" = native ] || { [ "$mode" = auto ] && has_device; }; then
     has_device || die "no active RDMA device on this host; use --vm"
     exec "$0" --inside "$loco" "$iters" "$rounds"

@@ -30,6 +30,8 @@ use serde_json::json;
 
 use crate::ops::{Config, OpArg, OpsArgs};
 
+mod across;
+
 /// Runs of one perftest test before giving up.
 const ATTEMPTS: usize = 4;
 /// The longest a perftest client or server may run.
@@ -272,36 +274,38 @@ fn listens_in(table: &str, port: u16) -> bool {
     })
 }
 
-/// Runs perftest test `tool` once, server and client here (pinned as `pin` says); returns the
-/// client's output.
-fn run_once(
+/// Starts one side of perftest test `tool` on `port`: the server (`peer` is `None`) or the
+/// client towards `peer`, pinned to `cpu` if given, its output to `out`.
+fn spawn(
     tool: &str,
     opts: &[String],
     port: u16,
-    server: &str,
-    pin: Option<Pinning>,
-) -> Result<String, String> {
-    let spawn = |extra: Option<&str>, out: Stdio| -> Result<Child, String> {
-        let mut c = match pin {
-            Some(p) => {
-                let cpu = if extra.is_some() { p.client } else { p.server };
-                let mut c = Command::new("taskset");
-                c.arg("-c").arg(cpu.to_string()).arg(tool);
-                c
-            }
-            None => Command::new(tool),
-        };
-        c.args(opts).arg("-p").arg(port.to_string());
-        if let Some(a) = extra {
-            c.arg(a);
+    peer: Option<&str>,
+    cpu: Option<usize>,
+    out: Stdio,
+) -> Result<Child, String> {
+    let mut c = match cpu {
+        Some(cpu) => {
+            let mut c = Command::new("taskset");
+            c.arg("-c").arg(cpu.to_string()).arg(tool);
+            c
         }
-        c.stdin(Stdio::null())
-            .stdout(out)
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("cannot run {tool} (is perftest installed?): {e}"))
+        None => Command::new(tool),
     };
-    let mut srv = spawn(None, Stdio::null())?;
+    c.args(opts).arg("-p").arg(port.to_string());
+    if let Some(a) = peer {
+        c.arg(a);
+    }
+    c.stdin(Stdio::null())
+        .stdout(out)
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot run {tool} (is perftest installed?): {e}"))
+}
+
+/// Starts perftest's server for `tool` on `port` (pinned to `cpu`) and waits until it listens.
+fn serve(tool: &str, opts: &[String], port: u16, cpu: Option<usize>) -> Result<Child, String> {
+    let mut srv = spawn(tool, opts, port, None, cpu, Stdio::null())?;
     let start = Instant::now();
     while !listening(port) {
         if srv.try_wait().ok().flatten().is_some() || start.elapsed() > Duration::from_secs(30) {
@@ -313,14 +317,40 @@ fn run_once(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    Ok(srv)
+}
+
+/// Runs perftest's client for `tool` towards `server` (pinned to `cpu`); returns its output.
+fn client(
+    tool: &str,
+    opts: &[String],
+    port: u16,
+    server: &str,
+    cpu: Option<usize>,
+) -> Result<String, String> {
     let file: PathBuf =
         std::env::temp_dir().join(format!("loco-perftest-{}-{port}.out", std::process::id()));
     let out = std::fs::File::create(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let client = spawn(Some(server), Stdio::from(out));
-    let result = client.and_then(|c| finish(c, tool)).and_then(|()| {
-        std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))
-    });
+    let result = spawn(tool, opts, port, Some(server), cpu, Stdio::from(out))
+        .and_then(|c| finish(c, tool))
+        .and_then(|()| {
+            std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))
+        });
     let _ = std::fs::remove_file(&file);
+    result
+}
+
+/// Runs perftest test `tool` once, server and client here (pinned as `pin` says); returns the
+/// client's output.
+fn run_once(
+    tool: &str,
+    opts: &[String],
+    port: u16,
+    server: &str,
+    pin: Option<Pinning>,
+) -> Result<String, String> {
+    let srv = serve(tool, opts, port, pin.map(|p| p.server))?;
+    let result = client(tool, opts, port, server, pin.map(|p| p.client));
     if finish(srv, tool).is_err() {
         // The server's own status does not matter once the client has its numbers.
     }
@@ -358,32 +388,62 @@ pub(crate) fn median_spread(v: &[f64]) -> (f64, f64, f64) {
     (median, s[0], s[n - 1])
 }
 
-/// Runs `loco bench ops --backend verbs --vs-perftest`.
-pub(crate) fn compare(args: &OpsArgs) -> Result<(), String> {
-    if std::env::var_os("LOCO_NODE_ID").is_some() {
-        return Err(
-            "--vs-perftest runs loco and perftest as loop-backs on this host's device: \
-                    unset LOCO_NODE_ID"
-                .into(),
-        );
+/// perftest's options for comparison `c` on `device`/`gid_index`.
+fn options(c: &Comparison, device: &str, gid_index: u32, iters: usize) -> Vec<String> {
+    let mut opts: Vec<String> = vec![
+        "-d".into(),
+        device.into(),
+        "-x".into(),
+        gid_index.to_string(),
+        "-F".into(),
+        "-n".into(),
+        iters.to_string(),
+    ];
+    opts.extend(c.extra.iter().cloned());
+    opts
+}
+
+/// The figure comparison `c` reads from a perftest client's output.
+fn figure(c: &Comparison, out: &str) -> Result<f64, String> {
+    match c.kind {
+        Kind::Lat { factor } => parse_lat(out).map(|l| l.t_typical * factor),
+        Kind::Bw => parse_bw(out),
     }
-    let target = Target::from_env()?;
-    let cluster = crate::bench::verbs_single(2, crate::ops::MAX_SIZE + 4096)?;
-    let b = crate::ops::Buffers::alloc(&cluster, crate::ops::MAX_SIZE)?;
-    let ctx = cluster
-        .context(loco_rdmawait::NodeId(0))
-        .map_err(|e| e.to_string())?;
-    let cmps = comparisons(args);
-    let pin =
-        Pinning::probe().and_then(|(p, core)| core_affinity::set_for_current(core).then_some(p));
-    let bar = ProgressBar::new((cmps.len() * args.rounds) as u64);
+}
+
+/// loco's figure of comparison `c` in a measured row.
+fn ours(c: &Comparison, row: &crate::ops::Row) -> f64 {
+    match c.kind {
+        Kind::Lat { .. } => row.p50_us,
+        Kind::Bw => row.mib_per_sec.unwrap_or(0.0),
+    }
+}
+
+/// One round's figures of one comparison: perftest's, loco's, and their ratio.
+type Seen = (f64, f64, f64);
+
+/// A progress bar of `len` steps.
+fn progress(len: usize) -> ProgressBar {
+    let bar = ProgressBar::new(len as u64);
     bar.set_style(
         ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
+    bar
+}
+
+/// The rounds: per round and comparison, perftest (`theirs(c, port, last)`: one run on a new
+/// port, parsed; retried up to [`ATTEMPTS`] times, `last` on the final try), then loco
+/// (`ours(c)`). Returns per comparison what each round saw.
+fn rounds(
+    args: &OpsArgs,
+    cmps: &[Comparison],
+    mut theirs: impl FnMut(&Comparison, u16, bool) -> Result<f64, String>,
+    mut loco: impl FnMut(&Comparison) -> Result<f64, String>,
+) -> Result<Vec<Vec<Seen>>, String> {
+    let bar = progress(cmps.len() * args.rounds);
     let mut port = FIRST_PORT;
-    // Per comparison: (perftest figure, loco figure, ratio) of each round.
-    let mut seen: Vec<Vec<(f64, f64, f64)>> = vec![Vec::new(); cmps.len()];
+    let mut seen: Vec<Vec<Seen>> = vec![Vec::new(); cmps.len()];
     for round in 0..args.rounds {
         for (i, c) in cmps.iter().enumerate() {
             bar.set_message(format!(
@@ -392,58 +452,50 @@ pub(crate) fn compare(args: &OpsArgs) -> Result<(), String> {
                 crate::ops::label(c.config),
                 c.tool
             ));
-            let mut opts: Vec<String> = vec![
-                "-d".into(),
-                target.device.clone(),
-                "-x".into(),
-                target.gid_index.to_string(),
-                "-F".into(),
-                "-n".into(),
-                args.iters.to_string(),
-            ];
-            opts.extend(c.extra.iter().cloned());
             let mut errors = Vec::new();
-            let mut theirs = None;
-            for _ in 0..ATTEMPTS {
+            let mut value = None;
+            for attempt in 0..ATTEMPTS {
                 port = port.wrapping_add(1).max(FIRST_PORT);
-                let r = run_once(c.tool, &opts, port, &target.server, pin).and_then(|out| match c
-                    .kind
-                {
-                    Kind::Lat { factor } => parse_lat(&out).map(|l| l.t_typical * factor),
-                    Kind::Bw => parse_bw(&out),
-                });
-                match r {
+                match theirs(c, port, attempt + 1 == ATTEMPTS) {
                     Ok(v) => {
-                        theirs = Some(v);
+                        value = Some(v);
                         break;
                     }
                     Err(e) => errors.push(e),
                 }
             }
-            let theirs = theirs.ok_or_else(|| {
+            let theirs = value.ok_or_else(|| {
                 format!(
                     "{} gave no number in {ATTEMPTS} runs: {}",
                     c.tool,
                     errors.join("; ")
                 )
             })?;
-            let row = crate::ops::measure(&ctx, &b, c.config, args.iters, args.warmup)?;
-            let ours = match c.kind {
-                Kind::Lat { .. } => row.p50_us,
-                Kind::Bw => row.mib_per_sec.unwrap_or(0.0),
-            };
+            let ours = loco(c)?;
             seen[i].push((theirs, ours, ours / theirs));
             bar.inc(1);
         }
     }
     bar.finish_and_clear();
+    Ok(seen)
+}
+
+/// Prints the comparison: a table and `footer`, or with `--json` one object per comparison
+/// (`placement` describes where the two sides ran).
+fn report(
+    args: &OpsArgs,
+    cmps: &[Comparison],
+    seen: &[Vec<Seen>],
+    placement: serde_json::Value,
+    footer: &str,
+) {
     let mut table = String::new();
     let _ = writeln!(
         table,
         "{:<18} {:<22} {:>15} {:>15} {:>7} {:>11}",
         "loco", "perftest", "perftest", "loco", "ratio", "(min-max)"
     );
-    for (c, s) in cmps.iter().zip(&seen) {
+    for (c, s) in cmps.iter().zip(seen) {
         let (ratio, lo, hi) = median_spread(&s.iter().map(|x| x.2).collect::<Vec<_>>());
         let (theirs, ..) = median_spread(&s.iter().map(|x| x.0).collect::<Vec<_>>());
         let (ours, ..) = median_spread(&s.iter().map(|x| x.1).collect::<Vec<_>>());
@@ -453,25 +505,25 @@ pub(crate) fn compare(args: &OpsArgs) -> Result<(), String> {
             Kind::Bw => (format!("{} -s {}", c.tool, c.config.size), "MiB/s"),
         };
         if args.json {
-            crate::ops::out(
-                &json!({
-                    "op": c.config.op.name(),
-                    "backend": "verbs",
-                    "profile": null,
-                    "size": c.config.size,
-                    "outstanding": c.config.outstanding,
-                    "metric": if c.kind == Kind::Bw { "mib_per_sec" } else { "p50_us" },
-                    "perftest": c.tool,
-                    "perftest_value": theirs,
-                    "loco_value": ours,
-                    "rounds": args.rounds,
-                    "ratio_median": ratio,
-                    "ratio_min": lo,
-                    "ratio_max": hi,
-                    "pinned": pin.map(|p| json!({"perftest_server_cpu": p.server, "client_cpu": p.client})),
-                })
-                .to_string(),
-            );
+            let mut row = json!({
+                "op": c.config.op.name(),
+                "backend": "verbs",
+                "profile": null,
+                "size": c.config.size,
+                "outstanding": c.config.outstanding,
+                "metric": if c.kind == Kind::Bw { "mib_per_sec" } else { "p50_us" },
+                "perftest": c.tool,
+                "perftest_value": theirs,
+                "loco_value": ours,
+                "rounds": args.rounds,
+                "ratio_median": ratio,
+                "ratio_min": lo,
+                "ratio_max": hi,
+            });
+            if let (Some(row), Some(extra)) = (row.as_object_mut(), placement.as_object()) {
+                row.extend(extra.clone());
+            }
+            crate::ops::out(&row.to_string());
         }
         let _ = writeln!(
             table,
@@ -486,25 +538,67 @@ pub(crate) fn compare(args: &OpsArgs) -> Result<(), String> {
     }
     if !args.json {
         crate::ops::out(table.trim_end());
-        crate::ops::out(&format!(
-            "device {} (GID index {}), {} rounds of perftest then loco, {} iterations each; \
-             latency: loco p50 / perftest t_typical, full round trips (ib_write_lat's half round \
-             trip doubled); bandwidth: loco / perftest; values are medians over the rounds, \
-             ratio = median of the per-round ratios; {}",
-            target.device,
-            target.gid_index,
-            args.rounds,
-            args.iters,
-            match pin {
-                Some(p) => format!(
-                    "pinned: perftest's server on CPU {}, its client and loco's measuring thread \
-                     on CPU {}",
-                    p.server, p.client
-                ),
-                None => "not pinned (no CPU list or no taskset)".into(),
-            }
-        ));
+        crate::ops::out(footer);
     }
+}
+
+/// What every footer says about the figures.
+fn method(args: &OpsArgs) -> String {
+    format!(
+        "{} rounds of perftest then loco, {} iterations each; latency: loco p50 / perftest \
+         t_typical, full round trips (ib_write_lat's half round trip doubled); bandwidth: loco / \
+         perftest; values are medians over the rounds, ratio = median of the per-round ratios",
+        args.rounds, args.iters
+    )
+}
+
+/// Runs `loco bench ops --backend verbs --vs-perftest`: on this host's device (loop-backs), or,
+/// in a cluster of two processes (`LOCO_NODE_ID`, `LOCO_PEERS`), across their hosts
+/// ([`across`]).
+pub(crate) fn compare(args: &OpsArgs) -> Result<(), String> {
+    if std::env::var_os("LOCO_NODE_ID").is_some() {
+        return across::compare(args);
+    }
+    let target = Target::from_env()?;
+    let cluster = crate::bench::verbs_single(2, crate::ops::MAX_SIZE + 4096)?;
+    let b = crate::ops::Buffers::alloc(&cluster, crate::ops::MAX_SIZE)?;
+    let ctx = cluster
+        .context(loco_rdmawait::NodeId(0))
+        .map_err(|e| e.to_string())?;
+    let cmps = comparisons(args);
+    let pin =
+        Pinning::probe().and_then(|(p, core)| core_affinity::set_for_current(core).then_some(p));
+    let seen = rounds(
+        args,
+        &cmps,
+        |c, port, _| {
+            let opts = options(c, &target.device, target.gid_index, args.iters);
+            run_once(c.tool, &opts, port, &target.server, pin).and_then(|out| figure(c, &out))
+        },
+        |c| {
+            crate::ops::measure(&ctx, &b, c.config, args.iters, args.warmup)
+                .map(|row| ours(c, &row))
+        },
+    )?;
+    let placement = json!({
+        "placement": "loopback",
+        "pinned": pin.map(|p| json!({"perftest_server_cpu": p.server, "client_cpu": p.client})),
+    });
+    let footer = format!(
+        "device {} (GID index {}), {}; {}",
+        target.device,
+        target.gid_index,
+        method(args),
+        match pin {
+            Some(p) => format!(
+                "pinned: perftest's server on CPU {}, its client and loco's measuring thread \
+                 on CPU {}",
+                p.server, p.client
+            ),
+            None => "not pinned (no CPU list or no taskset)".into(),
+        }
+    );
+    report(args, &cmps, &seen, placement, &footer);
     Ok(())
 }
 
