@@ -48,12 +48,13 @@ inside() {
 cross_inside() {
     local loco=$1 iters=$2 rounds=$3
     need_cmd ib_write_lat perftest
+    # Through a pipe: the VM's console is a terminal, where the progress bars would draw.
     "$loco" bench ops --backend verbs --vs-perftest --sizes 8,65536 --outstanding 1,16 \
-        --iters "$iters" --warmup 200 --rounds "$rounds" --no-plot
+        --iters "$iters" --warmup 200 --rounds "$rounds" --no-plot 2>&1 | cat
     LOCO_PEERS=$(printf '%s\n' "$LOCO_PEERS" | awk -F, '{ for (i = 1; i <= NF; i++) {
             n = split($i, a, ":"); host = substr($i, 1, length($i) - length(a[n]) - 1)
             printf "%s%s:%d", (i > 1 ? "," : ""), host, a[n] + 1 } }') \
-        "$loco" bench locks --backend verbs --nodes 2 --threads 1,2 --secs 2 --no-plot
+        "$loco" bench locks --backend verbs --nodes 2 --threads 1,2 --secs 2 --no-plot 2>&1 | cat
 }
 
 if [ "${1:-}" = --inside ]; then

@@ -30,8 +30,9 @@ const LOOK_EVERY: Duration = Duration::from_millis(1);
 
 /// The node lock's protocol (docs/model.md §5.5, Fig. 13): a centralised ticket lock on node n.
 ///
-/// Acquire: `rfaa(tkt, 1, ret=loc, d); wait(d)`, then `get(loc, rel, d); wait(d)` until it reads
-/// the ticket; keep `ticket+1` in `loc`, and announce the hold with `put(held, loc)` (not
+/// Acquire: `rfaa(tkt, 1, ret=loc, d)` and, right behind it, a first `get(scratch, rel, d)`;
+/// `wait(d)`; unless that read the ticket, `get(loc, rel, d); wait(d)` until it reads the ticket
+/// (one round trip for a free lock, where the paper's Fig. 13 takes two); keep `ticket+1` in `loc`, and announce the hold with `put(held, loc)` (not
 /// waited; `held` is the thread's `waiting` slot, claimed before the FAA). Release: `rfence(n); rcas(rel, t, t+1, loc)`, not waited for (the paper's Fig. 13
 /// puts; a CAS is what keeps the release on rxe, see [`protocol::nlock_release`]). Both are
 /// [`protocol::nlock_acquire`] and [`protocol::nlock_release`], the definitions the litmus
@@ -183,6 +184,9 @@ impl RawNLock {
     /// The protocol's spin ([`Machine::get_until`](loco_rdmawait::protocol::Machine::get_until)):
     /// `get(local, remote); wait` until it reads ticket `t` (poison bit aside), with the
     /// failure paths: a waiter that gives up abandons its ticket. Returns the value read.
+    /// `first`: the value of a first read made already (pipelined behind the FAA,
+    /// [`protocol::nlock_take`]), which the spin starts from.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn spin(
         &self,
         ctx: &Ctx,
@@ -190,13 +194,16 @@ impl RawNLock {
         local: Loc,
         remote: Loc,
         t: u64,
+        first: Option<u64>,
         d: &Deadline,
     ) -> Result<u64> {
-        let r = self.wait_turn(ctx, me, &local, &remote, t, d);
+        let r = self.wait_turn(ctx, me, &local, &remote, t, first, d);
         crate::run::spun(ctx, r, || self.abandon(ctx, me, t))
     }
 
-    /// Waits until `rel` (read into `local`) reads ticket `t`; returns the value read.
+    /// Waits until `rel` (read into `local`) reads ticket `t`; returns the value read. `first`:
+    /// a first read made already.
+    #[allow(clippy::too_many_arguments)]
     fn wait_turn(
         &self,
         ctx: &Ctx,
@@ -204,6 +211,7 @@ impl RawNLock {
         local: &Loc,
         rel: &Loc,
         t: u64,
+        mut first: Option<u64>,
         d: &Deadline,
     ) -> Result<u64> {
         let mut spin = Spin::new();
@@ -212,7 +220,10 @@ impl RawNLock {
         // Since when the lock has been released to the same value.
         let mut stall = (u64::MAX, loco_rdmawait::clock::now());
         loop {
-            let raw = Self::read(ctx, me, local, rel, d)?;
+            let raw = match first.take() {
+                Some(raw) => raw,
+                None => Self::read(ctx, me, local, rel, d)?,
+            };
             if raw != stall.0 {
                 stall = (raw, loco_rdmawait::clock::now());
             }

@@ -261,7 +261,7 @@ impl Machine for Run<'_> {
     ) -> Result<u64> {
         match self.spinner {
             Spinner::N(l) => {
-                let raw = l.spin(self.ctx, self.me, local, remote, until, self.d)?;
+                let raw = l.spin(self.ctx, self.me, local, remote, until, None, self.d)?;
                 self.spun = Some(until);
                 Ok(raw)
             }
@@ -272,6 +272,35 @@ impl Machine for Run<'_> {
                 remote,
                 wid,
                 until,
+                None,
+            )?),
+        }
+    }
+
+    /// The node lock's spin from its pipelined first read: the same slow path, which starts
+    /// from `first` instead of reading.
+    fn get_until_from(
+        &mut self,
+        local: Loc,
+        remote: Loc,
+        wid: WorkId,
+        until: u64,
+        first: u64,
+        _help: Option<Help<'_, Self>>,
+    ) -> Result<u64> {
+        match self.spinner {
+            Spinner::N(l) => {
+                let raw = l.spin(self.ctx, self.me, local, remote, until, Some(first), self.d)?;
+                self.spun = Some(until);
+                Ok(raw)
+            }
+            Spinner::W(_) => Ok(Machine::get_until_from(
+                &mut self.ctx,
+                local,
+                remote,
+                wid,
+                until,
+                first,
                 None,
             )?),
         }

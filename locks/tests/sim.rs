@@ -376,3 +376,49 @@ fn locks_under_exhaustive_search() {
         sim::check(config(1), two(|c: &Cluster| SLock::new(c, NodeId(1), 2))),
     );
 }
+
+/// An uncontended node-lock acquire takes one network round trip, not the paper's two: the
+/// first read of `rel` travels behind the ticket's FAA on the same queue pair
+/// (`protocol::nlock_take`). In simulated `connectx5` time without jitter it costs an idle
+/// rFAA + wait, plus the get's turn on the wire behind it, the claim put ahead of it, and the
+/// CPU's loads and stores around them: far less than an FAA round trip followed by a get
+/// round trip (the thread idles between cycles, so that no earlier release is still ahead on
+/// the queue pair). (Simulated time
+/// is deterministic: this is a count of round trips, not a timing on the host.)
+#[test]
+fn an_uncontended_nlock_acquire_is_one_round_trip() {
+    let p = sim::Profile {
+        jitter: 0.0,
+        ..sim::Profile::connectx5()
+    };
+    let took: Arc<std::sync::Mutex<Vec<Duration>>> = Arc::default();
+    let out = took.clone();
+    let f = move |cluster: &Cluster| {
+        let lock = NLock::new(cluster, NodeId(1))?;
+        let out = out.clone();
+        sim::spawn(cluster, NodeId(0), move |ctx: &Ctx| {
+            for _ in 0..3 {
+                // The last release's CAS done (it would hold the next FAA up on the queue pair).
+                loco_rdmawait::clock::sleep(Duration::from_micros(20));
+                let t0 = sim::now();
+                let g = lock.acquire(ctx)?;
+                out.lock().unwrap().push(sim::now() - t0);
+                LockGuard::release(g)?;
+            }
+            Ok::<(), Error>(())
+        })
+        .join()?;
+        Ok::<(), BoxError>(())
+    };
+    sim::replay(Config::new(2).profile(p.clone()), 1, f).unwrap();
+    let took = took.lock().unwrap();
+    eprintln!("uncontended acquires took {took:?}");
+    let one = p.predict_rmw();
+    let two = p.predict_rmw() + p.predict_get();
+    for &t in took.iter() {
+        assert!(
+            t >= one && t < one + (two - one) / 2,
+            "an uncontended acquire took {t:?}: one round trip is {one:?}, two are {two:?}"
+        );
+    }
+}

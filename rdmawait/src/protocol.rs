@@ -203,6 +203,22 @@ pub trait Machine {
     ) -> Result<Self::Val, Self::Error>
     where
         Self: Sized;
+
+    /// [`Machine::get_until`] whose first round's read was issued and waited for already (the
+    /// node lock's acquire pipelines it behind its FAA): `first` is the value it read. If it
+    /// reads `until` the spin ends at once, with no operation; otherwise the spin goes on as
+    /// `get_until` does from that value (`help` may pass it on first).
+    fn get_until_from(
+        &mut self,
+        local: Self::Word,
+        remote: Self::Word,
+        wid: WorkId,
+        until: Self::Val,
+        first: Self::Val,
+        help: Option<Help<'_, Self>>,
+    ) -> Result<Self::Val, Self::Error>
+    where
+        Self: Sized;
 }
 
 /// A thread context executes protocols directly; its spins give up after the cluster's timeout
@@ -331,6 +347,24 @@ impl Machine for &Ctx {
             }
             end.check(self)?;
         }
+    }
+
+    fn get_until_from(
+        &mut self,
+        local: Loc,
+        remote: Loc,
+        wid: WorkId,
+        until: u64,
+        first: u64,
+        mut help: Option<Help<'_, Self>>,
+    ) -> Result<u64> {
+        if first == until {
+            return Ok(until);
+        }
+        if let Some(h) = &mut help {
+            (h.pass_on)(self, first)?;
+        }
+        Machine::get_until(self, local, remote, wid, until, help)
     }
 }
 
