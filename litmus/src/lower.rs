@@ -1578,7 +1578,7 @@ fn node_lock(lock: &LockWords, t: usize, me: usize) -> locks::NLockWords<Word> {
                 tkt: word(node, tkt),
                 rel: word(node, rel),
                 held: word(node, held[me].expect("held word of a user's node")),
-                // Without give-ups, neither is ever named (no round of the spin helps).
+                // Without give-ups the ring is never named (no round of the spin helps).
                 ab: ab.map_or(word(node, tkt), |(base, len)| Word {
                     span: len,
                     ..word(node, base)

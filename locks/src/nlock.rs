@@ -20,7 +20,7 @@ use crate::marks::{self, MARKS, POISON};
 use crate::protocol::{self, NLockWords, NL_ACQ, NL_REL};
 use crate::run::{Run, Spinner};
 use crate::thread::{
-    next_lock_id, thread_lock, Deadline, Home, Spin, ThreadLock, WaitSlots, WAIT_SLOTS,
+    next_lock_id, thread_lock, Deadline, Home, Pace, Spin, ThreadLock, WaitSlots, WAIT_SLOTS,
 };
 use crate::{Error, RawLock, Result};
 
@@ -215,19 +215,27 @@ impl RawNLock {
         d: &Deadline,
     ) -> Result<u64> {
         let mut spin = Spin::new();
+        let mut pace = Pace::default();
         let mut looked = loco_rdmawait::clock::now();
         let mut announced = false;
         // Since when the lock has been released to the same value.
         let mut stall = (u64::MAX, loco_rdmawait::clock::now());
         loop {
-            let raw = match first.take() {
-                Some(raw) => raw,
-                None => Self::read(ctx, me, local, rel, d)?,
+            let start = loco_rdmawait::clock::now();
+            let (raw, took) = match first.take() {
+                Some(raw) => (raw, None),
+                None => {
+                    let raw = Self::read(ctx, me, local, rel, d)?;
+                    let now = loco_rdmawait::clock::now();
+                    (raw, Some(now.saturating_duration_since(start)))
+                }
             };
+            let now = loco_rdmawait::clock::now();
             if raw != stall.0 {
-                stall = (raw, loco_rdmawait::clock::now());
+                stall = (raw, now);
             }
             let r = marks::ticket(raw);
+            pace.saw(r, now, took);
             if r == t {
                 // A thread of a node reported dead does not enter (the others may skip it).
                 self.cluster.check_alive(ctx.node())?;
@@ -262,7 +270,9 @@ impl RawNLock {
             if d.expired() {
                 return Err(d.timeout());
             }
-            spin.wait_behind(&self.cluster, t.wrapping_sub(r))?;
+            let ahead = t.wrapping_sub(r);
+            spin.pause(&self.cluster, pace.pause_for(ahead).min(d.remaining()))?;
+            spin.wait_behind(&self.cluster, ahead)?;
         }
     }
 

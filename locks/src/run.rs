@@ -183,7 +183,14 @@ impl Machine for Run<'_> {
     }
 
     fn get(&mut self, local: Loc, remote: Loc, wid: WorkId) -> Result<()> {
-        self.towards_live(self.ctx.get(&local, &remote, wid))
+        let r = self.towards_live(self.ctx.get(&local, &remote, wid));
+        if r.is_err() && self.faa_out {
+            // Posted behind an FAA (the node lock's first look at `rel`), before its wait: the
+            // ticket is taken but unknown; the next call reads and abandons it.
+            self.me.pending_faa.set(true);
+            self.me.dirty.set(true);
+        }
+        r
     }
 
     fn rfence(&mut self, node: NodeId) -> Result<()> {

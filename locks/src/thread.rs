@@ -636,6 +636,65 @@ impl Deadline {
     }
 }
 
+/// The longest a ticket-lock waiter stays off the network in one go (so that its checks for
+/// abandoned and dead tickets, every millisecond, keep their pace).
+const PACE_MAX: Duration = Duration::from_micros(500);
+
+/// How long a ticket lock takes to serve one ticket, as a waiter sees it, so that a waiter
+/// `ahead` tickets back can stay off the network for a part of the time `ahead - 1` of them
+/// take before it reads the lock again (waiting in proportion to its place in the queue, as
+/// DSLR's waiters do):
+/// reads that cannot succeed yet would only load the lock's node, whose NIC the holder's
+/// operations and release go through. Estimated from the changes of the released-to ticket
+/// the waiter reads, and never less than one of its own reads (a handover takes at least a
+/// round trip). With no estimate yet (the released-to ticket has not moved), no pause.
+#[derive(Default)]
+pub(crate) struct Pace {
+    /// The released-to ticket last read, and when it was first read.
+    seen: Option<(u64, Instant)>,
+    /// Time per ticket served (the shortest seen).
+    per_ticket: Option<Duration>,
+    /// The round trip of the last read.
+    read: Duration,
+}
+
+impl Pace {
+    /// A read that took `took` found the lock released to ticket `r` at `at`.
+    pub(crate) fn saw(&mut self, r: u64, at: Instant, took: Option<Duration>) {
+        if let Some(took) = took {
+            self.read = took;
+        }
+        match self.seen {
+            Some((old, since)) if old != r => {
+                let moved = r.wrapping_sub(old);
+                if moved > 0 && moved < 1 << 32 {
+                    let sample =
+                        at.saturating_duration_since(since) / moved.min(u32::MAX as u64) as u32;
+                    // The fastest seen: an estimate that only shrinks cannot feed on the
+                    // delays its own pauses cause (a waiter that wakes late leaves the lock
+                    // idle, which would make the next estimate longer still).
+                    self.per_ticket = Some(self.per_ticket.map_or(sample, |p| p.min(sample)));
+                }
+                self.seen = Some((r, at));
+            }
+            Some(_) => {}
+            None => self.seen = Some((r, at)),
+        }
+    }
+
+    /// How long a waiter `ahead` tickets back stays off the network before its next read.
+    pub(crate) fn pause_for(&self, ahead: u64) -> Duration {
+        let Some(per) = self.per_ticket else {
+            return Duration::ZERO;
+        };
+        // A quarter of the estimate, then a fresh read: a waiter whose estimate is up to four
+        // times too long still wakes before its turn (the estimate's error grows with the
+        // tickets ahead), and the reads per acquire grow with the logarithm of the queue.
+        let behind = ahead.saturating_sub(1).min(1 << 16) as u32;
+        (per.max(self.read).saturating_mul(behind) / 4).min(PACE_MAX)
+    }
+}
+
 /// Backoff for spin loops on a machine that may have fewer cores than spinning threads: spin
 /// briefly, then yield ([`Backoff`]), then, past 50 ms (a slow or dead holder), sleep a little.
 /// Every round checks that the cluster is still open ([`Cluster::check_open`]), so that a
@@ -663,6 +722,26 @@ impl Spin {
             }
         }
         self.wait(cluster)
+    }
+
+    /// Stays off the network for `d` (see [`Pace`]): simulated, lets virtual time pass; else
+    /// yields the CPU until `d` has passed (sleeping would oversleep by tens of microseconds).
+    pub(crate) fn pause(&mut self, cluster: &Cluster, d: Duration) -> Result<()> {
+        // In an untimed simulation a measured pace means nothing (and a pause would move
+        // every thread's clock on).
+        if d.is_zero() || !clock::timed() {
+            return Ok(());
+        }
+        cluster.check_open()?;
+        if clock::simulated() {
+            clock::sleep(d);
+            return Ok(());
+        }
+        let end = clock::now() + d;
+        while clock::now() < end {
+            std::thread::yield_now();
+        }
+        Ok(())
     }
 
     pub(crate) fn wait(&mut self, cluster: &Cluster) -> Result<()> {

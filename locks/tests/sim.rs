@@ -422,3 +422,50 @@ fn an_uncontended_nlock_acquire_is_one_round_trip() {
         );
     }
 }
+
+/// Waiters far back in a node lock's queue read `rel` in proportion to their place, not in a
+/// loop (`Pace` in the crate): 16 threads over 4 nodes, each 20 critical sections, in simulated
+/// `connectx5` time. The network operations per critical section (acquire, one put, release)
+/// stay far below what polling in a loop costs (about 42 at this size in the lock benchmark,
+/// 19 with pacing): a protocol change that brings the polling back fails here.
+#[test]
+fn nlock_waiters_read_in_proportion_to_their_place() {
+    const THREADS: usize = 16;
+    const CYCLES: u64 = 20;
+    let posted: Arc<AtomicUsize> = Arc::default();
+    let out = posted.clone();
+    let f = move |cluster: &Cluster| {
+        let lock = NLock::new(cluster, NodeId(2))?;
+        let data = cluster.alloc_word(NodeId(2))?;
+        let handles: Vec<_> = (0..THREADS)
+            .map(|i| {
+                let (lock, out) = (lock.clone(), out.clone());
+                sim::spawn(cluster, NodeId((i % 4) as u16), move |ctx: &Ctx| {
+                    let one = ctx.cluster().alloc_private(ctx.node(), 8)?;
+                    let before = ctx.posted();
+                    for _ in 0..CYCLES {
+                        let g = lock.acquire(ctx)?;
+                        ctx.put(&data, &one, WorkId::new(1))?;
+                        LockGuard::release(g)?;
+                    }
+                    out.fetch_add((ctx.posted() - before) as usize, SeqCst);
+                    Ok::<(), BoxError>(())
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join()?;
+        }
+        Ok::<(), BoxError>(())
+    };
+    let config = Config::new(4)
+        .profile(sim::Profile::connectx5())
+        .timeout(Duration::from_secs(1));
+    sim::replay(config, 1, f).unwrap();
+    let per = posted.load(SeqCst) as f64 / (THREADS as u64 * CYCLES) as f64;
+    eprintln!("{per:.1} network operations per critical section");
+    assert!(
+        per < 28.0,
+        "{per:.1} network operations per critical section"
+    );
+}

@@ -35,6 +35,13 @@ pub fn pause() {
     }
 }
 
+/// Whether durations on this thread say something about speed: true on an ordinary thread and
+/// on a simulated thread of a run timed by a network profile; false in an untimed simulation,
+/// where every step costs the same and a pause sized from measured times means nothing.
+pub fn timed() -> bool {
+    sched::current().is_none_or(|s| s.timed())
+}
+
 /// Whether the calling thread is a simulated one ([`crate::sim`]).
 pub fn simulated() -> bool {
     sched::current().is_some()

@@ -62,11 +62,11 @@
 //! # Cost (round trips per operation, uncontended)
 //! | operation | round trips | why |
 //! |---|---|---|
-//! | `write_sc` | 2 | acquire (remote FAA, one get of the lock's `rel`); the put and the release are not waited for |
-//! | `read_sc`, `cas_sc`, `faa_sc` | 3 | acquire, then the get / rcas / rfaa, waited for |
-//! | [`Ported`] operation, default | 3 | acquire, one get of the whole state; puts and release not waited for |
-//! | [`PortedHashMap`] `get`/`insert`/`remove`/`cas` | usually 3 | acquire, one get per 4 probed buckets |
-//! | [`PortedQueue`] `push`/`len` (`pop`) | 3 (4) | acquire, the header (then the popped slot) |
+//! | `write_sc` | 1 | acquire (remote FAA, and one get of the lock's `rel` posted behind it); the put and the release are not waited for |
+//! | `read_sc`, `cas_sc`, `faa_sc` | 2 | acquire, then the get / rcas / rfaa, waited for |
+//! | [`Ported`] operation, default | 2 | acquire, one get of the whole state; puts and release not waited for |
+//! | [`PortedHashMap`] `get`/`insert`/`remove`/`cas` | usually 2 | acquire, one get per 4 probed buckets |
+//! | [`PortedQueue`] `push`/`len` (`pop`) | 2 (3) | acquire, the header (then the popped slot) |
 //!
 //! Contention adds one get of `rel` per turn spent waiting. See [`port`] for the details.
 //!

@@ -146,8 +146,8 @@ impl fmt::Debug for ScLoc {
 ///   the fetched value.
 ///
 /// `a` and `b` are scratch words per (thread, location), allocated on the thread's node on first
-/// use. Round trips per operation, uncontended: `write_sc` 2 (the acquire's FAA and one read of
-/// the lock's `rel`), the others 3.
+/// use. Round trips per operation, uncontended: `write_sc` 1 (the acquire's FAA, with the read
+/// of the lock's `rel` posted behind it), the others 2.
 ///
 /// # Errors
 /// [`Error::ForeignLocation`](crate::Error::ForeignLocation) for a location of another cluster;

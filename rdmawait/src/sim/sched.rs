@@ -929,6 +929,11 @@ impl Handle {
             .unwrap_or(self.sched.base)
     }
 
+    /// Whether the run is timed by a network profile (else every step costs the same).
+    pub(crate) fn timed(&self) -> bool {
+        self.sched.lock().profile.is_some()
+    }
+
     /// The virtual time since the run started.
     pub(crate) fn elapsed(&self) -> Duration {
         self.sched.lock().now

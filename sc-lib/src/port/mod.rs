@@ -5,25 +5,26 @@
 //! state of a [`Sequential`] structure `S` in a fixed number of words of registered memory on one
 //! node; an operation by any thread, on any node,
 //!
-//! 1. acquires the node lock of that node (2 round trips uncontended: a remote FAA, one get of the
-//!    lock's `rel` word; one more get per turn spent waiting behind other holders);
+//! 1. acquires the node lock of that node (1 round trip uncontended: a remote FAA, and one get of
+//!    the lock's `rel` word posted behind it; one more get per turn spent waiting behind other
+//!    holders);
 //! 2. fetches the state with gets, waited for (1 round trip per fetch: [`Words`]);
 //! 3. runs the ordinary sequential Rust code on it;
 //! 4. puts the changed words back (not waited for: no round trip);
 //! 5. releases the lock (`rfence; put`: no round trip).
 //!
 //! By default step 2 fetches the whole state in one get and step 4 compares the re-encoded state
-//! with it, so an operation costs **3 round trips** uncontended whatever it does. A structure that
+//! with it, so an operation costs **2 round trips** uncontended whatever it does. A structure that
 //! needs only a few of its words per operation overrides [`Sequential::apply_words`] to fetch just
 //! those, as the two ready structures do:
 //!
 //! | structure | operation | round trips (uncontended) |
 //! |---|---|---|
-//! | [`FixedHashMap`] | `get`, `insert`, `cas`, `remove` | 2 + ⌈probe length / 4⌉, usually 3 (4 buckets per get) |
-//! | [`FixedHashMap`] | `len` | 3 |
-//! | [`BoundedQueue`] | `push`, `len`; `pop` of an empty queue | 3 |
-//! | [`BoundedQueue`] | `pop` | 4 (the header, then the slot it names) |
-//! | any [`Sequential`] with the default | every operation | 3 (one get of the whole state) |
+//! | [`FixedHashMap`] | `get`, `insert`, `cas`, `remove` | 1 + ⌈probe length / 4⌉, usually 2 (4 buckets per get) |
+//! | [`FixedHashMap`] | `len` | 2 |
+//! | [`BoundedQueue`] | `push`, `len`; `pop` of an empty queue | 2 |
+//! | [`BoundedQueue`] | `pop` | 3 (the header, then the slot it names) |
+//! | any [`Sequential`] with the default | every operation | 2 (one get of the whole state) |
 //!
 //! # Guarantees
 //! Operations on one ported structure are **linearizable** (docs/model.md §5.6, Fig. 14): each takes effect
