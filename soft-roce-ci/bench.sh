@@ -114,8 +114,12 @@ has_device() {
 }
 loco=$(build_exe loco -p loco-cli --features verbs --bin loco)
 if [ "$mode" = hosts ]; then
+    # A copy of the binary (in /tmp, which the VMs see): a build meanwhile must not swap it.
     out=$(mktemp)
-    trap 'rm -f "$out"' EXIT
+    bin=$(mktemp -d)
+    trap 'rm -rf "$out" "$bin"' EXIT
+    cp "$loco" "$bin/loco"
+    loco=$bin/loco
     "$SRC_DIR/cluster.sh" --vms 2 --timeout "${LOCO_VM_TIMEOUT:-1800}" -- \
         "$SRC_DIR/bench.sh" --cross-inside "$loco" "$iters" "$rounds" >"$out" 2>&1 || {
         cat "$out" >&2

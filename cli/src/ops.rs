@@ -14,7 +14,8 @@
 //! size, docs/simulation.md §5, so its sizes differ only in MiB/s), and verbs (one process
 //! with both nodes on the local device, or with `LOCO_NODE_ID`/`LOCO_PEERS` two processes,
 //! n0's measuring and n1's serving). With `--vs-perftest` (verbs only), perftest on the same
-//! device alternates with loco in `--rounds` rounds ([`crate::perftest`]).
+//! device, or with two processes across their hosts, alternates with loco in `--rounds` rounds
+//! ([`crate::perftest`]).
 
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
@@ -114,7 +115,9 @@ pub struct OpsArgs {
     /// largest size of `--sizes` at most 65536, with the largest `--outstanding`), alternated
     /// with loco's runs in `--rounds` rounds; prints the median of the per-round ratios and
     /// their spread. Device and GID index from LOCO_RDMA_DEVICE and LOCO_GID_INDEX (default
-    /// rxe0 and 1).
+    /// rxe0 and 1). With LOCO_NODE_ID and a two-entry LOCO_PEERS, across the two processes'
+    /// hosts: perftest's servers in n1's process, its clients and loco's measurements in n0's
+    /// (run the same command in both; n0's prints).
     #[arg(long)]
     pub(crate) vs_perftest: bool,
     /// Rounds of `--vs-perftest` (1-1000): perftest, loco, perftest, loco...

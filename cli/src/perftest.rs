@@ -1,4 +1,5 @@
 //! `loco bench ops --vs-perftest`: perftest and loco on the same device, in alternating rounds.
+//! In a cluster of two processes (`LOCO_NODE_ID`), across their two hosts instead ([`across`]).
 //!
 //! perftest (`ib_write_lat`, `ib_read_lat`, `ib_atomic_lat`, `ib_write_bw`, `ib_read_bw`) runs
 //! as a loop-back, server and client on this host's device, as soft-roce-ci/bench-perftest.sh
