@@ -155,3 +155,33 @@ fn vs_perftest_needs_the_verbs_backend() {
         assert!(out.stdout.is_empty());
     }
 }
+
+/// Across hosts (`LOCO_NODE_ID` set), `--vs-perftest` takes a cluster of exactly two processes:
+/// a bad peer list is a clear error before any device or connection is touched (and a build
+/// without the verbs backend says so).
+#[test]
+fn vs_perftest_across_hosts_wants_two_processes() {
+    let out = Command::new(env!("CARGO_BIN_EXE_loco"))
+        .args([
+            "bench",
+            "ops",
+            "--backend",
+            "verbs",
+            "--vs-perftest",
+            "--no-plot",
+        ])
+        .env("LOCO_NODE_ID", "0")
+        .env("LOCO_PEERS", "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3")
+        .env("LOCO_CLUSTER_INSECURE", "1")
+        .output()
+        .expect("runs loco");
+    assert_eq!(out.status.code(), Some(5));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let want = if cfg!(feature = "verbs") {
+        "two processes"
+    } else {
+        "without the verbs backend"
+    };
+    assert!(err.contains(want) && !err.contains("panicked"), "{err}");
+    assert!(out.stdout.is_empty());
+}
