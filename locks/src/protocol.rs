@@ -384,14 +384,15 @@ pub fn nlock_acquire<M: RmwMachine>(
 }
 
 /// Taking a node-lock ticket, with a first look at `rel`: `rfaa(tkt, 1, loc); get(scratch,
-/// rel); wait; t := load(loc)`; returns `t` and what the get read.
+/// rel); wait; t := load(loc)`; returns `t` and what the get read (the get is a
+/// [`Machine::peek`]: the explorer leaves it out).
 pub fn nlock_take<M: RmwMachine>(
     m: &mut M,
     w: &NLockWords<M::Word>,
 ) -> Result<(M::Val, M::Val), M::Error> {
     let one = m.constant(1);
     m.rfaa(w.tkt, one, w.loc, NL_ACQ)?;
-    m.get(w.scratch, w.rel, NL_ACQ)?;
+    m.peek(w.scratch, w.rel, NL_ACQ)?;
     m.wait(NL_ACQ)?;
     let t = m.load(w.loc)?;
     let first = m.load(w.scratch)?;

@@ -170,6 +170,21 @@ pub trait Machine {
         remote: Self::Word,
         wid: WorkId,
     ) -> Result<(), Self::Error>;
+    /// `get(local, remote, d)` made only to shorten a later [`Machine::get_until_from`] (the
+    /// node lock's first look at `rel`, behind its FAA): the value is that spin's `first`.
+    /// Contexts post the get. The explorer leaves it out and spins from a fresh read: that
+    /// changes no outcome, as the read only decides when the spin ends (a read of `rel` that
+    /// finds the thread's ticket means the same whenever it is made), and it orders nothing
+    /// after it (docs/model.md §3.3: later writes may overtake a get's read; the wait that
+    /// follows covers it).
+    fn peek(
+        &mut self,
+        local: Self::Word,
+        remote: Self::Word,
+        wid: WorkId,
+    ) -> Result<(), Self::Error> {
+        self.get(local, remote, wid)
+    }
     /// `rfence(n)`.
     fn rfence(&mut self, node: NodeId) -> Result<(), Self::Error>;
     /// `wait(d)`.
