@@ -272,14 +272,17 @@ mod verbs {
                     port = port.wrapping_add(1).max(super::super::FIRST_PORT);
                     link.next();
                     let srv = super::super::serve(c.tool, &opts, port, pin.map(|p| p.server));
-                    link.tell(if srv.is_ok() { UP } else { DOWN })?;
-                    link.barrier()?;
-                    link.barrier()?;
-                    let verdict = link.heard()?;
+                    let heard = link
+                        .tell(if srv.is_ok() { UP } else { DOWN })
+                        .and_then(|()| link.barrier())
+                        .and_then(|()| link.barrier())
+                        .and_then(|()| link.heard());
+                    // Reaped (killed if need be) whatever happened, n0 gone included: no
+                    // server outlives the run.
                     if let Ok(srv) = srv {
                         reap(srv);
                     }
-                    match verdict {
+                    match heard? {
                         DONE => {
                             link.barrier()?;
                             break;
