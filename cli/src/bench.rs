@@ -242,11 +242,7 @@ pub fn locks(args: &LocksArgs) -> Result<(), String> {
                 .flat_map(move |&n| args.threads.iter().map(move |&t| (l, n, t)))
         })
         .collect();
-    let bar = ProgressBar::new(configs.len() as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = progress(configs.len());
     // A multi-process verbs cluster: one for every configuration, its node count fixed by the
     // peer list.
     let spanning = match args.backend {
@@ -651,6 +647,16 @@ fn locked<R: RawLock + 'static>(
     acquired();
     section()?;
     Ok(LockGuard::release(g)?)
+}
+
+/// The benchmarks' progress bar of `len` steps (`loco bench locks`, `ops`, `--vs-perftest`).
+pub(crate) fn progress(len: usize) -> ProgressBar {
+    let bar = ProgressBar::new(len as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
 }
 
 /// A verbs cluster in this process over one device (`--backend verbs` without `LOCO_NODE_ID`).

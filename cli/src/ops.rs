@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use loco_rdmawait::sim;
 use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, Schedule, WorkId};
 use loco_rdmawaitrmw::Rmw;
@@ -297,11 +297,7 @@ pub fn ops(args: &OpsArgs) -> Result<(), String> {
         ));
     }
     let configs = configs(args);
-    let bar = ProgressBar::new(configs.len() as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = crate::bench::progress(configs.len());
     let rows = match args.backend {
         BenchBackend::Soft => {
             let cluster = Cluster::builder()

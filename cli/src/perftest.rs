@@ -26,7 +26,6 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
 use crate::ops::{Config, OpArg, OpsArgs};
@@ -423,16 +422,6 @@ fn ours(c: &Comparison, row: &crate::ops::Row) -> f64 {
 /// One round's figures of one comparison: perftest's, loco's, and their ratio.
 type Seen = (f64, f64, f64);
 
-/// A progress bar of `len` steps.
-fn progress(len: usize) -> ProgressBar {
-    let bar = ProgressBar::new(len as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    bar
-}
-
 /// The rounds: per round and comparison, perftest (`theirs(c, port, last)`: one run on a new
 /// port, parsed; retried up to [`ATTEMPTS`] times, `last` on the final try), then loco
 /// (`ours(c)`). Returns per comparison what each round saw.
@@ -442,7 +431,7 @@ fn rounds(
     mut theirs: impl FnMut(&Comparison, u16, bool) -> Result<f64, String>,
     mut loco: impl FnMut(&Comparison) -> Result<f64, String>,
 ) -> Result<Vec<Vec<Seen>>, String> {
-    let bar = progress(cmps.len() * args.rounds);
+    let bar = crate::bench::progress(cmps.len() * args.rounds);
     let mut port = FIRST_PORT;
     let mut seen: Vec<Vec<Seen>> = vec![Vec::new(); cmps.len()];
     for round in 0..args.rounds {
