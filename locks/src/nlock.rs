@@ -221,16 +221,16 @@ impl RawNLock {
         // Since when the lock has been released to the same value.
         let mut stall = (u64::MAX, loco_rdmawait::clock::now());
         loop {
-            let start = loco_rdmawait::clock::now();
-            let (raw, took) = match first.take() {
+            // The value, and when its read started (none for the pipelined first read).
+            let (raw, started) = match first.take() {
                 Some(raw) => (raw, None),
                 None => {
-                    let raw = Self::read(ctx, me, local, rel, d)?;
-                    let now = loco_rdmawait::clock::now();
-                    (raw, Some(now.saturating_duration_since(start)))
+                    let start = loco_rdmawait::clock::now();
+                    (Self::read(ctx, me, local, rel, d)?, Some(start))
                 }
             };
             let now = loco_rdmawait::clock::now();
+            let took = started.map(|start| now.saturating_duration_since(start));
             if raw != stall.0 {
                 stall = (raw, now);
             }

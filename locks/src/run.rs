@@ -82,6 +82,43 @@ impl<'a> Run<'a> {
         }
     }
 
+    /// The acquire's operations were left in flight (a wait or a post failed): they may still
+    /// write the thread's private words, and if an FAA is among them, the ticket it took is
+    /// unknown: the next call reads and abandons it.
+    fn left_in_flight(&self) {
+        self.me.dirty.set(true);
+        if self.faa_out {
+            self.me.pending_faa.set(true);
+        }
+    }
+
+    /// The node lock's spin (its own slow path, which passes marked tickets on with the same
+    /// step as the protocol's `help`, [`crate::protocol::nlock_pass_on`], and skips dead
+    /// holders too), from the pipelined `first` read if there is one; a weak lock's machine
+    /// has none, and spins as a plain context.
+    fn node_spin(
+        &mut self,
+        local: Loc,
+        remote: Loc,
+        wid: WorkId,
+        until: u64,
+        first: Option<u64>,
+    ) -> Result<u64> {
+        match self.spinner {
+            Spinner::N(l) => {
+                let raw = l.spin(self.ctx, self.me, local, remote, until, first, self.d)?;
+                self.spun = Some(until);
+                Ok(raw)
+            }
+            Spinner::W(_) => Ok(match first {
+                Some(first) => {
+                    Machine::get_until_from(&mut self.ctx, local, remote, wid, until, first, None)?
+                }
+                None => Machine::get_until(&mut self.ctx, local, remote, wid, until, None)?,
+            }),
+        }
+    }
+
     /// The ticket whose spin succeeded (the lock is released to it), if one did.
     pub(crate) fn spun(&self) -> Option<u64> {
         self.spun
@@ -185,10 +222,8 @@ impl Machine for Run<'_> {
     fn get(&mut self, local: Loc, remote: Loc, wid: WorkId) -> Result<()> {
         let r = self.towards_live(self.ctx.get(&local, &remote, wid));
         if r.is_err() && self.faa_out {
-            // Posted behind an FAA (the node lock's first look at `rel`), before its wait: the
-            // ticket is taken but unknown; the next call reads and abandons it.
-            self.me.pending_faa.set(true);
-            self.me.dirty.set(true);
+            // Posted behind an FAA (the node lock's first look at `rel`), before its wait.
+            self.left_in_flight();
         }
         r
     }
@@ -225,13 +260,7 @@ impl Machine for Run<'_> {
                         self.me.unreaped.set(false);
                     }
                 }
-                Err(_) => {
-                    self.me.dirty.set(true);
-                    if self.faa_out {
-                        // The ticket is taken but unknown: the next call reads and abandons it.
-                        self.me.pending_faa.set(true);
-                    }
-                }
+                Err(_) => self.left_in_flight(),
             }
         }
         r
@@ -256,8 +285,7 @@ impl Machine for Run<'_> {
         }
     }
 
-    /// The node lock's spin runs its own slow path, which passes marked tickets on with the
-    /// same step as `help` ([`crate::protocol::nlock_pass_on`]) and skips dead holders too.
+    /// The node lock's spin ([`Run::node_spin`]).
     fn get_until(
         &mut self,
         local: Loc,
@@ -266,26 +294,10 @@ impl Machine for Run<'_> {
         until: u64,
         _help: Option<Help<'_, Self>>,
     ) -> Result<u64> {
-        match self.spinner {
-            Spinner::N(l) => {
-                let raw = l.spin(self.ctx, self.me, local, remote, until, None, self.d)?;
-                self.spun = Some(until);
-                Ok(raw)
-            }
-            // No weak-lock protocol spins this way: the context's plain spin.
-            Spinner::W(_) => Ok(Machine::get_until(
-                &mut self.ctx,
-                local,
-                remote,
-                wid,
-                until,
-                None,
-            )?),
-        }
+        self.node_spin(local, remote, wid, until, None)
     }
 
-    /// The node lock's spin from its pipelined first read: the same slow path, which starts
-    /// from `first` instead of reading.
+    /// The node lock's spin from its pipelined first read ([`Run::node_spin`]).
     fn get_until_from(
         &mut self,
         local: Loc,
@@ -295,22 +307,7 @@ impl Machine for Run<'_> {
         first: u64,
         _help: Option<Help<'_, Self>>,
     ) -> Result<u64> {
-        match self.spinner {
-            Spinner::N(l) => {
-                let raw = l.spin(self.ctx, self.me, local, remote, until, Some(first), self.d)?;
-                self.spun = Some(until);
-                Ok(raw)
-            }
-            Spinner::W(_) => Ok(Machine::get_until_from(
-                &mut self.ctx,
-                local,
-                remote,
-                wid,
-                until,
-                first,
-                None,
-            )?),
-        }
+        self.node_spin(local, remote, wid, until, Some(first))
     }
 }
 

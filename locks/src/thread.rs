@@ -666,10 +666,11 @@ impl Pace {
         }
         match self.seen {
             Some((old, since)) if old != r => {
+                // Forward by `moved` tickets (not 0: `r` differs; a wrapped-around difference,
+                // `rel` read from before an earlier value, is no sample).
                 let moved = r.wrapping_sub(old);
-                if moved > 0 && moved < 1 << 32 {
-                    let sample =
-                        at.saturating_duration_since(since) / moved.min(u32::MAX as u64) as u32;
+                if let Ok(moved) = u32::try_from(moved) {
+                    let sample = at.saturating_duration_since(since) / moved;
                     // The fastest seen: an estimate that only shrinks cannot feed on the
                     // delays its own pauses cause (a waiter that wakes late leaves the lock
                     // idle, which would make the next estimate longer still).
