@@ -19,20 +19,61 @@ pub fn now() -> Instant {
 
 /// Waits `d`: sleeps, or on a simulated thread lets virtual time pass by `d` (other simulated
 /// threads run meanwhile).
+///
+/// In an async task's blocking call ([`crate::aio::AsyncCtx::run`]) the task is suspended until
+/// `d` has passed (the thread's other tasks run meanwhile).
 pub fn sleep(d: Duration) {
     match sched::current() {
         Some(s) => s.sleep(d),
+        None if in_task() => {
+            let end = Instant::now().checked_add(d);
+            while end.is_none_or(|e| Instant::now() < e) {
+                suspend();
+            }
+        }
         None => std::thread::sleep(d),
     }
 }
 
 /// A spin loop's pause between two rounds: a CPU hint, or on a simulated thread a scheduling
-/// point (the thread being waited for must get to run).
+/// point (the thread being waited for must get to run), or in an async task's blocking call a
+/// suspension of the task (the thread's other tasks run).
 pub fn pause() {
     match sched::current() {
         Some(s) => s.point(),
+        None if in_task() => suspend(),
         None => std::hint::spin_loop(),
     }
+}
+
+/// Hands the CPU over: `std::thread::yield_now` on an ordinary thread, a scheduling point on a
+/// simulated thread, a suspension of the task in an async task's blocking call.
+pub fn yield_now() {
+    match sched::current() {
+        Some(s) => s.point(),
+        None if in_task() => suspend(),
+        None => std::thread::yield_now(),
+    }
+}
+
+/// Whether spin loops on this thread hand over at every round ([`pause`], [`yield_now`])
+/// rather than spinning or backing off on the OS thread: on a simulated thread and in an async
+/// task's blocking call, where the code being waited for runs only when this code lets it.
+pub fn cooperative() -> bool {
+    sched::current().is_some() || in_task()
+}
+
+/// Whether the calling code is an async task's blocking call ([`crate::aio::AsyncCtx::run`]).
+fn in_task() -> bool {
+    #[cfg(feature = "tokio")]
+    return crate::aio::in_task();
+    #[cfg(not(feature = "tokio"))]
+    false
+}
+
+fn suspend() {
+    #[cfg(feature = "tokio")]
+    crate::aio::suspend(crate::aio::Park::Yield, None);
 }
 
 /// Whether durations on this thread say something about speed: true on an ordinary thread and

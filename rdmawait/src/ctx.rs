@@ -287,6 +287,36 @@ impl Ctx {
     /// with unpolled operations tagged `d`, and every polled operation leaves the bookkeeping of
     /// its own work id, so a later wait on another id never waits for it again.
     pub fn wait_timeout(&self, wid: WorkId, timeout: Duration) -> Result<()> {
+        #[cfg(feature = "tokio")]
+        if crate::aio::in_task() && !timeout.is_zero() {
+            return self.wait_in_task(wid, timeout);
+        }
+        self.wait_now(wid, timeout)
+    }
+
+    /// `wait` inside an async task's coroutine ([`crate::aio`]): looks without blocking, and
+    /// suspends the task between looks (the context is not borrowed while it is suspended, so
+    /// the thread's other tasks can use it).
+    #[cfg(feature = "tokio")]
+    fn wait_in_task(&self, wid: WorkId, timeout: Duration) -> Result<()> {
+        let start = crate::clock::now();
+        loop {
+            match self.wait_now(wid, Duration::ZERO) {
+                Err(Error::Timeout { .. }) => {
+                    if crate::clock::now().saturating_duration_since(start) >= timeout {
+                        return Err(Error::Timeout {
+                            what: TimeoutKind::Wait(wid),
+                            after: timeout,
+                        });
+                    }
+                    crate::aio::suspend(crate::aio::Park::Completion, Some(self));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn wait_now(&self, wid: WorkId, timeout: Duration) -> Result<()> {
         let start = crate::clock::now();
         let mut inner = self.inner.borrow_mut();
         let Inner { nic, track, .. } = &mut *inner;
@@ -467,6 +497,30 @@ impl RdmaTso<'_> {
     /// its work id) and consumes it. Fails with [`Error::NothingPending`] when there is none, as
     /// the model's poll would block forever.
     pub fn poll_timeout(&self, node: NodeId, timeout: Duration) -> Result<()> {
+        #[cfg(feature = "tokio")]
+        if crate::aio::in_task() && !timeout.is_zero() {
+            let start = crate::clock::now();
+            loop {
+                match self.poll_now(node, Duration::ZERO) {
+                    Err(Error::Timeout { .. })
+                        if crate::clock::now().saturating_duration_since(start) < timeout =>
+                    {
+                        crate::aio::suspend(crate::aio::Park::Completion, Some(self.ctx));
+                    }
+                    Err(Error::Timeout { what, .. }) => {
+                        return Err(Error::Timeout {
+                            what,
+                            after: timeout,
+                        })
+                    }
+                    r => return r,
+                }
+            }
+        }
+        self.poll_now(node, timeout)
+    }
+
+    fn poll_now(&self, node: NodeId, timeout: Duration) -> Result<()> {
         self.ctx.cluster.check_node(node)?;
         let mut inner = self.ctx.inner.borrow_mut();
         let Inner { nic, track, .. } = &mut *inner;

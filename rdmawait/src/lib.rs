@@ -67,6 +67,9 @@
 //!
 //! # Features
 //! - `verbs`: the ibverbs backend for real RDMA devices.
+//! - `tokio`: [`aio`], futures for every operation (work-id waits, and the blocking calls of
+//!   the layers above: lock acquires, global fences, SC operations) for tokio services; with
+//!   `verbs`, completions wake tasks through the completion channel.
 //!
 //! # Choosing the backend at run time
 //! [`ClusterBuilder::backend_from_env`] switches a builder to the backend `LOCO_BACKEND` names
@@ -76,6 +79,8 @@
 
 #![deny(unsafe_code)]
 
+#[cfg(feature = "tokio")]
+pub mod aio;
 pub mod backend;
 pub mod clock;
 mod cluster;

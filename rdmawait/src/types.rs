@@ -40,6 +40,9 @@ pub struct WorkId(u64);
 
 impl WorkId {
     const INTERNAL: u64 = 1 << 63;
+    /// The ids an async context hands out, one per operation (`aio`): neither a user's nor a
+    /// library's id can name them.
+    const TASK: u64 = 1 << 62;
 
     /// A user work id.
     pub const fn new(id: u32) -> Self {
@@ -62,6 +65,12 @@ impl WorkId {
         self.0 & Self::INTERNAL != 0
     }
 
+    /// A fresh id of an async context (`aio`), the `n`th it hands out.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) const fn task(n: u32) -> Self {
+        WorkId(Self::TASK | n as u64)
+    }
+
     /// The id of operations posted through the raw (rdmatso) layer, which have no work id.
     pub(crate) const RAW: WorkId = WorkId::internal(u32::MAX);
 }
@@ -70,6 +79,8 @@ impl fmt::Display for WorkId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.is_internal() {
             write!(f, "d#{}", self.0 & !Self::INTERNAL)
+        } else if self.0 & Self::TASK != 0 {
+            write!(f, "d@{}", self.0 & !Self::TASK)
         } else {
             write!(f, "d{}", self.0)
         }
@@ -213,6 +224,9 @@ mod tests {
         assert_ne!(WorkId::new(3), WorkId::internal(3));
         assert_eq!(WorkId::new(3).to_string(), "d3");
         assert_eq!(WorkId::internal(3).to_string(), "d#3");
+        assert_eq!(WorkId::task(3).to_string(), "d@3");
+        assert!(!WorkId::task(3).is_internal());
+        assert_ne!(WorkId::task(3), WorkId::new(3));
     }
 
     #[test]

@@ -305,7 +305,8 @@ impl ThreadNic for EngineNic {
                 continue;
             }
             // Spin briefly, then yield; the clock is read only once spinning is over.
-            if backoff.is_completed()
+            // A zero timeout looks once (an async task's poll): no spinning on its behalf.
+            if (timeout.is_zero() || backoff.is_completed())
                 && expired(*deadline.get_or_insert_with(|| super::deadline(timeout)))
             {
                 return Err(Error::Timeout {

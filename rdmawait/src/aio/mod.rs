@@ -1,0 +1,447 @@
+//! Async operations for tokio services (feature `tokio`): awaiting work ids, and awaiting the
+//! blocking calls of the layers above (a lock's acquire, a global fence, an SC operation)
+//! without blocking the runtime's thread.
+//!
+//! # The model
+//! An [`AsyncCtx`] is one thread context ([`Ctx`], one thread of docs/model.md §2) shared by the
+//! tasks of one OS thread. Everything the tasks post goes out on the context's queue pairs in
+//! the order the calls are made (program order is call order), so the guarantees of [`Ctx`]
+//! hold as for any thread: the tasks of an `AsyncCtx` are, together, one thread of the model.
+//!
+//! Like a [`Ctx`], an `AsyncCtx` is neither `Send` nor `Sync`: use it from tokio's
+//! current-thread runtime or a [`LocalSet`](https://docs.rs/tokio/latest/tokio/task/struct.LocalSet.html),
+//! and, for several cores, one such thread (and context) per core (thread-per-core).
+//!
+//! # Work ids cannot be mixed up
+//! [`AsyncCtx::put`], [`AsyncCtx::get`] and [`AsyncCtx::issue`] tag each operation with a fresh
+//! work id of their own (from a range no user id or library id can name) and return an [`Op`]
+//! that waits for exactly that id: many tasks can have operations in flight on one context, and
+//! none waits for, or consumes the completion of, another's.
+//!
+//! # Blocking calls of the layers above
+//! [`AsyncCtx::run`] runs a blocking call (`|ctx| lock.acquire(ctx)`, `|ctx| sv.gf(ctx, ...)`)
+//! on a coroutine stack of its own: where it would block, in [`Ctx::wait`] or in a spin loop's
+//! pause ([`crate::clock`]), it suspends and the future returns `Pending`, so other tasks run.
+//! The protocols are not rewritten for async: the same code the explorer and the tests check
+//! runs, one suspension point per wait.
+//!
+//! Calls through `run` on one context go **one at a time, in the order first polled**: a
+//! library keeps per-thread state (a lock's ticket, scratch words) that two interleaved calls of
+//! one thread would share. Operations of [`AsyncCtx::put`]/[`get`](AsyncCtx::get)/
+//! [`issue`](AsyncCtx::issue) do not queue behind them.
+//!
+//! # Waking
+//! A pending operation is polled again at once a few times (the lowest latency: a completion
+//! usually arrives within microseconds), then:
+//! - on the **verbs** backend, the task sleeps until the completion queue's completion channel
+//!   signals (its file descriptor, registered with tokio's reactor through `AsyncFd`);
+//! - on the **soft** NIC, whose operations progress when they are polled, the task yields to
+//!   the runtime and is polled again once the other ready tasks have run.
+//!
+//! Every operation still gives up after the cluster's timeout ([`crate::Cluster::timeout`]), as
+//! its blocking form does; wrap it in `tokio::time::timeout` for a shorter bound.
+//!
+//! # Cancellation
+//! Dropping an [`Op`] loses nothing: the operation stays tracked by the context and is reaped
+//! by later waits. Dropping an unfinished [`Run`] **finishes the call on the spot** (blocking the
+//! thread, within the call's own timeouts) and drops its result: a cancelled lock acquire then
+//! releases the lock it took instead of leaving a ticket nobody will serve.
+//!
+//! # Simulation
+//! On a simulated thread ([`crate::sim`]) `run` calls the closure inline: the simulator
+//! schedules the blocking waits itself.
+
+mod task;
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use crate::error::TimeoutKind;
+use crate::{clock, Cluster, Ctx, Error, Loc, NodeId, Result, WorkId};
+
+pub(crate) use task::{in_task, suspend, Park};
+use task::{Step, Task};
+
+/// Polls of a pending operation answered by waking the task at once, before it waits for the
+/// completion channel (verbs): a round trip on a real NIC is a few microseconds, less than a
+/// trip through the reactor.
+const SPIN_POLLS: u32 = 64;
+
+/// A thread context for the tasks of one OS thread: every operation returns a future.
+///
+/// Cheap to clone (the clones share the context). See the [module docs](self) for the model,
+/// the waking and cancellation.
+///
+/// ```
+/// # async fn demo() -> loco_rdmawait::Result<()> {
+/// use loco_rdmawait::{aio::AsyncCtx, Cluster, NodeId};
+///
+/// let cluster = Cluster::builder().nodes(2).build()?;
+/// let src = cluster.alloc_word(NodeId(0))?;
+/// let dst = cluster.alloc_word(NodeId(1))?;
+/// let back = cluster.alloc_word(NodeId(0))?;
+/// let actx = AsyncCtx::new(cluster.context(NodeId(0))?);
+///
+/// actx.ctx().store(&src, 7)?;
+/// let put = actx.put(&dst, &src)?;  // posted now, in call order
+/// let get = actx.get(&back, &dst)?; // same queue pair: reads what the put wrote
+/// put.await?;
+/// get.await?;
+/// assert_eq!(actx.ctx().load(&back)?, 7);
+/// # Ok(()) }
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(demo()).unwrap();
+/// ```
+#[derive(Clone)]
+pub struct AsyncCtx {
+    shared: Rc<Shared>,
+}
+
+struct Shared {
+    ctx: Ctx,
+    /// The next fresh work id.
+    next: Cell<u32>,
+    /// The `run` calls: the one at the front runs, the others wait their turn.
+    gate: RefCell<VecDeque<(u64, Option<Waker>)>>,
+    next_run: Cell<u64>,
+    /// The completion channel's readiness, where the backend has one.
+    notify: Option<notify::Notify>,
+}
+
+impl fmt::Debug for AsyncCtx {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AsyncCtx")
+            .field("node", &self.shared.ctx.node())
+            .field("queued_runs", &self.shared.gate.borrow().len())
+            .field("completion_channel", &self.shared.notify.is_some())
+            .finish()
+    }
+}
+
+impl AsyncCtx {
+    /// Wraps a context for async use. On the verbs backend, inside a tokio runtime with its I/O
+    /// driver enabled, the context's completion channel is registered with the reactor; else
+    /// pending operations are re-polled (see the [module docs](self)).
+    pub fn new(ctx: Ctx) -> AsyncCtx {
+        let notify = notify::Notify::new(&ctx);
+        AsyncCtx {
+            shared: Rc::new(Shared {
+                ctx,
+                next: Cell::new(0),
+                gate: RefCell::new(VecDeque::new()),
+                next_run: Cell::new(0),
+                notify,
+            }),
+        }
+    }
+
+    /// [`Cluster::context`] wrapped for async use.
+    pub fn open(cluster: &Cluster, node: NodeId) -> Result<AsyncCtx> {
+        Ok(AsyncCtx::new(cluster.context(node)?))
+    }
+
+    /// The context, for its synchronous calls (CPU loads and stores, `rfence`, sizes): they do
+    /// not block, so they need no future.
+    pub fn ctx(&self) -> &Ctx {
+        &self.shared.ctx
+    }
+
+    /// The node this context runs on.
+    pub fn node(&self) -> NodeId {
+        self.shared.ctx.node()
+    }
+
+    /// Whether pending operations sleep on the completion channel (verbs, in a tokio runtime
+    /// with I/O enabled) rather than being re-polled.
+    pub fn has_completion_channel(&self) -> bool {
+        self.shared.notify.is_some()
+    }
+
+    /// A fresh work id: only the operation it is given to carries it.
+    fn fresh(&self) -> WorkId {
+        let n = self.shared.next.get();
+        self.shared.next.set(n.wrapping_add(1));
+        WorkId::task(n)
+    }
+
+    /// `put(dst, src)` ([`Ctx::put`]) tagged with a fresh work id, posted now; the returned
+    /// [`Op`] completes when `wait` of that id would return (the NIC has read `src`).
+    pub fn put(&self, dst: &Loc, src: &Loc) -> Result<Op> {
+        self.issue(|ctx, d| ctx.put(dst, src, d))
+    }
+
+    /// `get(dst, src)` ([`Ctx::get`]) tagged with a fresh work id, posted now; the value is in
+    /// `dst` once the returned [`Op`] completes.
+    pub fn get(&self, dst: &Loc, src: &Loc) -> Result<Op> {
+        self.issue(|ctx, d| ctx.get(dst, src, d))
+    }
+
+    /// Posts whatever `post` posts (with the work id it is given: `rcas`/`rfaa` of
+    /// `loco-rdmawaitrmw`, several puts of a broadcast) and returns the [`Op`] that waits for
+    /// exactly those operations.
+    ///
+    /// ```
+    /// # async fn demo(actx: &loco_rdmawait::aio::AsyncCtx, x: loco_rdmawait::Loc, old: loco_rdmawait::Loc) -> loco_rdmawait::Result<()> {
+    /// use loco_rdmawaitrmw::Rmw;
+    /// actx.issue(|ctx, d| ctx.rfaa(&x, 1, &old, d))?.await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn issue(&self, post: impl FnOnce(&Ctx, WorkId) -> Result<()>) -> Result<Op> {
+        let wid = self.fresh();
+        post(&self.shared.ctx, wid)?;
+        Ok(Op {
+            shared: self.shared.clone(),
+            wid,
+            start: None,
+            polls: 0,
+        })
+    }
+
+    /// Waits for the operations of this context tagged `wid` (a user's own id: operations the
+    /// task posted through [`AsyncCtx::ctx`]). Tasks sharing an id wait for each other's
+    /// operations; prefer [`AsyncCtx::issue`], which cannot mix them up.
+    pub fn wait(&self, wid: WorkId) -> Op {
+        Op {
+            shared: self.shared.clone(),
+            wid,
+            start: None,
+            polls: 0,
+        }
+    }
+
+    /// Runs the blocking call `f` (a lock's acquire, a global fence, an SC operation) so that
+    /// its waits suspend the task instead of blocking the thread; see the
+    /// [module docs](self): calls through `run` on one context go one at a time, and dropping
+    /// an unfinished one finishes it on the spot.
+    ///
+    /// A panic in `f` is resumed in the task that awaits the future.
+    pub fn run<'a, T: 'a>(&'a self, f: impl FnOnce(&Ctx) -> T + 'a) -> Run<'a, T> {
+        Run {
+            shared: &self.shared,
+            body: Some(Box::new(f)),
+            task: None,
+            turn: None,
+            polls: 0,
+        }
+    }
+}
+
+/// An operation in flight on an [`AsyncCtx`]: resolves when `wait` of its work id would return
+/// ([`Ctx::wait`]'s guarantee), with its error ([`Error::PeerDead`], [`Error::Completion`], ...)
+/// or [`Error::Timeout`] after the cluster's timeout.
+#[must_use = "the operation is posted; awaiting it tells when it completed"]
+pub struct Op {
+    shared: Rc<Shared>,
+    wid: WorkId,
+    start: Option<Instant>,
+    polls: u32,
+}
+
+impl Op {
+    /// The work id the operation carries.
+    pub fn work_id(&self) -> WorkId {
+        self.wid
+    }
+}
+
+impl fmt::Debug for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Op").field("wid", &self.wid).finish()
+    }
+}
+
+impl Future for Op {
+    type Output = Result<()>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let this = self.get_mut();
+        let start = *this.start.get_or_insert_with(clock::now);
+        loop {
+            match this.shared.ctx.wait_timeout(this.wid, Duration::ZERO) {
+                Ok(()) => return Poll::Ready(Ok(())),
+                Err(Error::Timeout { .. }) => {
+                    let after = this.shared.ctx.cluster().timeout();
+                    if clock::now().saturating_duration_since(start) >= after {
+                        return Poll::Ready(Err(Error::Timeout {
+                            what: TimeoutKind::Wait(this.wid),
+                            after,
+                        }));
+                    }
+                    if this.shared.park(cx, Park::Completion, &mut this.polls) {
+                        return Poll::Pending;
+                    }
+                }
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// Arranges for the task to be woken; true if it should return `Pending`, false if it
+    /// should look again now (the completion channel was ready).
+    fn park(&self, cx: &mut Context<'_>, park: Park, polls: &mut u32) -> bool {
+        *polls = polls.saturating_add(1);
+        if park == Park::Completion && *polls > SPIN_POLLS {
+            if let Some(n) = &self.notify {
+                return n.park(cx, &self.ctx);
+            }
+        }
+        cx.waker().wake_by_ref();
+        true
+    }
+
+    /// Takes a turn at the gate (or refreshes the waker of the one taken); true if it is this
+    /// run's turn.
+    fn turn(&self, id: u64, cx: &Context<'_>) -> bool {
+        let mut q = self.gate.borrow_mut();
+        match q.iter().position(|(i, _)| *i == id) {
+            Some(0) => true,
+            Some(i) => {
+                q[i].1 = Some(cx.waker().clone());
+                false
+            }
+            None => {
+                q.push_back((id, Some(cx.waker().clone())));
+                q.len() == 1
+            }
+        }
+    }
+
+    /// Leaves the gate; wakes the next run if this one was at the front.
+    fn leave(&self, id: u64) {
+        let mut q = self.gate.borrow_mut();
+        if let Some(i) = q.iter().position(|(i, _)| *i == id) {
+            q.remove(i);
+            if i == 0 {
+                if let Some((_, Some(w))) = q.front() {
+                    w.wake_by_ref();
+                }
+            }
+        }
+    }
+}
+
+/// The blocking call of a [`Run`], until it starts.
+type Body<'a, T> = Box<dyn FnOnce(&Ctx) -> T + 'a>;
+
+/// A blocking call run by [`AsyncCtx::run`]; resolves to the call's value.
+#[must_use = "futures do nothing unless awaited; the call has not started"]
+pub struct Run<'a, T: 'a> {
+    shared: &'a Rc<Shared>,
+    body: Option<Body<'a, T>>,
+    task: Option<Task<'a, T>>,
+    /// This run's place at the gate, once polled.
+    turn: Option<u64>,
+    polls: u32,
+}
+
+impl<T> fmt::Debug for Run<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Run")
+            .field("started", &self.task.is_some())
+            .field("turn", &self.turn)
+            .finish()
+    }
+}
+
+impl<T> Unpin for Run<'_, T> {}
+
+impl<'a, T: 'a> Future for Run<'a, T> {
+    type Output = T;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let this = self.get_mut();
+        if clock::simulated() {
+            // The simulator schedules blocking waits itself.
+            let f = this.body.take().expect("Run polled after it finished");
+            return Poll::Ready(f(&this.shared.ctx));
+        }
+        let id = *this.turn.get_or_insert_with(|| {
+            let id = this.shared.next_run.get();
+            this.shared.next_run.set(id + 1);
+            id
+        });
+        if !this.shared.turn(id, cx) {
+            return Poll::Pending;
+        }
+        if this.task.is_none() {
+            let f = this.body.take().expect("Run polled after it finished");
+            match Task::new(&this.shared.ctx, f) {
+                Ok(t) => this.task = Some(t),
+                Err(e) => panic!("cannot map a coroutine stack for an async loco call: {e}"),
+            }
+        }
+        let task = this.task.as_mut().expect("set above");
+        loop {
+            match task.resume() {
+                Step::Parked(park) => {
+                    if this.shared.park(cx, park, &mut this.polls) {
+                        return Poll::Pending;
+                    }
+                }
+                Step::Done(r) => {
+                    this.shared.leave(id);
+                    this.turn = None;
+                    match r {
+                        Ok(v) => return Poll::Ready(v),
+                        Err(p) => std::panic::resume_unwind(p),
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl<'a, T: 'a> Drop for Run<'a, T> {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.as_mut() {
+            // Finish the call: its waits no longer have a future to suspend to, so each
+            // suspension is resumed at once (a blocking wait, within the call's timeouts).
+            while !task.done() {
+                match task.resume() {
+                    Step::Parked(_) => std::thread::yield_now(),
+                    Step::Done(Err(_)) => {
+                        tracing::warn!(target: "loco::rdmawait", "a cancelled async call panicked while it was being finished");
+                    }
+                    Step::Done(Ok(_)) => {}
+                }
+            }
+        }
+        if let Some(id) = self.turn {
+            self.shared.leave(id);
+        }
+    }
+}
+
+mod notify {
+    //! Waking on the completion channel: a stand-in without the verbs backend.
+    #![allow(dead_code)]
+
+    use std::task::Context;
+
+    use crate::Ctx;
+
+    #[cfg(feature = "verbs")]
+    pub(super) use crate::backend::verbs::aio::Notify;
+
+    /// No completion channel: the soft NIC progresses when polled.
+    #[cfg(not(feature = "verbs"))]
+    pub(super) struct Notify(std::convert::Infallible);
+
+    #[cfg(not(feature = "verbs"))]
+    impl Notify {
+        pub(super) fn new(_ctx: &Ctx) -> Option<Notify> {
+            None
+        }
+
+        pub(super) fn park(&self, _cx: &mut Context<'_>, _ctx: &Ctx) -> bool {
+            match self.0 {}
+        }
+    }
+}

@@ -1,0 +1,268 @@
+//! Async operations (feature `tokio`): many tasks on one context, each awaiting its own
+//! operations; blocking calls run by `AsyncCtx::run` suspend instead of blocking the thread;
+//! cancellation finishes a call; faults reach the awaiting task.
+#![cfg(feature = "tokio")]
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use loco_rdmawait::aio::AsyncCtx;
+use loco_rdmawait::{clock, Cluster, Error, Loc, NodeId, Schedule, WorkId};
+use loco_rdmawaitrmw::Rmw;
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn cluster(schedule: Schedule, nodes: usize) -> Cluster {
+    Cluster::builder()
+        .nodes(nodes)
+        .memory_per_node(1 << 20)
+        .soft(schedule)
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap()
+}
+
+/// Thousands of tasks on one context, each writing its own value to its own remote word and
+/// reading it back through its own operations: no completion is lost or credited to another task
+/// (a task that awaited someone else's completion would read back a stale value).
+fn many_tasks(schedule: Schedule) {
+    const TASKS: u64 = 2000;
+    let c = cluster(schedule, 3);
+    let src = c.alloc_words(NodeId(0), TASKS).unwrap();
+    let back = c.alloc_words(NodeId(0), TASKS).unwrap();
+    let remote: Vec<Loc> = (1..3)
+        .map(|n| c.alloc_words(NodeId(n), TASKS).unwrap())
+        .collect();
+    let actx = AsyncCtx::open(&c, NodeId(0)).unwrap();
+    let local = tokio::task::LocalSet::new();
+    let done = Rc::new(Cell::new(0u64));
+    for i in 0..TASKS {
+        let (actx, done) = (actx.clone(), done.clone());
+        let src = src.word(i).unwrap();
+        let back = back.word(i).unwrap();
+        let dst = remote[(i % 2) as usize].word(i).unwrap();
+        local.spawn_local(async move {
+            for round in 1..=3u64 {
+                let v = i * 10 + round;
+                actx.ctx().store(&src, v).unwrap();
+                let put = actx.put(&dst, &src).unwrap();
+                put.await.unwrap();
+                // Another round's store to `src` may follow: the put must have read it.
+                let get = actx.get(&back, &dst).unwrap();
+                if i % 3 == 0 {
+                    tokio::task::yield_now().await;
+                }
+                get.await.unwrap();
+                assert_eq!(actx.ctx().load(&back).unwrap(), v, "task {i} round {round}");
+            }
+            done.set(done.get() + 1);
+        });
+    }
+    rt().block_on(local);
+    assert_eq!(done.get(), TASKS);
+    for n in 0..3 {
+        assert_eq!(actx.ctx().unpolled(NodeId(n)).unwrap(), 0);
+    }
+}
+
+#[test]
+fn thousands_of_tasks_on_one_context_threaded() {
+    many_tasks(Schedule::Threaded);
+}
+
+#[test]
+fn thousands_of_tasks_on_one_context_chaos() {
+    for seed in 0..3 {
+        many_tasks(Schedule::Chaos { seed });
+    }
+}
+
+/// Remote RMWs through `issue`: every task's FAA returns a distinct old value.
+#[test]
+fn rmws_through_issue_get_distinct_tickets() {
+    let c = cluster(Schedule::Threaded, 2);
+    let counter = c.alloc_word(NodeId(1)).unwrap();
+    let olds = c.alloc_words(NodeId(0), 500).unwrap();
+    let actx = AsyncCtx::open(&c, NodeId(0)).unwrap();
+    let local = tokio::task::LocalSet::new();
+    let handles: Vec<_> = (0..500)
+        .map(|i| {
+            let actx = actx.clone();
+            let old = olds.word(i).unwrap();
+            local.spawn_local(async move {
+                actx.issue(|ctx, d| ctx.rfaa(&counter, 1, &old, d))
+                    .unwrap()
+                    .await
+                    .unwrap();
+                actx.ctx().load(&old).unwrap()
+            })
+        })
+        .collect();
+    let mut got = rt().block_on(local.run_until(async {
+        let mut v = Vec::new();
+        for h in handles {
+            v.push(h.await.unwrap());
+        }
+        v
+    }));
+    got.sort_unstable();
+    assert_eq!(got, (0..500).collect::<Vec<_>>());
+    assert_eq!(c.peek(&counter).unwrap(), 500);
+}
+
+/// A blocking call run by `run` that spins on a remote flag (a wait per round) lets the task that
+/// sets the flag run on the same thread: if `run` blocked the thread, the flag would never be set
+/// and the call would time out.
+#[test]
+fn a_blocking_call_suspends_instead_of_blocking_the_thread() {
+    let c = cluster(Schedule::Threaded, 2);
+    let flag = c.alloc_word(NodeId(1)).unwrap();
+    let one = c.alloc_word(NodeId(0)).unwrap();
+    let seen = c.alloc_word(NodeId(0)).unwrap();
+    let actx = AsyncCtx::open(&c, NodeId(0)).unwrap();
+    actx.ctx().store(&one, 1).unwrap();
+    let local = tokio::task::LocalSet::new();
+    let spinner = {
+        let actx = actx.clone();
+        local.spawn_local(async move {
+            actx.run(|ctx| -> loco_rdmawait::Result<u64> {
+                let d = WorkId::new(7);
+                let mut rounds = 0;
+                loop {
+                    rounds += 1;
+                    ctx.get(&seen, &flag, d)?;
+                    ctx.wait(d)?;
+                    if ctx.load(&seen)? == 1 {
+                        return Ok(rounds);
+                    }
+                    // The setter has had ample chances to run: the thread is blocked.
+                    assert!(rounds < 100_000, "the setter task never ran");
+                    clock::pause();
+                }
+            })
+            .await
+        })
+    };
+    let setter = {
+        let actx = actx.clone();
+        local.spawn_local(async move {
+            for _ in 0..50 {
+                tokio::task::yield_now().await;
+            }
+            actx.put(&flag, &one).unwrap().await.unwrap();
+        })
+    };
+    let rounds = rt().block_on(local.run_until(async {
+        setter.await.unwrap();
+        spinner.await.unwrap()
+    }));
+    assert!(
+        rounds.unwrap() > 1,
+        "the spinner saw the flag before it was set"
+    );
+}
+
+/// Calls through `run` on one context go one at a time: two calls that each hold a "busy" mark
+/// across their waits never overlap.
+#[test]
+fn runs_on_one_context_do_not_interleave() {
+    let c = cluster(Schedule::Chaos { seed: 5 }, 2);
+    let x = c.alloc_word(NodeId(1)).unwrap();
+    let buf = c.alloc_words(NodeId(0), 64).unwrap();
+    let actx = AsyncCtx::open(&c, NodeId(0)).unwrap();
+    let busy = Rc::new(Cell::new(false));
+    let local = tokio::task::LocalSet::new();
+    for i in 0..64 {
+        let (actx, busy) = (actx.clone(), busy.clone());
+        let b = buf.word(i).unwrap();
+        local.spawn_local(async move {
+            actx.run(|ctx| {
+                assert!(!busy.replace(true), "two runs overlapped");
+                let d = WorkId::new(1);
+                for _ in 0..3 {
+                    ctx.get(&b, &x, d).unwrap();
+                    ctx.wait(d).unwrap();
+                }
+                busy.set(false);
+            })
+            .await
+        });
+    }
+    rt().block_on(local);
+}
+
+/// Dropping an unfinished `run` finishes its call (here: the second half of a two-step write).
+#[test]
+fn a_cancelled_run_finishes_its_call() {
+    let c = cluster(Schedule::Threaded, 2);
+    let dst = c.alloc_words(NodeId(1), 2).unwrap();
+    let src = c.alloc_words(NodeId(0), 2).unwrap();
+    let actx = AsyncCtx::open(&c, NodeId(0)).unwrap();
+    let finished = Cell::new(false);
+    rt().block_on(async {
+        let run = actx.run(|ctx| {
+            let d = WorkId::new(3);
+            ctx.store(&src.word(0).unwrap(), 5).unwrap();
+            ctx.put(&dst.word(0).unwrap(), &src.word(0).unwrap(), d)
+                .unwrap();
+            ctx.wait(d).unwrap();
+            clock::sleep(Duration::from_millis(5));
+            ctx.store(&src.word(1).unwrap(), 6).unwrap();
+            ctx.put(&dst.word(1).unwrap(), &src.word(1).unwrap(), d)
+                .unwrap();
+            ctx.wait(d).unwrap();
+            finished.set(true);
+        });
+        // Poll it until it is inside its sleep, then give up on it.
+        let r = tokio::time::timeout(Duration::from_millis(1), run).await;
+        assert!(r.is_err(), "the call should still be sleeping");
+    });
+    assert!(finished.get(), "the dropped call was not finished");
+    c.quiesce().unwrap();
+    assert_eq!(c.peek_words(&dst).unwrap(), vec![5, 6]);
+}
+
+/// A task's operation towards a node that dies fails with `PeerDead`; the other tasks'
+/// operations, towards a live node, complete.
+#[test]
+fn a_dead_peer_fails_only_the_tasks_that_need_it() {
+    let c = cluster(Schedule::Threaded, 3);
+    let src = c.alloc_word(NodeId(0)).unwrap();
+    let on1 = c.alloc_word(NodeId(1)).unwrap();
+    let on2 = c.alloc_word(NodeId(2)).unwrap();
+    let actx = AsyncCtx::open(&c, NodeId(0)).unwrap();
+    c.kill(NodeId(2)).unwrap();
+    rt().block_on(async {
+        let to_dead = actx.put(&on2, &src);
+        let to_live = actx.put(&on1, &src).unwrap();
+        let dead = match to_dead {
+            Ok(op) => op.await,
+            Err(e) => Err(e),
+        };
+        assert!(
+            matches!(dead, Err(Error::PeerDead { node, .. }) if node == NodeId(2)),
+            "{dead:?}"
+        );
+        to_live.await.unwrap();
+    });
+}
+
+/// A panic inside `run` reaches the awaiting task, and the context stays usable.
+#[test]
+fn a_panic_in_run_reaches_the_task() {
+    let c = cluster(Schedule::Threaded, 1);
+    let actx = AsyncCtx::open(&c, NodeId(0)).unwrap();
+    let rt = rt();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rt.block_on(actx.run(|_| panic!("boom")))
+    }));
+    assert!(r.is_err());
+    let x = c.alloc_word(NodeId(0)).unwrap();
+    assert_eq!(rt.block_on(actx.run(|ctx| ctx.load(&x))).unwrap(), 0);
+}
