@@ -226,6 +226,67 @@ impl<R: RawLock> Lock<R> {
     }
 }
 
+#[cfg(feature = "tokio")]
+impl<R: RawLock> Lock<R> {
+    /// Awaits the lock for a task of `actx` (feature `tokio`; loco-rdmawait's `aio`): the
+    /// acquire's waits suspend the task, so the thread's other tasks keep running.
+    ///
+    /// The tasks of one [`AsyncCtx`](loco_rdmawait::aio::AsyncCtx) are one thread of the model,
+    /// and a thread cannot take a lock it holds. So the tasks of one context first queue for the
+    /// lock locally (FIFO, a tokio mutex per lock and context), then the one at the front takes
+    /// it on the network: the lock excludes tasks of one context from each other as it excludes
+    /// threads. The guard releases the network hold, then lets the next local task in.
+    ///
+    /// The network acquire runs through [`AsyncCtx::run`](loco_rdmawait::aio::AsyncCtx::run):
+    /// one at a time with the context's other blocking calls, and finished if the future is
+    /// dropped half-way, so a cancelled acquire (e.g. by `tokio::time::timeout`) releases what it
+    /// took rather than leaving the lock stuck. It gives up after the cluster's timeout, as
+    /// [`Lock::acquire`] does.
+    ///
+    /// **Deadlock hazard** of the one-at-a-time rule: a task that holds lock A and awaits another
+    /// blocking call on the same context (an SC operation, a global fence) waits behind a task
+    /// of that context that is acquiring lock B; if B's holder, elsewhere, is waiting for A, the
+    /// three wait for each other until the cluster's timeout. Give tasks that nest locks a
+    /// context of their own, or take locks in one global order.
+    pub async fn acquire_async<'a>(
+        &'a self,
+        actx: &'a loco_rdmawait::aio::AsyncCtx,
+    ) -> Result<LockGuard<'a, R>> {
+        let key = Arc::as_ptr(&self.raw) as *const () as usize;
+        let local = local::queue(actx.ctx(), key)?.lock_owned().await;
+        let ctx = actx.ctx();
+        let mut guard = actx.run(move |_| self.acquire(ctx)).await?;
+        guard.local = Some(local);
+        Ok(guard)
+    }
+}
+
+/// The local queues of [`Lock::acquire_async`]: per context, a FIFO mutex per lock.
+#[cfg(feature = "tokio")]
+mod local {
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    use loco_rdmawait::Ctx;
+
+    use crate::Result;
+
+    /// The local mutexes of one context, keyed by the lock's address (stable while any handle
+    /// of the lock, or a guard borrowing it, lives).
+    #[derive(Default)]
+    struct Queues(RefCell<HashMap<usize, Arc<tokio::sync::Mutex<()>>>>);
+
+    /// The local mutex of lock `key` on `ctx`.
+    pub(super) fn queue(ctx: &Ctx, key: usize) -> Result<Arc<tokio::sync::Mutex<()>>> {
+        let qs = ctx.extension::<Queues>(|_| Ok(Queues::default()))?;
+        let mut map = qs.0.borrow_mut();
+        // Mutexes nobody holds or waits for go: locks come and go in a long-running service.
+        map.retain(|_, m| Arc::strong_count(m) > 1 || m.try_lock().is_err());
+        Ok(map.entry(key).or_default().clone())
+    }
+}
+
 /// Proof that a thread holds a lock; releases it when dropped.
 ///
 /// Holds the thread's [`Ctx`], so it cannot leave the thread (release runs on the acquiring
@@ -251,6 +312,9 @@ pub struct LockGuard<'a, R: RawLock> {
     ticket: u64,
     done: bool,
     poisoned: bool,
+    /// An awaited acquire's place in its context's local queue: dropped after the release.
+    #[cfg(feature = "tokio")]
+    local: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
 impl<'a, R: RawLock> LockGuard<'a, R> {
@@ -261,6 +325,8 @@ impl<'a, R: RawLock> LockGuard<'a, R> {
             ticket,
             done: false,
             poisoned: false,
+            #[cfg(feature = "tokio")]
+            local: None,
         }
     }
 

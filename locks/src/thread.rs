@@ -719,7 +719,7 @@ impl Spin {
     pub(crate) fn wait_behind(&mut self, cluster: &Cluster, ahead: u64) -> Result<()> {
         if !clock::simulated() {
             for _ in 1..ahead.min(64) {
-                std::thread::yield_now();
+                clock::yield_now();
             }
         }
         self.wait(cluster)
@@ -740,7 +740,7 @@ impl Spin {
         }
         let end = clock::now() + d;
         while clock::now() < end {
-            std::thread::yield_now();
+            clock::yield_now();
         }
         Ok(())
     }
@@ -755,6 +755,10 @@ impl Spin {
             } else {
                 clock::sleep(Duration::from_micros(200));
             }
+        } else if clock::cooperative() {
+            // An async task's blocking call: the holder may be another task of this thread,
+            // which runs only while this one is suspended.
+            clock::yield_now();
         } else if !self.backoff.is_completed() {
             self.backoff.snooze();
         } else if waited < Duration::from_millis(50) {

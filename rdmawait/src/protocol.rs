@@ -406,7 +406,7 @@ impl Spinning {
                 after,
             });
         }
-        if crate::clock::simulated() {
+        if crate::clock::cooperative() {
             crate::clock::pause();
         } else {
             self.backoff.snooze();

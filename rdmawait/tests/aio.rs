@@ -178,10 +178,11 @@ fn runs_on_one_context_do_not_interleave() {
     let actx = AsyncCtx::open(&c, NodeId(0)).unwrap();
     let busy = Rc::new(Cell::new(false));
     let local = tokio::task::LocalSet::new();
+    let mut tasks = Vec::new();
     for i in 0..64 {
         let (actx, busy) = (actx.clone(), busy.clone());
         let b = buf.word(i).unwrap();
-        local.spawn_local(async move {
+        tasks.push(local.spawn_local(async move {
             actx.run(|ctx| {
                 assert!(!busy.replace(true), "two runs overlapped");
                 let d = WorkId::new(1);
@@ -192,9 +193,13 @@ fn runs_on_one_context_do_not_interleave() {
                 busy.set(false);
             })
             .await
-        });
+        }));
     }
-    rt().block_on(local);
+    rt().block_on(local.run_until(async {
+        for t in tasks {
+            t.await.expect("a run panicked");
+        }
+    }));
 }
 
 /// Dropping an unfinished `run` finishes its call (here: the second half of a two-step write).

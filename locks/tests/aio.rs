@@ -1,0 +1,275 @@
+//! Awaited acquires (feature `tokio`): mutual exclusion among tasks of one context and across
+//! threads, an awaited acquire that lets its thread's other tasks run, and a cancelled acquire
+//! that leaves the lock free.
+#![cfg(feature = "tokio")]
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::Duration;
+
+use loco_locks::{Error, LockGuard, NLock, Result, SLock, WLock};
+use loco_rdmawait::aio::AsyncCtx;
+use loco_rdmawait::{Cluster, Loc, NodeId, Schedule};
+use loco_sv::GlobalFence;
+
+const K: NodeId = NodeId(2);
+
+#[derive(Clone)]
+enum Variant {
+    Slock(SLock),
+    Nlock(NLock),
+    WlockGf(WLock),
+}
+
+fn local_rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// One increment of the counter on K: get, add on the CPU, put (the counter test's critical
+/// section, as the tasks' own operations).
+async fn increment(actx: &AsyncCtx, tmp: &Loc, counter: &Loc) -> Result<()> {
+    actx.get(tmp, counter)?.await?;
+    let ctx = actx.ctx();
+    ctx.store(tmp, ctx.load(tmp)? + 1)?;
+    actx.put(counter, tmp)?.await?;
+    Ok(())
+}
+
+/// `threads` OS threads (one context each, round-robin over 3 nodes), `tasks` tasks per
+/// context, `iters` increments per task; returns the count.
+fn count(
+    schedule: Schedule,
+    v: fn(&Cluster) -> Variant,
+    threads: usize,
+    tasks: usize,
+    iters: u64,
+) -> u64 {
+    let c = Cluster::builder()
+        .nodes(3)
+        .memory_per_node(1 << 16)
+        .soft(schedule)
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let counter = c.alloc_word(K).unwrap();
+    let v = v(&c);
+    let workers: Vec<_> = (0..threads)
+        .map(|i| {
+            let (c, v) = (c.clone(), v.clone());
+            std::thread::spawn(move || {
+                let node = NodeId((i % 3) as u16);
+                let actx = AsyncCtx::open(&c, node).unwrap();
+                let local = tokio::task::LocalSet::new();
+                let mut handles = Vec::new();
+                for _ in 0..tasks {
+                    let (actx, v, c) = (actx.clone(), v.clone(), c.clone());
+                    handles.push(local.spawn_local(async move {
+                        let tmp = c.alloc_word(node).unwrap();
+                        for _ in 0..iters {
+                            match &v {
+                                Variant::Slock(l) => {
+                                    let g = l.acquire_async(&actx).await.unwrap();
+                                    increment(&actx, &tmp, &counter).await.unwrap();
+                                    LockGuard::release(g).unwrap();
+                                }
+                                Variant::Nlock(l) => {
+                                    let g = l.acquire_async(&actx).await.unwrap();
+                                    increment(&actx, &tmp, &counter).await.unwrap();
+                                    LockGuard::release(g).unwrap();
+                                }
+                                Variant::WlockGf(l) => {
+                                    let g = l.acquire_async(&actx).await.unwrap();
+                                    increment(&actx, &tmp, &counter).await.unwrap();
+                                    actx.run(|ctx| ctx.gf([K])).await.unwrap();
+                                    LockGuard::release(g).unwrap();
+                                }
+                            }
+                        }
+                    }));
+                }
+                local_rt().block_on(local.run_until(async {
+                    for h in handles {
+                        h.await.expect("task panicked");
+                    }
+                }));
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("worker");
+    }
+    c.quiesce().unwrap();
+    c.peek(&counter).unwrap()
+}
+
+const THREADS: usize = 3;
+const TASKS: usize = 4;
+const ITERS: u64 = 25;
+
+fn exact(v: fn(&Cluster) -> Variant) {
+    let want = (THREADS * TASKS) as u64 * ITERS;
+    assert_eq!(
+        count(Schedule::Threaded, v, THREADS, TASKS, ITERS),
+        want,
+        "threaded"
+    );
+    for seed in 0..3 {
+        assert_eq!(
+            count(Schedule::Chaos { seed }, v, THREADS, TASKS, ITERS),
+            want,
+            "chaos seed {seed}"
+        );
+    }
+}
+
+#[test]
+fn awaited_nlock_excludes_tasks_and_threads() {
+    exact(|c| Variant::Nlock(NLock::new(c, K).unwrap()));
+}
+
+#[test]
+fn awaited_slock_excludes_tasks_and_threads() {
+    exact(|c| Variant::Slock(SLock::new(c, NodeId(0), THREADS).unwrap()));
+}
+
+#[test]
+fn awaited_wlock_with_gf_excludes_tasks_and_threads() {
+    exact(|c| Variant::WlockGf(WLock::new(c, NodeId(1), THREADS).unwrap()));
+}
+
+/// While a task awaits a lock that another thread holds, the other tasks of its thread run; the
+/// holder releases only once they have finished, so a blocked thread would never get the lock.
+#[test]
+fn an_awaited_acquire_does_not_block_the_thread() {
+    let c = Cluster::builder()
+        .nodes(2)
+        .soft(Schedule::Threaded)
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let lock = NLock::new(&c, NodeId(1)).unwrap();
+    let others_done = Arc::new(AtomicBool::new(false));
+    let held = Arc::new(AtomicBool::new(false));
+    let holder = {
+        let (c, lock, others_done, held) =
+            (c.clone(), lock.clone(), others_done.clone(), held.clone());
+        std::thread::spawn(move || {
+            let ctx = c.context(NodeId(1)).unwrap();
+            let g = lock.acquire(&ctx).unwrap();
+            held.store(true, SeqCst);
+            while !others_done.load(SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            LockGuard::release(g).unwrap();
+        })
+    };
+    while !held.load(SeqCst) {
+        std::thread::yield_now();
+    }
+    let actx = AsyncCtx::open(&c, NodeId(0)).unwrap();
+    let src = c.alloc_word(NodeId(0)).unwrap();
+    let dst = c.alloc_word(NodeId(1)).unwrap();
+    let progressed = Rc::new(Cell::new(0));
+    let local = tokio::task::LocalSet::new();
+    let waiter = {
+        let (actx, lock, progressed) = (actx.clone(), lock.clone(), progressed.clone());
+        local.spawn_local(async move {
+            let g = lock.acquire_async(&actx).await.unwrap();
+            let seen = progressed.get();
+            LockGuard::release(g).unwrap();
+            seen
+        })
+    };
+    {
+        let (actx, progressed) = (actx.clone(), progressed.clone());
+        local.spawn_local(async move {
+            for _ in 0..100 {
+                actx.put(&dst, &src).unwrap().await.unwrap();
+                progressed.set(progressed.get() + 1);
+            }
+            others_done.store(true, SeqCst);
+        });
+    }
+    let seen = local_rt().block_on(local.run_until(waiter)).unwrap();
+    holder.join().unwrap();
+    assert_eq!(seen, 100, "the lock came before the other task finished");
+}
+
+/// An acquire given up by `tokio::time::timeout` while the lock is held elsewhere is finished
+/// when dropped, and the lock it then takes is released: the lock is free afterwards, for this
+/// context and for others.
+#[test]
+fn a_cancelled_acquire_leaves_the_lock_free() {
+    let c = Cluster::builder()
+        .nodes(2)
+        .soft(Schedule::Threaded)
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let lock = NLock::new(&c, NodeId(1)).unwrap();
+    let held = Arc::new(AtomicBool::new(false));
+    let holder = {
+        let (c, lock, held) = (c.clone(), lock.clone(), held.clone());
+        std::thread::spawn(move || {
+            let ctx = c.context(NodeId(1)).unwrap();
+            let g = lock.acquire(&ctx).unwrap();
+            held.store(true, SeqCst);
+            std::thread::sleep(Duration::from_millis(50));
+            LockGuard::release(g).unwrap();
+            // Afterwards the lock is free for another thread.
+            let g = lock.try_acquire_for(&ctx, Duration::from_secs(10)).unwrap();
+            LockGuard::release(g).unwrap();
+        })
+    };
+    while !held.load(SeqCst) {
+        std::thread::yield_now();
+    }
+    let actx = AsyncCtx::open(&c, NodeId(0)).unwrap();
+    let rt = local_rt();
+    rt.block_on(async {
+        let r = tokio::time::timeout(Duration::from_millis(5), lock.acquire_async(&actx)).await;
+        assert!(r.is_err(), "the lock is held for 50 ms");
+    });
+    assert!(
+        !lock.is_held(actx.ctx()).unwrap(),
+        "the cancelled acquire kept the lock"
+    );
+    holder.join().unwrap();
+    rt.block_on(async {
+        let g = lock.acquire_async(&actx).await.unwrap();
+        LockGuard::release(g).unwrap();
+    });
+}
+
+/// Two tasks of one context taking one lock wait for each other locally (no `AlreadyHeld`).
+#[test]
+fn tasks_of_one_context_queue_for_the_lock() {
+    let c = Cluster::builder().nodes(2).build().unwrap();
+    let lock = WLock::new(&c, NodeId(1), 1).unwrap();
+    let actx = AsyncCtx::open(&c, NodeId(0)).unwrap();
+    let inside = Rc::new(Cell::new(0));
+    let local = tokio::task::LocalSet::new();
+    let mut tasks = Vec::new();
+    for _ in 0..10 {
+        let (actx, lock, inside) = (actx.clone(), lock.clone(), inside.clone());
+        tasks.push(local.spawn_local(async move {
+            let g = lock.acquire_async(&actx).await?;
+            inside.set(inside.get() + 1);
+            assert_eq!(inside.get(), 1, "two tasks inside");
+            tokio::task::yield_now().await;
+            inside.set(inside.get() - 1);
+            LockGuard::release(g)?;
+            Ok::<_, Error>(())
+        }));
+    }
+    local_rt().block_on(local.run_until(async {
+        for t in tasks {
+            t.await.expect("task panicked").expect("task failed");
+        }
+    }));
+}
