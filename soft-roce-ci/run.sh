@@ -508,7 +508,7 @@ t_build=$(now)
 mkdir -p "$STATE_DIR"
 list=$STATE_DIR/tests.list
 # The backend-generic test targets run on the device besides the verbs-only `verbs*` ones.
-DEFAULT_TESTS='^(litmus|contention|ordering|sv|fig8|counter|locks|linearizability|ported|smoke|bad_input)$'
+DEFAULT_TESTS='^(litmus|contention|ordering|sv|fig8|counter|locks|linearizability|ported|smoke|bad_input|aio)$'
 filter='^verbs'
 tests=${LOCO_VERBS_TESTS-$DEFAULT_TESTS}
 [ -z "$tests" ] || filter="$filter|$tests"
@@ -516,8 +516,10 @@ pkgs=()
 for p in ${LOCO_VERBS_PACKAGES:-loco-rdmawait loco-rdmawaitrmw loco-sv loco-locks loco-sc}; do
     pkgs+=(-p "$p")
 done
-log "building the verbs test suite (cargo test ${pkgs[*]} --features loco-rdmawait/verbs --tests --no-run)"
-(cd "$ROOT" && cargo test "${pkgs[@]}" --features loco-rdmawait/verbs --tests --no-run \
+# With tokio: the async tests (`aio`) run on the device too, sleeping on completion channels.
+features=loco-rdmawait/verbs,loco-rdmawait/tokio,loco-locks/tokio
+log "building the verbs test suite (cargo test ${pkgs[*]} --features $features --tests --no-run)"
+(cd "$ROOT" && cargo test "${pkgs[@]}" --features "$features" --tests --no-run \
     --message-format=json-render-diagnostics) >"$STATE_DIR/build.json" \
     || die "the verbs build failed (see the messages above)"
 # One JSON object per line; keep the executables of integration-test targets matching $filter.

@@ -43,6 +43,12 @@ pub use loco_sc as sc;
 #[doc(inline)]
 pub use loco_sv as sv;
 
+/// Futures for tokio services (feature `tokio`): awaited work ids, lock acquires, fences and SC
+/// operations.
+#[cfg(feature = "tokio")]
+#[doc(inline)]
+pub use loco_rdmawait::aio;
+
 /// Deterministic simulation of code over these layers (seeded schedules, virtual time).
 #[doc(inline)]
 pub use loco_rdmawait::sim;

@@ -395,6 +395,14 @@ impl Ctx {
         self.inner.borrow().posted
     }
 
+    /// The completion channel of this context's completion queue, if its backend has one.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn completion_events(
+        &self,
+    ) -> Option<std::sync::Arc<dyn crate::backend::CompletionEvents>> {
+        self.inner.borrow().nic.completion_events()
+    }
+
     /// Number of operations towards `node` posted and not yet polled.
     pub fn unpolled(&self, node: NodeId) -> Result<usize> {
         self.cluster.check_node(node)?;

@@ -51,6 +51,7 @@
 //! On a simulated thread ([`crate::sim`]) `run` calls the closure inline: the simulator
 //! schedules the blocking waits itself.
 
+mod notify;
 mod task;
 
 use std::cell::{Cell, RefCell};
@@ -109,8 +110,9 @@ struct Shared {
     /// The `run` calls: the one at the front runs, the others wait their turn.
     gate: RefCell<VecDeque<(u64, Option<Waker>)>>,
     next_run: Cell<u64>,
-    /// The completion channel's readiness, where the backend has one.
-    notify: Option<notify::Notify>,
+    /// The completion channel's readiness, where the backend has one and the runtime can
+    /// watch it; set up at the first park that needs it (inside the runtime).
+    notify: std::cell::OnceCell<Option<Rc<notify::Notify>>>,
 }
 
 impl fmt::Debug for AsyncCtx {
@@ -118,24 +120,24 @@ impl fmt::Debug for AsyncCtx {
         f.debug_struct("AsyncCtx")
             .field("node", &self.shared.ctx.node())
             .field("queued_runs", &self.shared.gate.borrow().len())
-            .field("completion_channel", &self.shared.notify.is_some())
+            .field("completion_channel", &self.has_completion_channel())
             .finish()
     }
 }
 
 impl AsyncCtx {
-    /// Wraps a context for async use. On the verbs backend, inside a tokio runtime with its I/O
-    /// driver enabled, the context's completion channel is registered with the reactor; else
+    /// Wraps a context for async use. Where the backend has a completion channel (verbs), tasks
+    /// that wait longer than a few polls sleep on it, registered with the reactor of the tokio
+    /// runtime they run in (which needs its I/O driver: `enable_io` or `enable_all`); else
     /// pending operations are re-polled (see the [module docs](self)).
     pub fn new(ctx: Ctx) -> AsyncCtx {
-        let notify = notify::Notify::new(&ctx);
         AsyncCtx {
             shared: Rc::new(Shared {
                 ctx,
                 next: Cell::new(0),
                 gate: RefCell::new(VecDeque::new()),
                 next_run: Cell::new(0),
-                notify,
+                notify: std::cell::OnceCell::new(),
             }),
         }
     }
@@ -156,10 +158,10 @@ impl AsyncCtx {
         self.shared.ctx.node()
     }
 
-    /// Whether pending operations sleep on the completion channel (verbs, in a tokio runtime
-    /// with I/O enabled) rather than being re-polled.
+    /// Whether the context's backend has a completion channel for tasks to sleep on (verbs);
+    /// without one, pending operations are re-polled.
     pub fn has_completion_channel(&self) -> bool {
-        self.shared.notify.is_some()
+        self.shared.ctx.completion_events().is_some()
     }
 
     /// A fresh work id: only the operation it is given to carries it.
@@ -198,7 +200,7 @@ impl AsyncCtx {
             shared: self.shared.clone(),
             wid,
             start: None,
-            polls: 0,
+            waiting: Waiting::default(),
         })
     }
 
@@ -210,7 +212,7 @@ impl AsyncCtx {
             shared: self.shared.clone(),
             wid,
             start: None,
-            polls: 0,
+            waiting: Waiting::default(),
         }
     }
 
@@ -226,7 +228,7 @@ impl AsyncCtx {
             body: Some(Box::new(f)),
             task: None,
             turn: None,
-            polls: 0,
+            waiting: Waiting::default(),
         }
     }
 }
@@ -239,7 +241,7 @@ pub struct Op {
     shared: Rc<Shared>,
     wid: WorkId,
     start: Option<Instant>,
-    polls: u32,
+    waiting: Waiting,
 }
 
 impl Op {
@@ -272,7 +274,7 @@ impl Future for Op {
                             after,
                         }));
                     }
-                    if this.shared.park(cx, Park::Completion, &mut this.polls) {
+                    if this.shared.park(cx, Park::Completion, &mut this.waiting) {
                         return Poll::Pending;
                     }
                 }
@@ -282,18 +284,33 @@ impl Future for Op {
     }
 }
 
+/// How a pending future waits: its polls so far, and its sleep on the completion channel.
+#[derive(Default)]
+struct Waiting {
+    polls: u32,
+    sleep: Option<notify::Sleep>,
+}
+
 impl Shared {
     /// Arranges for the task to be woken; true if it should return `Pending`, false if it
-    /// should look again now (the completion channel was ready).
-    fn park(&self, cx: &mut Context<'_>, park: Park, polls: &mut u32) -> bool {
-        *polls = polls.saturating_add(1);
-        if park == Park::Completion && *polls > SPIN_POLLS {
-            if let Some(n) = &self.notify {
-                return n.park(cx, &self.ctx);
+    /// should look again now (the completion queue was just armed, or the channel signalled).
+    fn park(&self, cx: &mut Context<'_>, park: Park, w: &mut Waiting) -> bool {
+        w.polls = w.polls.saturating_add(1);
+        if park == Park::Completion && w.polls > SPIN_POLLS {
+            if let Some(n) = self.notify() {
+                return n.park(cx, &mut w.sleep);
             }
         }
+        w.sleep = None;
         cx.waker().wake_by_ref();
         true
+    }
+
+    /// The completion channel's watcher, set up on first use.
+    fn notify(&self) -> Option<&Rc<notify::Notify>> {
+        self.notify
+            .get_or_init(|| notify::Notify::new(self.ctx.completion_events()?).map(Rc::new))
+            .as_ref()
     }
 
     /// Takes a turn at the gate (or refreshes the waker of the one taken); true if it is this
@@ -338,7 +355,7 @@ pub struct Run<'a, T: 'a> {
     task: Option<Task<'a, T>>,
     /// This run's place at the gate, once polled.
     turn: Option<u64>,
-    polls: u32,
+    waiting: Waiting,
 }
 
 impl<T> fmt::Debug for Run<'_, T> {
@@ -381,7 +398,7 @@ impl<'a, T: 'a> Future for Run<'a, T> {
         loop {
             match task.resume() {
                 Step::Parked(park) => {
-                    if this.shared.park(cx, park, &mut this.polls) {
+                    if this.shared.park(cx, park, &mut this.waiting) {
                         return Poll::Pending;
                     }
                 }
@@ -415,33 +432,6 @@ impl<'a, T: 'a> Drop for Run<'a, T> {
         }
         if let Some(id) = self.turn {
             self.shared.leave(id);
-        }
-    }
-}
-
-mod notify {
-    //! Waking on the completion channel: a stand-in without the verbs backend.
-    #![allow(dead_code)]
-
-    use std::task::Context;
-
-    use crate::Ctx;
-
-    #[cfg(feature = "verbs")]
-    pub(super) use crate::backend::verbs::aio::Notify;
-
-    /// No completion channel: the soft NIC progresses when polled.
-    #[cfg(not(feature = "verbs"))]
-    pub(super) struct Notify(std::convert::Infallible);
-
-    #[cfg(not(feature = "verbs"))]
-    impl Notify {
-        pub(super) fn new(_ctx: &Ctx) -> Option<Notify> {
-            None
-        }
-
-        pub(super) fn park(&self, _cx: &mut Context<'_>, _ctx: &Ctx) -> bool {
-            match self.0 {}
         }
     }
 }

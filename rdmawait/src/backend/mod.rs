@@ -234,6 +234,13 @@ pub trait ThreadNic: Send + fmt::Debug {
     fn cas(&mut self, word: usize, expected: u64, new: u64) -> Result<u64>;
     /// CPU memory fence: drains the store buffer.
     fn mfence(&mut self) -> Result<()>;
+
+    /// The completion channel of this thread's completion queue, for async tasks to sleep on
+    /// ([`crate::aio`]); `None` where completions come only from polling (the soft NIC).
+    #[cfg(feature = "tokio")]
+    fn completion_events(&self) -> Option<std::sync::Arc<dyn CompletionEvents>> {
+        None
+    }
 }
 
 /// A shared backend is a backend: keep an `Arc` of a backend you give to
@@ -279,4 +286,18 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     fn kill(&self, node: NodeId) -> Result<()> {
         (**self).kill(node)
     }
+}
+
+/// A completion channel: a file descriptor that becomes readable when a completion arrives on
+/// an armed completion queue (ibverbs' `ibv_comp_channel`). Used by [`crate::aio`].
+#[cfg(feature = "tokio")]
+pub trait CompletionEvents: Send + Sync {
+    /// The channel's file descriptor (non-blocking).
+    fn fd(&self) -> std::os::fd::RawFd;
+    /// Arms the completion queue: the next completion added to it makes `fd` readable
+    /// (`ibv_req_notify_cq`). Completions already in the queue do not.
+    fn arm(&self) -> Result<()>;
+    /// Reads and acknowledges every event waiting on the channel (`ibv_get_cq_event`,
+    /// `ibv_ack_cq_events`); returns how many there were.
+    fn drain(&self) -> Result<usize>;
 }

@@ -119,6 +119,8 @@
 #![allow(unsafe_code)]
 
 mod device;
+#[cfg(feature = "tokio")]
+mod events;
 mod nic;
 mod qp;
 mod region;

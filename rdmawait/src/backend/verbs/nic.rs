@@ -35,6 +35,9 @@ const SPIN_FOR: Duration = Duration::from_micros(500);
 
 /// A thread's NIC (see the module docs).
 pub(crate) struct VerbsNic {
+    /// The completion channel of the thread's completion queue (async tasks sleep on it).
+    #[cfg(feature = "tokio")]
+    events: Option<Arc<super::events::Events>>,
     state: Arc<Mutex<State>>,
     shared: Arc<Shared>,
     home: Arc<LocalNode>,
@@ -136,14 +139,34 @@ impl VerbsNic {
         let nodes = shared.infos.len();
         let want_cqe = (nodes as u64 * u64::from(shared.send_depth))
             .clamp(1, u64::from(device.max_cqe)) as u32;
+        let mut builder = device.ctx.create_cq_builder();
+        builder.setup_cqe(want_cqe);
+        // Async tasks sleep on a completion channel; without one (a device that cannot make
+        // one), they keep polling.
+        #[cfg(feature = "tokio")]
+        let channel = match device.ctx.create_comp_channel() {
+            Ok(ch) => match ch.set_nonblocking(true) {
+                Ok(()) => {
+                    builder.setup_comp_channel(&ch, 0);
+                    Some(ch)
+                }
+                Err(e) => {
+                    tracing::debug!(target: "loco::rdmawait", error = %e, "completion channel not usable: async tasks will poll");
+                    None
+                }
+            },
+            Err(e) => {
+                tracing::debug!(target: "loco::rdmawait", error = %e, "no completion channel: async tasks will poll");
+                None
+            }
+        };
         let cq = qp::Cq::new(
-            device
-                .ctx
-                .create_cq_builder()
-                .setup_cqe(want_cqe)
+            builder
                 .build()
                 .map_err(|e| verbs_source("ibv_create_cq failed", e))?,
         );
+        #[cfg(feature = "tokio")]
+        let events = channel.map(|ch| Arc::new(super::events::Events::new(ch, cq.clone())));
         // SAFETY: the pointer is valid while `cq` lives (borrowed here); `cqe` is a plain integer
         // the provider set at creation to the granted capacity.
         let granted = unsafe { (*cq.cq().as_ptr()).cqe };
@@ -177,6 +200,8 @@ impl VerbsNic {
         }
         tracing::debug!(target: "loco::rdmawait", %node, cq_capacity, "verbs thread NIC opened");
         Ok(VerbsNic {
+            #[cfg(feature = "tokio")]
+            events,
             state,
             shared: shared.clone(),
             home,
@@ -426,6 +451,13 @@ impl State {
 }
 
 impl ThreadNic for VerbsNic {
+    #[cfg(feature = "tokio")]
+    fn completion_events(&self) -> Option<Arc<dyn crate::backend::CompletionEvents>> {
+        self.events
+            .clone()
+            .map(|e| e as Arc<dyn crate::backend::CompletionEvents>)
+    }
+
     fn post(&mut self, target: NodeId, wr: WorkRequest) -> Result<()> {
         if self.shared.shutdown.load(SeqCst) {
             return Err(Error::Shutdown);
