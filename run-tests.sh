@@ -42,6 +42,12 @@ scripts/check-doc-citations.sh
 step "default test suite (soft NIC)"
 cargo test --workspace --quiet
 
+# About 40 s (a build with the feature, then ~2 s of tests): feature `tokio` is off by default.
+step "async tasks (feature tokio): aio suites, their doc examples, the tokio_tasks example"
+cargo test -p loco-rdmawait -p loco-locks --features loco-rdmawait/tokio,loco-locks/tokio --test aio --quiet
+cargo test -p loco-rdmawait --features tokio --doc --quiet aio
+cargo run --quiet --features tokio --example tokio_tasks -- --threads 2 --tasks 200
+
 step "explorer: reduced vs unreduced on every shipped litmus test (release)"
 cargo test --release -p loco-litmus --test reduction_crosscheck --test rxe_atomics -- --nocapture
 
@@ -49,8 +55,9 @@ if [ "$soft_only" = 0 ]; then
     step "Debian packages for the verbs build and Soft-RoCE"
     soft-roce-ci/install-deps.sh
     step "lints with the verbs feature"
-    cargo clippy --workspace --features loco/verbs,loco-litmus/verbs,loco-cli/verbs --all-targets --quiet -- -D warnings
-    RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --features loco/verbs,loco-litmus/verbs --quiet
+    # With tokio too: the completion-channel code exists only with both features.
+    cargo clippy --workspace --features loco/verbs,loco/tokio,loco-litmus/verbs,loco-cli/verbs --all-targets --quiet -- -D warnings
+    RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --features loco/verbs,loco/tokio,loco-litmus/verbs --quiet
     # The verbs backend's device-free unit tests (rendezvous gate, authentication, wire format,
     # timeouts): they need no RDMA device, so they run here, in about a second once built.
     step "verbs unit tests that need no device (rendezvous, authentication)"

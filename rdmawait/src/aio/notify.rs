@@ -7,6 +7,10 @@
 //! readable reads and acknowledges the events, clears the readiness and bumps the **epoch**:
 //! every other sleeper, woken too, sees the epoch moved, so it re-arms and looks again instead
 //! of waiting on a queue that nobody armed.
+//!
+//! A **backstop** bounds every sleep (where the runtime has timers): after [`BACKSTOP`] the
+//! future looks again whatever the channel says, so that even a lost event costs a delay, not a
+//! hang, and the operation's own timeout is always checked.
 
 #![allow(unsafe_code)]
 
@@ -40,12 +44,25 @@ pub(super) struct Notify {
     fd: AsyncFd<Fd>,
     /// Bumped each time the channel's events are read.
     epoch: Cell<u64>,
+    /// Sleeps ended by the backstop rather than by the channel.
+    pub(super) backstops: Cell<u64>,
+    backstop_after: std::time::Duration,
 }
 
-/// One future's sleep: the epoch it armed in, and its wait for the descriptor.
+/// The longest a future sleeps on the channel before it looks again anyway.
+pub const BACKSTOP: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// One future's sleep: the epoch it armed in, its wait for the descriptor, and its backstop.
 pub(super) struct Sleep {
     epoch: u64,
     readable: Pin<Box<dyn Future<Output = io::Result<()>>>>,
+    backstop: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+/// A backstop timer, where the runtime has a time driver (tokio panics, rather than failing,
+/// without one).
+fn backstop(after: std::time::Duration) -> Option<Pin<Box<tokio::time::Sleep>>> {
+    catch_unwind(|| Box::pin(tokio::time::sleep(after))).ok()
 }
 
 impl Notify {
@@ -74,6 +91,8 @@ impl Notify {
         Some(Notify {
             fd,
             epoch: Cell::new(0),
+            backstops: Cell::new(0),
+            backstop_after: BACKSTOP,
         })
     }
 
@@ -83,7 +102,17 @@ impl Notify {
         let epoch = self.epoch.get();
         match sleep {
             Some(s) if s.epoch == epoch => match s.readable.as_mut().poll(cx) {
-                Poll::Pending => true,
+                Poll::Pending => {
+                    if let Some(b) = s.backstop.as_mut() {
+                        if b.as_mut().poll(cx).is_ready() {
+                            // Look again (and re-arm): whatever was missed is found now.
+                            self.backstops.set(self.backstops.get() + 1);
+                            *sleep = None;
+                            return false;
+                        }
+                    }
+                    true
+                }
                 Poll::Ready(r) => {
                     *sleep = None;
                     if let Err(e) = r {
@@ -105,6 +134,7 @@ impl Notify {
                 *sleep = Some(Sleep {
                     epoch,
                     readable: Box::pin(async move { me.readable().await }),
+                    backstop: backstop(self.backstop_after),
                 });
                 false
             }
@@ -118,5 +148,126 @@ impl Notify {
         self.epoch.set(self.epoch.get().wrapping_add(1));
         guard.clear_ready();
         drained.map(|_| ()).map_err(io::Error::other)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The wake-up protocol against a fake channel: a "NIC" thread completes jobs in a random
+    //! order and, like a completion queue, signals the channel only when it is armed (then
+    //! disarms). Many futures sleep on one channel; with the backstop out of the way (an hour),
+    //! a lost wake-up would leave a future asleep and the run would time out.
+
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    use std::time::Duration;
+
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+
+    struct Fake {
+        rx: UnixStream,
+        tx: UnixStream,
+        armed: AtomicBool,
+    }
+
+    impl CompletionEvents for Fake {
+        fn fd(&self) -> RawFd {
+            self.rx.as_raw_fd()
+        }
+        fn arm(&self) -> crate::Result<()> {
+            self.armed.store(true, SeqCst);
+            Ok(())
+        }
+        fn drain(&self) -> crate::Result<usize> {
+            let mut buf = [0u8; 64];
+            let mut n = 0;
+            while let Ok(k) = (&self.rx).read(&mut buf) {
+                if k == 0 {
+                    break;
+                }
+                n += k;
+            }
+            Ok(n)
+        }
+    }
+
+    impl Fake {
+        /// A completion arrives: an event only if the queue is armed.
+        fn complete(&self) {
+            if self.armed.swap(false, SeqCst) {
+                (&self.tx).write_all(&[1]).unwrap();
+            }
+        }
+    }
+
+    /// A future that waits for job `i` the way `Op` does: look, park, look again.
+    async fn wait_job(n: Rc<Notify>, done: Arc<Vec<AtomicBool>>, i: usize) {
+        let mut sleep = None;
+        std::future::poll_fn(|cx| loop {
+            if done[i].load(SeqCst) {
+                return Poll::Ready(());
+            }
+            if n.park(cx, &mut sleep) {
+                return Poll::Pending;
+            }
+        })
+        .await
+    }
+
+    #[test]
+    fn no_wake_up_is_lost() {
+        const JOBS: usize = 64;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        for seed in 0..20u64 {
+            let (rx, tx) = UnixStream::pair().unwrap();
+            rx.set_nonblocking(true).unwrap();
+            let fake = Arc::new(Fake {
+                rx,
+                tx,
+                armed: AtomicBool::new(false),
+            });
+            let done: Arc<Vec<AtomicBool>> =
+                Arc::new((0..JOBS).map(|_| AtomicBool::new(false)).collect());
+            let nic = {
+                let (fake, done) = (fake.clone(), done.clone());
+                std::thread::spawn(move || {
+                    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+                    let mut order: Vec<usize> = (0..JOBS).collect();
+                    for k in (1..JOBS).rev() {
+                        order.swap(k, rng.random_range(0..=k));
+                    }
+                    for i in order {
+                        std::thread::sleep(Duration::from_micros(rng.random_range(0..300)));
+                        done[i].store(true, SeqCst);
+                        fake.complete();
+                    }
+                })
+            };
+            rt.block_on(async {
+                let mut n = Notify::new(fake.clone()).expect("a reactor");
+                n.backstop_after = Duration::from_secs(3600);
+                let n = Rc::new(n);
+                let local = tokio::task::LocalSet::new();
+                let all = local.run_until(async {
+                    let hs: Vec<_> = (0..JOBS)
+                        .map(|i| tokio::task::spawn_local(wait_job(n.clone(), done.clone(), i)))
+                        .collect();
+                    for h in hs {
+                        h.await.unwrap();
+                    }
+                });
+                tokio::time::timeout(Duration::from_secs(10), all)
+                    .await
+                    .unwrap_or_else(|_| panic!("seed {seed}: a wake-up was lost"));
+                assert_eq!(n.backstops.get(), 0);
+            });
+            nic.join().unwrap();
+        }
     }
 }
