@@ -1,0 +1,139 @@
+//! Async against blocking, measured in one run (feature `tokio`): the latency of `put` + await
+//! against `put` + `wait`, and the throughput of many outstanding async puts per thread against
+//! the blocking one-at-a-time loop. The three measurements alternate in rounds (ABCABC...) and
+//! the medians of the per-round ratios are printed with their spread.
+//!
+//! ```sh
+//! cargo run --release --features tokio --example aio_bench
+//! # on rxe, in the project's VM (from a verbs build):
+//! cargo build --release --features tokio,verbs --example aio_bench
+//! LOCO_BACKEND=verbs soft-roce-ci/vm.sh -- target/release/examples/aio_bench
+//! ```
+//!
+//! On rxe over loop-back (one VM) a request mostly completes inside its post, so outstanding
+//! requests cannot overlap there: the throughput ratio says something only across hosts.
+
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use loco::aio::AsyncCtx;
+use loco::prelude::*;
+
+#[derive(Parser)]
+struct Args {
+    /// Operations per measurement.
+    #[arg(long, default_value_t = 2000)]
+    iters: u64,
+    /// Rounds (each measures all three).
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Tasks with a put outstanding at once, for the throughput measurement.
+    #[arg(long, default_value_t = 16)]
+    tasks: u64,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let a = Args::parse();
+    let c = Cluster::builder().nodes(2).backend_from_env()?.build()?;
+    let src = c.alloc_words(NodeId(0), a.tasks)?;
+    let dst = c.alloc_words(NodeId(1), a.tasks)?;
+    let actx = AsyncCtx::open(&c, NodeId(0))?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let local = tokio::task::LocalSet::new();
+    let (s0, d0) = (src.word(0)?, dst.word(0)?);
+    let d = WorkId::new(1);
+
+    let (mut lat_ratio, mut thr_ratio) = (Vec::new(), Vec::new());
+    let (mut blocking_us, mut async_us, mut many_us) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..a.rounds {
+        // Blocking: put + wait, one at a time.
+        let ctx = actx.ctx();
+        let t = Instant::now();
+        for _ in 0..a.iters {
+            ctx.put(&d0, &s0, d)?;
+            ctx.wait(d)?;
+        }
+        let blocking = t.elapsed();
+        // Async, one task: put + await, one at a time.
+        let one = rt.block_on(local.run_until(async {
+            let t = Instant::now();
+            for _ in 0..a.iters {
+                actx.put(&d0, &s0)?.await?;
+            }
+            Ok::<Duration, loco::rdmawait::Error>(t.elapsed())
+        }))?;
+        // Async, many tasks with a put outstanding each.
+        let many = rt.block_on(local.run_until(async {
+            let t = Instant::now();
+            let per = a.iters / a.tasks;
+            let hs: Vec<_> = (0..a.tasks)
+                .map(|i| {
+                    let actx = actx.clone();
+                    let (s, dd) = (src.word(i).unwrap(), dst.word(i).unwrap());
+                    tokio::task::spawn_local(async move {
+                        for _ in 0..per {
+                            actx.put(&dd, &s)?.await?;
+                        }
+                        Ok::<(), loco::rdmawait::Error>(())
+                    })
+                })
+                .collect();
+            for h in hs {
+                h.await.expect("a task panicked")?;
+            }
+            Ok::<Duration, loco::rdmawait::Error>(
+                t.elapsed() * a.iters as u32 / (per * a.tasks) as u32,
+            )
+        }))?;
+        let per_op = |d: Duration| d.as_secs_f64() * 1e6 / a.iters as f64;
+        blocking_us.push(per_op(blocking));
+        async_us.push(per_op(one));
+        many_us.push(per_op(many));
+        lat_ratio.push(one.as_secs_f64() / blocking.as_secs_f64());
+        thr_ratio.push(blocking.as_secs_f64() / many.as_secs_f64());
+    }
+    let spread = |v: &[f64]| {
+        let (lo, hi) = v
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(l, h), x| (l.min(*x), h.max(*x)));
+        format!("{lo:.2}-{hi:.2}")
+    };
+    println!(
+        "backend {}, {} rounds of {} puts (8 B, n0 -> n1)",
+        c.backend_name(),
+        a.rounds,
+        a.iters
+    );
+    println!(
+        "  blocking put+wait        {:8.2} us/op",
+        median(blocking_us.clone())
+    );
+    println!(
+        "  async put+await, 1 task  {:8.2} us/op",
+        median(async_us.clone())
+    );
+    println!(
+        "  async, {:3} tasks         {:8.2} us/op",
+        a.tasks,
+        median(many_us.clone())
+    );
+    println!(
+        "  latency ratio async/blocking          {:.2} ({})  goal <= 1.2",
+        median(lat_ratio.clone()),
+        spread(&lat_ratio)
+    );
+    println!(
+        "  throughput ratio {} tasks/blocking    {:.2} ({})  goal >= 3",
+        a.tasks,
+        median(thr_ratio.clone()),
+        spread(&thr_ratio)
+    );
+    Ok(())
+}
