@@ -11,7 +11,13 @@
 //! ```
 //!
 //! On rxe over loop-back (one VM) a request mostly completes inside its post, so outstanding
-//! requests cannot overlap there: the throughput ratio says something only across hosts.
+//! requests cannot overlap there: the throughput ratio says something only across hosts. Across
+//! two hosts (`LOCO_NODE_ID` and a two-entry `LOCO_PEERS`, one process per host; with `verbs`)
+//! n1's process serves its memory and n0's measures:
+//!
+//! ```sh
+//! soft-roce-ci/cluster.sh --vms 2 -- /path/to/a/copy/of/aio_bench
+//! ```
 
 use std::time::{Duration, Instant};
 
@@ -42,14 +48,44 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let c = Cluster::builder().nodes(2).backend_from_env()?.build()?;
     let src = c.alloc_words(NodeId(0), a.tasks)?;
     let dst = c.alloc_words(NodeId(1), a.tasks)?;
-    let actx = AsyncCtx::open(&c, NodeId(0))?;
+    // One process per host: n1's serves its memory until n0's is done.
+    #[cfg(feature = "verbs")]
+    let process = loco::rdmawait::backend::verbs::Process::of(&c)
+        .ok()
+        .filter(|p| p.node().is_some());
+    #[cfg(feature = "verbs")]
+    if let Some(p) = &process {
+        p.barrier()?;
+        if p.node() != Some(NodeId(0)) {
+            p.barrier()?;
+            return Ok(());
+        }
+    }
+    let measured = AsyncCtx::open(&c, NodeId(0))
+        .map_err(Into::into)
+        .and_then(|actx| measure(&a, &c, &actx, &src, &dst));
+    #[cfg(feature = "verbs")]
+    if let Some(p) = &process {
+        // The closing barrier, even after a failure, so that n1's process does not hang.
+        p.barrier()?;
+    }
+    measured
+}
+
+/// The rounds, on n0; prints the table.
+fn measure(
+    a: &Args,
+    c: &Cluster,
+    actx: &AsyncCtx,
+    src: &Loc,
+    dst: &Loc,
+) -> Result<(), Box<dyn std::error::Error>> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let local = tokio::task::LocalSet::new();
     let (s0, d0) = (src.word(0)?, dst.word(0)?);
     let d = WorkId::new(1);
-
     let (mut lat_ratio, mut thr_ratio) = (Vec::new(), Vec::new());
     let (mut blocking_us, mut async_us, mut many_us) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..a.rounds {
@@ -134,6 +170,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         a.tasks,
         median(thr_ratio.clone()),
         spread(&thr_ratio)
+    );
+    println!(
+        "  waits that slept on the completion channel: {} (ended by the backstop: {})",
+        actx.channel_sleeps(),
+        actx.channel_backstops()
     );
     Ok(())
 }

@@ -17,14 +17,18 @@
 #   dropped    the same with the drop made inside the victim's own kernel: once n2 is at
 #              faa-wait, its VM runs `tc qdisc add dev eth0 root netem loss 100%` (every packet
 #              it sends is dropped), removes it 6 s later, and n2 probes as above
+#   async      examples/aio_bench across 2 VMs (n1 serves, n0 measures): async puts, one task
+#              and 16 tasks on one context, whose waits outlast the spin polls and sleep on the
+#              completion channel (a lost wake-up would stall them until the backstop); must
+#              finish with waits that slept; the latency and throughput ratios are printed
 #   netem      distributed_counter with every VM's eth0 under `tc netem` (delay 2 ms ± 1 ms,
 #              so packets reorder, and 2% loss each way): rxe retransmits, so the totals must
 #              be exact; a typed error is tolerated (reported), wrong data is not
 # Exit status: 0 if every scenario passed.
 #
 # Needs the debug builds of the examples with the verbs feature (run.sh builds them):
-#   cargo build -p loco --features verbs --example distributed_counter --example fault_node \
-#       --example cluster_checks
+#   cargo build -p loco --features verbs,tokio --example distributed_counter --example fault_node \
+#       --example cluster_checks --example aio_bench
 # Cost: each scenario boots 3 VMs (about 10-20 s on 2 cores) and runs 10-40 s.
 set -euo pipefail
 # shellcheck source=lib.sh
@@ -38,8 +42,9 @@ cd "$ROOT"
 COUNTER=target/debug/examples/distributed_counter
 FAULT=target/debug/examples/fault_node
 CHECKS=target/debug/examples/cluster_checks
-for b in "$COUNTER" "$FAULT" "$CHECKS"; do
-    [ -x "$b" ] || die "$b missing: cargo build -p loco --features verbs --example ${b##*/}"
+AIO=target/debug/examples/aio_bench
+for b in "$COUNTER" "$FAULT" "$CHECKS" "$AIO"; do
+    [ -x "$b" ] || die "$b missing: cargo build -p loco --features verbs,tokio --example ${b##*/}"
 done
 CLUSTER=$SRC_DIR/cluster.sh
 HW=/sys/class/infiniband/rxe0/ports/1/hw_counters
@@ -181,12 +186,24 @@ scenario_netem() {
     return "$rc"
 }
 
+scenario_async() {
+    local out=$1 rc=0 i
+    LOCO_BACKEND=verbs "$CLUSTER" --vms 2 -- "$AIO" --iters 200 --rounds 2 --tasks 16 >"$out" 2>&1 || true
+    for i in 0 1; do
+        [ "$(vm_exit "$out" "$i")" = 0 ] || { echo "   vm$i: exit $(vm_exit "$out" "$i")"; rc=1; }
+    done
+    grep -q '^\[vm0\] backend verbs' "$out" || { echo "   n0 did not measure on verbs"; rc=1; }
+    grep -Eq '^\[vm0\]   waits that slept on the completion channel: [1-9]' "$out" \
+        || { echo "   no wait slept on the completion channel"; rc=1; }
+    return "$rc"
+}
+
 scenarios=("$@")
-[ "${#scenarios[@]}" -gt 0 ] || scenarios=(counter checks killed partition dropped netem)
+[ "${#scenarios[@]}" -gt 0 ] || scenarios=(counter checks killed partition dropped async netem)
 passed=0 failed=0 bad=() t0=$(now)
 for s in "${scenarios[@]}"; do
-    declare -F "scenario_$s" >/dev/null || die "no scenario '$s' (counter checks killed partition dropped netem)"
-    echo "-- cluster of 3 VMs: $s"
+    declare -F "scenario_$s" >/dev/null || die "no scenario '$s' (counter checks killed partition dropped async netem)"
+    echo "-- cluster of VMs: $s"
     out=$(mktemp)
     t1=$(now)
     if "scenario_$s" "$out"; then
@@ -197,7 +214,7 @@ for s in "${scenarios[@]}"; do
         bad+=("$s")
         verdict=FAILED
     fi
-    grep -E '^\[vm[0-9]\] (n[0-9]: (counter|survivor|peer|resumed|joined|error|locks|sv|sc|checks|eth0)|rxe0 packets|qdisc)|^cluster.sh: (hub|killing|cut|vm)' "$out" \
+    grep -E '^\[vm[0-9]\] (n[0-9]: (counter|survivor|peer|resumed|joined|error|locks|sv|sc|checks|eth0)|rxe0 packets|qdisc|  (latency|throughput|waits))|^cluster.sh: (hub|killing|cut|vm)' "$out" \
         | sed 's/^/   | /' || true
     [ "$verdict" = ok ] && [ -z "${LOCO_CLUSTER_VERBOSE:-}" ] || sed "s/^/   ! /" "$out"
     echo "   $s: $verdict ($(elapsed "$t1") s)"

@@ -531,9 +531,11 @@ grep '"reason":"compiler-artifact"' "$STATE_DIR/build.json" \
 [ -s "$list" ] || die "no test binary matched /$filter/ (see $STATE_DIR/build.json)"
 ex_bin=-
 if [ "$example" -eq 1 ]; then
-    # cluster_checks is for cluster-suite.sh (run after this script by run-tests.sh).
-    (cd "$ROOT" && cargo build -p loco --features verbs --example distributed_counter \
-        --example fault_node --example cluster_checks --message-format=json-render-diagnostics) \
+    # cluster_checks and aio_bench are for cluster-suite.sh (run after this script by
+    # run-tests.sh); aio_bench needs tokio.
+    (cd "$ROOT" && cargo build -p loco --features verbs,tokio --example distributed_counter \
+        --example fault_node --example cluster_checks --example aio_bench \
+        --message-format=json-render-diagnostics) \
         >"$STATE_DIR/example.json" \
         || die "building examples/distributed_counter and fault_node failed"
     ex_bin=$(grep '"executable":"[^"]*distributed_counter"' "$STATE_DIR/example.json" \

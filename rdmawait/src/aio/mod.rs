@@ -38,6 +38,9 @@
 //! - on the **soft** NIC, whose operations progress when they are polled, the task yields to
 //!   the runtime and is polled again once the other ready tasks have run.
 //!
+//! Each sleep on the channel is bounded by a [`BACKSTOP`] timer (where the runtime has timers:
+//! `enable_time` or `enable_all`): a lost event costs a delay, never a hang.
+//!
 //! Every operation still gives up after the cluster's timeout ([`crate::Cluster::timeout`]), as
 //! its blocking form does; wrap it in `tokio::time::timeout` for a shorter bound.
 //!
@@ -52,6 +55,7 @@
 //! schedules the blocking waits itself.
 
 mod notify;
+pub use notify::BACKSTOP;
 mod task;
 
 use std::cell::{Cell, RefCell};
@@ -181,6 +185,16 @@ impl AsyncCtx {
     /// soft NIC): tells whether operations outlast the spin polls.
     pub fn channel_sleeps(&self) -> u64 {
         self.shared.sleeps.get()
+    }
+
+    /// How many of those sleeps the backstop ended (no event within
+    /// [`BACKSTOP`]): a slow operation, or an event the channel lost.
+    pub fn channel_backstops(&self) -> u64 {
+        self.shared
+            .notify
+            .get()
+            .and_then(Option::as_ref)
+            .map_or(0, |n| n.backstops.get())
     }
 
     /// A fresh work id: only the operation it is given to carries it.
