@@ -24,6 +24,9 @@
 #     each, default 20): no outcome the model forbids may be observed;
 #   - examples/distributed_counter as 3 processes (exact totals), and again with one process
 #     killed mid-run (the others must fail with "peer n2 is not responding" within 15 s);
+#   - examples/kv_service (feature tokio) as 3 server processes answering TCP clients: every
+#     read right; after n2's SIGKILL, n2's keys refused as "owned by n2, which is dead" and the
+#     others served (~10 s);
 #   - fault injection with examples/fault_node (3 processes with a cluster key, n2 the victim,
 #     peer timeout 2 s): kill -9 of n2 between FAAs and their wait (meanwhile a stranger with
 #     the wrong key tries to join and a fuzzing client sends 300 connections of random bytes to
@@ -90,8 +93,8 @@ run_inside() {
         rm -f "$out"
     done <"$list"
     if [ "$example" != - ]; then
-        for scenario in ${LOCO_SCENARIOS:-example_totals example_killed_peer fault_faa_wait \
-            fault_critical_section fault_gf fault_silent fault_rejoin}; do
+        for scenario in ${LOCO_SCENARIOS:-example_totals example_killed_peer example_kv_service \
+            fault_faa_wait fault_critical_section fault_gf fault_silent fault_rejoin}; do
             if "$scenario" "$example"; then
                 passed=$((passed + 1))
             else
@@ -261,6 +264,45 @@ example_killed_peer() {
     cat "$dir"/0 "$dir"/1
     rm -rf "$dir"
     echo "   example_killed_peer: $([ "$rc" -eq 0 ] && echo ok || echo FAILED) (survivors done ${took} s after the kill)"
+    return "$rc"
+}
+
+# examples/kv_service as 3 server processes (one per node) answering TCP clients: a load
+# through all three, every read right; then n2 killed with SIGKILL and a load through n0 and n1
+# on fresh keys: n2's keys refused with "owned by n2, which is dead", the others served, no read
+# wrong, no other error.
+example_kv_service() {
+    local peers dir i pids=() rc=0 base servers
+    peers=$(example_peers)
+    base=$((7600 + RANDOM % 1000))
+    servers=127.0.0.1:$base,127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2))
+    dir=$(mktemp -d)
+    echo "-- kv_service: 3 server processes, TCP load, n2 killed, load again"
+    for i in 0 1 2; do
+        LOCO_PEER_TIMEOUT_MS=2000 "${LOCO_KV_BIN:?}" serve --node "$i" --peers "$peers" \
+            --listen "127.0.0.1:$((base + i))" --timeout 20 >"$dir/$i" 2>&1 &
+        pids+=($!)
+    done
+    for _ in $(seq 600); do
+        [ "$(cat "$dir"/[012] | grep -c 'serving')" -ge 3 ] && break
+        sleep 0.1
+    done
+    "$LOCO_KV_BIN" client --servers "$servers" --conns 6 --ops 100 >"$dir/load1" 2>&1 || rc=1
+    grep -q ' 0 dead-owner errors, 0 other errors, 0 wrong reads' "$dir/load1" \
+        || { echo "   the load through all three failed"; rc=1; }
+    kill -9 "${pids[2]}" 2>/dev/null || true
+    wait "${pids[2]}" 2>/dev/null || true
+    sleep 4 # n0 and n1 find n2 dead within the 2 s peer timeout
+    "$LOCO_KV_BIN" client --servers "${servers%,*}" --conns 6 --ops 100 --first-conn 100 \
+        >"$dir/load2" 2>&1 || rc=1
+    grep -Eq ' [1-9][0-9]* ok, [1-9][0-9]* dead-owner errors, 0 other errors, 0 wrong reads' \
+        "$dir/load2" || { echo "   after the kill: not (served, refused clearly, none wrong)"; rc=1; }
+    grep -q 'is owned by n2, which is dead' "$dir/load2" || rc=1
+    kill "${pids[0]}" "${pids[1]}" 2>/dev/null || true
+    wait "${pids[0]}" "${pids[1]}" 2>/dev/null || true
+    cat "$dir"/load1 "$dir"/load2
+    rm -rf "$dir"
+    echo "   example_kv_service: $([ "$rc" -eq 0 ] && echo ok || echo FAILED)"
     return "$rc"
 }
 
@@ -517,7 +559,8 @@ for p in ${LOCO_VERBS_PACKAGES:-loco-rdmawait loco-rdmawaitrmw loco-sv loco-lock
     pkgs+=(-p "$p")
 done
 # With tokio: the async tests (`aio`) run on the device too, sleeping on completion channels.
-features=loco-rdmawait/verbs,loco-rdmawait/tokio,loco-locks/tokio
+features=loco-rdmawait/verbs,loco-rdmawait/tokio
+case " ${pkgs[*]} " in *" loco-locks "*) features=$features,loco-locks/tokio ;; esac
 log "building the verbs test suite (cargo test ${pkgs[*]} --features $features --tests --no-run)"
 (cd "$ROOT" && cargo test "${pkgs[@]}" --features "$features" --tests --no-run \
     --message-format=json-render-diagnostics) >"$STATE_DIR/build.json" \
@@ -534,7 +577,7 @@ if [ "$example" -eq 1 ]; then
     # cluster_checks and aio_bench are for cluster-suite.sh (run after this script by
     # run-tests.sh); aio_bench needs tokio.
     (cd "$ROOT" && cargo build -p loco --features verbs,tokio --example distributed_counter \
-        --example fault_node --example cluster_checks --example aio_bench \
+        --example fault_node --example cluster_checks --example aio_bench --example kv_service \
         --message-format=json-render-diagnostics) \
         >"$STATE_DIR/example.json" \
         || die "building examples/distributed_counter and fault_node failed"
@@ -546,7 +589,10 @@ if [ "$example" -eq 1 ]; then
     [ -x "$LOCO_FAULT_BIN" ] || die "no fault_node executable in $STATE_DIR/example.json"
     # A fresh cluster key for the fault runs (what `loco keygen` prints).
     LOCO_FAULT_KEY=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
-    export LOCO_FAULT_BIN LOCO_FAULT_KEY
+    LOCO_KV_BIN=$(grep '"executable":"[^"]*kv_service"' "$STATE_DIR/example.json" \
+        | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n1)
+    [ -x "$LOCO_KV_BIN" ] || die "no kv_service executable in $STATE_DIR/example.json"
+    export LOCO_FAULT_BIN LOCO_FAULT_KEY LOCO_KV_BIN
 fi
 (cd "$ROOT" && cargo build -p loco-cli --features verbs --message-format=json-render-diagnostics) \
     >"$STATE_DIR/cli.json" || die "building the loco command with verbs failed"

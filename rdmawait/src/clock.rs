@@ -20,8 +20,8 @@ pub fn now() -> Instant {
 /// Waits `d`: sleeps, or on a simulated thread lets virtual time pass by `d` (other simulated
 /// threads run meanwhile).
 ///
-/// In an async task's blocking call ([`crate::aio::AsyncCtx::run`]) the task is suspended until
-/// `d` has passed (the thread's other tasks run meanwhile).
+/// In an async task's blocking call (`aio::AsyncCtx::run`, feature `tokio`) the task is
+/// suspended until `d` has passed (the thread's other tasks run meanwhile).
 pub fn sleep(d: Duration) {
     match sched::current() {
         Some(s) => s.sleep(d),
@@ -63,7 +63,8 @@ pub fn cooperative() -> bool {
     sched::current().is_some() || in_task()
 }
 
-/// Whether the calling code is an async task's blocking call ([`crate::aio::AsyncCtx::run`]).
+/// Whether the calling code is an async task's blocking call (`aio::AsyncCtx::run`, feature
+/// `tokio`).
 fn in_task() -> bool {
     #[cfg(feature = "tokio")]
     return crate::aio::in_task();

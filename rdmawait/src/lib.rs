@@ -67,7 +67,7 @@
 //!
 //! # Features
 //! - `verbs`: the ibverbs backend for real RDMA devices.
-//! - `tokio`: [`aio`], futures for every operation (work-id waits, and the blocking calls of
+//! - `tokio`: module `aio`, futures for every operation (work-id waits, and the blocking calls of
 //!   the layers above: lock acquires, global fences, SC operations) for tokio services; with
 //!   `verbs`, completions wake tasks through the completion channel.
 //!
