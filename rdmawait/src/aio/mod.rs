@@ -35,8 +35,11 @@
 //! usually arrives within microseconds), then:
 //! - on the **verbs** backend, the task sleeps until the completion queue's completion channel
 //!   signals (its file descriptor, registered with tokio's reactor through `AsyncFd`);
-//! - on the **soft** NIC, whose operations progress when they are polled, the task yields to
-//!   the runtime and is polled again once the other ready tasks have run.
+//! - on the **soft** NIC's `Threaded` schedule, the same way: the node's engine thread signals
+//!   the thread's channel when it has executed one of its requests;
+//! - on the other soft schedules (`Chaos` and `Immediate`, whose requests progress only when
+//!   polled or at post time), the task yields to the runtime and is polled again once the other
+//!   ready tasks have run.
 //!
 //! Each sleep on the channel is bounded by a [`BACKSTOP`] timer (where the runtime has timers:
 //! `enable_time` or `enable_all`): a lost event costs a delay, never a hang.
@@ -121,6 +124,8 @@ struct Shared {
     spin_polls: Cell<u32>,
     /// Times a future went to sleep on the channel.
     sleeps: Cell<u64>,
+    /// The longest sleep on the channel.
+    backstop: Cell<Duration>,
 }
 
 impl fmt::Debug for AsyncCtx {
@@ -148,6 +153,7 @@ impl AsyncCtx {
                 notify: std::cell::OnceCell::new(),
                 spin_polls: Cell::new(SPIN_POLLS),
                 sleeps: Cell::new(0),
+                backstop: Cell::new(BACKSTOP),
             }),
         }
     }
@@ -168,8 +174,8 @@ impl AsyncCtx {
         self.shared.ctx.node()
     }
 
-    /// Whether the context's backend has a completion channel for tasks to sleep on (verbs);
-    /// without one, pending operations are re-polled.
+    /// Whether the context's backend has a completion channel for tasks to sleep on (verbs, and
+    /// the soft NIC's `Threaded` schedule); without one, pending operations are re-polled.
     pub fn has_completion_channel(&self) -> bool {
         self.shared.ctx.completion_events().is_some()
     }
@@ -181,8 +187,15 @@ impl AsyncCtx {
         self.shared.spin_polls.set(polls);
     }
 
-    /// How many times a task of this context went to sleep on the completion channel (0 on the
-    /// soft NIC): tells whether operations outlast the spin polls.
+    /// The longest a task sleeps on the completion channel before it looks again whatever the
+    /// channel says (default [`BACKSTOP`]): a lost event costs at most this much. Needs a
+    /// runtime with timers (`enable_time`); without one, sleeps are not bounded.
+    pub fn set_backstop(&self, after: Duration) {
+        self.shared.backstop.set(after);
+    }
+
+    /// How many times a task of this context went to sleep on the completion channel (0 without
+    /// one): tells whether operations outlast the spin polls.
     pub fn channel_sleeps(&self) -> u64 {
         self.shared.sleeps.get()
     }
@@ -295,6 +308,7 @@ impl Future for Op {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let this = self.get_mut();
+        this.shared.woke(&mut this.waiting);
         let start = *this.start.get_or_insert_with(clock::now);
         loop {
             match this.shared.ctx.wait_timeout(this.wid, Duration::ZERO) {
@@ -325,13 +339,22 @@ struct Waiting {
 }
 
 impl Shared {
+    /// A pending future is polled again: counts a sleep that its backstop ended.
+    fn woke(&self, w: &mut Waiting) {
+        if w.sleep.is_some() {
+            if let Some(Some(n)) = self.notify.get() {
+                n.woke(&mut w.sleep);
+            }
+        }
+    }
+
     /// Arranges for the task to be woken; true if it should return `Pending`, false if it
     /// should look again now (the completion queue was just armed, or the channel signalled).
     fn park(&self, cx: &mut Context<'_>, park: Park, w: &mut Waiting) -> bool {
         w.polls = w.polls.saturating_add(1);
         if park == Park::Completion && w.polls > self.spin_polls.get() {
             if let Some(n) = self.notify() {
-                let pending = n.park(cx, &mut w.sleep);
+                let pending = n.park(cx, &mut w.sleep, self.backstop.get());
                 if pending {
                     self.sleeps.set(self.sleeps.get() + 1);
                 }
@@ -432,6 +455,7 @@ impl<'a, T: 'a> Future for Run<'a, T> {
             }
         }
         let task = this.task.as_mut().expect("set above");
+        this.shared.woke(&mut this.waiting);
         loop {
             match task.resume() {
                 Step::Parked(park) => {

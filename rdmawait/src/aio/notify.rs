@@ -8,7 +8,8 @@
 //! every other sleeper, woken too, sees the epoch moved, so it re-arms and looks again instead
 //! of waiting on a queue that nobody armed.
 //!
-//! A **backstop** bounds every sleep (where the runtime has timers): after [`BACKSTOP`] the
+//! A **backstop** bounds every sleep (where the runtime has timers): after [`BACKSTOP`] (or what
+//! [`AsyncCtx::set_backstop`](super::AsyncCtx::set_backstop) says) the
 //! future looks again whatever the channel says, so that even a lost event costs a delay, not a
 //! hang, and the operation's own timeout is always checked.
 
@@ -46,10 +47,10 @@ pub(super) struct Notify {
     epoch: Cell<u64>,
     /// Sleeps ended by the backstop rather than by the channel.
     pub(super) backstops: Cell<u64>,
-    backstop_after: std::time::Duration,
 }
 
-/// The longest a future sleeps on the channel before it looks again anyway.
+/// The longest a future sleeps on the channel before it looks again anyway, by default
+/// ([`AsyncCtx::set_backstop`](super::AsyncCtx::set_backstop)).
 pub const BACKSTOP: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// One future's sleep: the epoch it armed in, its wait for the descriptor, and its backstop.
@@ -57,6 +58,8 @@ pub(super) struct Sleep {
     epoch: u64,
     readable: Pin<Box<dyn Future<Output = io::Result<()>>>>,
     backstop: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// When the backstop fires.
+    until: std::time::Instant,
 }
 
 /// A backstop timer, where the runtime has a time driver (tokio panics, rather than failing,
@@ -92,13 +95,18 @@ impl Notify {
             fd,
             epoch: Cell::new(0),
             backstops: Cell::new(0),
-            backstop_after: BACKSTOP,
         })
     }
 
     /// Parks a future on the channel (see the module docs); true to return `Pending`, false to
     /// look for the completion again now.
-    pub(super) fn park(self: &Rc<Self>, cx: &mut Context<'_>, sleep: &mut Option<Sleep>) -> bool {
+    /// `after` bounds the sleep (the backstop).
+    pub(super) fn park(
+        self: &Rc<Self>,
+        cx: &mut Context<'_>,
+        sleep: &mut Option<Sleep>,
+        after: std::time::Duration,
+    ) -> bool {
         let epoch = self.epoch.get();
         match sleep {
             Some(s) if s.epoch == epoch => match s.readable.as_mut().poll(cx) {
@@ -106,7 +114,7 @@ impl Notify {
                     if let Some(b) = s.backstop.as_mut() {
                         if b.as_mut().poll(cx).is_ready() {
                             // Look again (and re-arm): whatever was missed is found now.
-                            self.backstops.set(self.backstops.get() + 1);
+                            self.woke(sleep);
                             *sleep = None;
                             return false;
                         }
@@ -134,10 +142,23 @@ impl Notify {
                 *sleep = Some(Sleep {
                     epoch,
                     readable: Box::pin(async move { me.readable().await }),
-                    backstop: backstop(self.backstop_after),
+                    backstop: backstop(after),
+                    until: std::time::Instant::now() + after,
                 });
                 false
             }
+        }
+    }
+
+    /// Called when a future that may be asleep is polled: a sleep that lasted until its backstop
+    /// is counted (whatever the poll then finds) and ended.
+    pub(super) fn woke(&self, sleep: &mut Option<Sleep>) {
+        if sleep
+            .as_ref()
+            .is_some_and(|s| std::time::Instant::now() >= s.until)
+        {
+            self.backstops.set(self.backstops.get() + 1);
+            *sleep = None;
         }
     }
 
@@ -210,7 +231,7 @@ mod tests {
             if done[i].load(SeqCst) {
                 return Poll::Ready(());
             }
-            if n.park(cx, &mut sleep) {
+            if n.park(cx, &mut sleep, Duration::from_secs(3600)) {
                 return Poll::Pending;
             }
         })
@@ -250,9 +271,7 @@ mod tests {
                 })
             };
             rt.block_on(async {
-                let mut n = Notify::new(fake.clone()).expect("a reactor");
-                n.backstop_after = Duration::from_secs(3600);
-                let n = Rc::new(n);
+                let n = Rc::new(Notify::new(fake.clone()).expect("a reactor"));
                 let local = tokio::task::LocalSet::new();
                 let all = local.run_until(async {
                     let hs: Vec<_> = (0..JOBS)

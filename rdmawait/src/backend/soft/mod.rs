@@ -60,6 +60,8 @@
 //! threads of `Threaded` stop and are joined when the backend is dropped (an engine that
 //! panicked is logged, not propagated: nothing panics in `Drop`).
 
+#[cfg(feature = "tokio")]
+mod channel;
 mod chaos;
 mod immediate;
 mod threaded;
@@ -714,6 +716,11 @@ impl ThreadNic for Incarnated {
     fn mfence(&mut self) -> Result<()> {
         self.check(self.home)?;
         self.inner.mfence()
+    }
+
+    #[cfg(feature = "tokio")]
+    fn completion_events(&self) -> Option<std::sync::Arc<dyn crate::backend::CompletionEvents>> {
+        self.inner.completion_events()
     }
 }
 

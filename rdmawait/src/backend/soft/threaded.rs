@@ -34,6 +34,19 @@ struct Job {
     incarnations: (u64, u64),
     /// The posting queue pair's completion counter.
     done: Arc<AtomicU64>,
+    /// The posting thread's completion channel (async tasks sleep on it).
+    #[cfg(feature = "tokio")]
+    events: Option<Arc<super::channel::Channel>>,
+}
+
+impl Job {
+    /// The job is done with (executed, or dropped for a dead node): tell sleeping tasks.
+    fn signal(&self) {
+        #[cfg(feature = "tokio")]
+        if let Some(ch) = &self.events {
+            ch.signal();
+        }
+    }
 }
 
 impl std::fmt::Debug for Job {
@@ -83,6 +96,7 @@ impl NodeQueue {
         {
             self.held.store(false, SeqCst);
             inflight.fetch_sub(1, SeqCst);
+            job.signal();
             return true;
         }
         if fabric.is_stalled(from) || fabric.is_stalled(to) {
@@ -96,6 +110,7 @@ impl NodeQueue {
             job.done.fetch_add(1, SeqCst);
         }
         inflight.fetch_sub(1, SeqCst);
+        job.signal();
         true
     }
 }
@@ -183,6 +198,8 @@ impl Engines {
             inflight: self.inflight.clone(),
             done: (0..nodes).map(|_| Arc::new(AtomicU64::new(0))).collect(),
             polled: vec![0; nodes],
+            #[cfg(feature = "tokio")]
+            events: super::channel::Channel::new().map(Arc::new),
         })
     }
 
@@ -259,9 +276,18 @@ pub(super) struct EngineNic {
     inflight: Arc<AtomicU64>,
     done: Vec<Arc<AtomicU64>>,
     polled: Vec<u64>,
+    #[cfg(feature = "tokio")]
+    events: Option<Arc<super::channel::Channel>>,
 }
 
 impl ThreadNic for EngineNic {
+    #[cfg(feature = "tokio")]
+    fn completion_events(&self) -> Option<Arc<dyn crate::backend::CompletionEvents>> {
+        self.events
+            .clone()
+            .map(|e| e as Arc<dyn crate::backend::CompletionEvents>)
+    }
+
     fn post(&mut self, target: NodeId, wr: WorkRequest) -> Result<()> {
         let t = self.cpu.fabric.check_post(self.cpu.node, target, &wr)?;
         self.inflight.fetch_add(1, SeqCst);
@@ -273,6 +299,8 @@ impl ThreadNic for EngineNic {
                 self.cpu.fabric.incarnation(t),
             ),
             done: self.done[t].clone(),
+            #[cfg(feature = "tokio")]
+            events: self.events.clone(),
         };
         if self.tx.send(job).is_err() {
             self.inflight.fetch_sub(1, SeqCst);
