@@ -141,10 +141,8 @@ fn awaited_wlock_with_gf_excludes_tasks_and_threads() {
     exact(|c| Variant::WlockGf(WLock::new(c, NodeId(1), THREADS).unwrap()));
 }
 
-/// While a task awaits a lock that another thread holds, the other tasks of its thread run; the
-/// holder releases only once they have finished, so a blocked thread would never get the lock.
-#[test]
-fn an_awaited_acquire_does_not_block_the_thread() {
+/// Two nodes on the Threaded soft NIC and a node lock on n1.
+fn two_nodes() -> (Cluster, NLock) {
     let c = Cluster::builder()
         .nodes(2)
         .soft(Schedule::Threaded)
@@ -152,6 +150,14 @@ fn an_awaited_acquire_does_not_block_the_thread() {
         .build()
         .unwrap();
     let lock = NLock::new(&c, NodeId(1)).unwrap();
+    (c, lock)
+}
+
+/// While a task awaits a lock that another thread holds, the other tasks of its thread run; the
+/// holder releases only once they have finished, so a blocked thread would never get the lock.
+#[test]
+fn an_awaited_acquire_does_not_block_the_thread() {
+    let (c, lock) = two_nodes();
     let others_done = Arc::new(AtomicBool::new(false));
     let held = Arc::new(AtomicBool::new(false));
     let holder = {
@@ -204,13 +210,7 @@ fn an_awaited_acquire_does_not_block_the_thread() {
 /// context and for others.
 #[test]
 fn a_cancelled_acquire_leaves_the_lock_free() {
-    let c = Cluster::builder()
-        .nodes(2)
-        .soft(Schedule::Threaded)
-        .timeout(Duration::from_secs(20))
-        .build()
-        .unwrap();
-    let lock = NLock::new(&c, NodeId(1)).unwrap();
+    let (c, lock) = two_nodes();
     let held = Arc::new(AtomicBool::new(false));
     let trying = Arc::new(AtomicBool::new(false));
     let holder = {

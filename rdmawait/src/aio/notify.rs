@@ -174,53 +174,45 @@ impl Notify {
 
 #[cfg(test)]
 mod tests {
-    //! The wake-up protocol against a fake channel: a "NIC" thread completes jobs in a random
-    //! order and, like a completion queue, signals the channel only when it is armed (then
-    //! disarms). Many futures sleep on one channel; with the backstop out of the way (an hour),
-    //! a lost wake-up would leave a future asleep and the run would time out.
+    //! The wake-up protocol against the soft NIC's channel, driven by hand. A "NIC" thread
+    //! completes jobs in a random order and, like a completion queue, signals the channel only
+    //! when it is armed (then disarms). And the worst case is forced: some jobs complete inside
+    //! `arm`, just before the queue is armed, which only the look after arming can notice. Many
+    //! futures sleep on one channel; with the backstop out of the way (an hour), a lost wake-up
+    //! leaves a future asleep and the run times out.
 
-    use std::io::{Read, Write};
-    use std::os::unix::net::UnixStream;
+    use std::collections::VecDeque;
     use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
     use std::time::Duration;
 
+    use parking_lot::Mutex;
     use rand::{Rng, SeedableRng};
 
     use super::*;
+    use crate::backend::soft::channel::Channel;
 
-    struct Fake {
-        rx: UnixStream,
-        tx: UnixStream,
-        armed: AtomicBool,
+    /// The channel, with jobs that complete at the worst moment: inside `arm`, before it arms.
+    struct Racy {
+        ch: Channel,
+        at_arm: Mutex<VecDeque<usize>>,
+        done: Arc<Vec<AtomicBool>>,
     }
 
-    impl CompletionEvents for Fake {
+    impl CompletionEvents for Racy {
         fn fd(&self) -> RawFd {
-            self.rx.as_raw_fd()
+            self.ch.fd()
         }
         fn arm(&self) -> crate::Result<()> {
-            self.armed.store(true, SeqCst);
-            Ok(())
+            if let Some(i) = self.at_arm.lock().pop_front() {
+                // A completion just before the arming: an event only if another future's
+                // arming is still in force.
+                self.done[i].store(true, SeqCst);
+                self.ch.signal();
+            }
+            self.ch.arm()
         }
         fn drain(&self) -> crate::Result<usize> {
-            let mut buf = [0u8; 64];
-            let mut n = 0;
-            while let Ok(k) = (&self.rx).read(&mut buf) {
-                if k == 0 {
-                    break;
-                }
-                n += k;
-            }
-            Ok(n)
-        }
-    }
-
-    impl Fake {
-        /// A completion arrives: an event only if the queue is armed.
-        fn complete(&self) {
-            if self.armed.swap(false, SeqCst) {
-                (&self.tx).write_all(&[1]).unwrap();
-            }
+            self.ch.drain()
         }
     }
 
@@ -246,32 +238,32 @@ mod tests {
             .build()
             .unwrap();
         for seed in 0..20u64 {
-            let (rx, tx) = UnixStream::pair().unwrap();
-            rx.set_nonblocking(true).unwrap();
-            let fake = Arc::new(Fake {
-                rx,
-                tx,
-                armed: AtomicBool::new(false),
-            });
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+            let mut order: Vec<usize> = (0..JOBS).collect();
+            for k in (1..JOBS).rev() {
+                order.swap(k, rng.random_range(0..=k));
+            }
+            // A quarter of the jobs complete inside `arm`, the rest from the NIC thread.
+            let at_arm = order.split_off(JOBS * 3 / 4);
             let done: Arc<Vec<AtomicBool>> =
                 Arc::new((0..JOBS).map(|_| AtomicBool::new(false)).collect());
+            let racy = Arc::new(Racy {
+                ch: Channel::new().expect("a socket pair"),
+                at_arm: Mutex::new(at_arm.into()),
+                done: done.clone(),
+            });
             let nic = {
-                let (fake, done) = (fake.clone(), done.clone());
+                let (racy, done) = (racy.clone(), done.clone());
                 std::thread::spawn(move || {
-                    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-                    let mut order: Vec<usize> = (0..JOBS).collect();
-                    for k in (1..JOBS).rev() {
-                        order.swap(k, rng.random_range(0..=k));
-                    }
                     for i in order {
                         std::thread::sleep(Duration::from_micros(rng.random_range(0..300)));
                         done[i].store(true, SeqCst);
-                        fake.complete();
+                        racy.ch.signal();
                     }
                 })
             };
             rt.block_on(async {
-                let n = Rc::new(Notify::new(fake.clone()).expect("a reactor"));
+                let n = Rc::new(Notify::new(racy.clone()).expect("a reactor"));
                 let local = tokio::task::LocalSet::new();
                 let all = local.run_until(async {
                     let hs: Vec<_> = (0..JOBS)

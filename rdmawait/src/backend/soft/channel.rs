@@ -15,7 +15,7 @@ use crate::Result;
 
 /// A thread NIC's channel.
 #[derive(Debug)]
-pub(super) struct Channel {
+pub(crate) struct Channel {
     rx: UnixStream,
     tx: UnixStream,
     armed: AtomicBool,
@@ -23,7 +23,7 @@ pub(super) struct Channel {
 
 impl Channel {
     /// A channel, or `None` if the socket pair cannot be made (tasks then re-poll).
-    pub(super) fn new() -> Option<Channel> {
+    pub(crate) fn new() -> Option<Channel> {
         let (rx, tx) = UnixStream::pair().ok()?;
         rx.set_nonblocking(true).ok()?;
         tx.set_nonblocking(true).ok()?;
@@ -35,7 +35,7 @@ impl Channel {
     }
 
     /// A request of this thread completed: an event if the channel is armed (which disarms it).
-    pub(super) fn signal(&self) {
+    pub(crate) fn signal(&self) {
         if self.armed.swap(false, SeqCst) {
             // A full socket buffer already holds an unread event: nothing is lost.
             let _ = (&self.tx).write(&[1]);

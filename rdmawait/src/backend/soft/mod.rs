@@ -61,7 +61,7 @@
 //! panicked is logged, not propagated: nothing panics in `Drop`).
 
 #[cfg(feature = "tokio")]
-mod channel;
+pub(crate) mod channel;
 mod chaos;
 mod immediate;
 mod threaded;
