@@ -14,6 +14,11 @@
 //! - [`sc`]: sequentially consistent `read_sc`/`write_sc`/`cas_sc`/`faa_sc` on abstract
 //!   locations, and any sequential data structure made linearizable behind a node lock.
 //!
+//! With feature `tokio`, `aio` makes every operation a future for tokio services: an
+//! `AsyncCtx` shared by the tasks of one thread, a fresh work id per operation, and the blocking
+//! calls of every layer (lock acquires, `gf`, SC operations) awaited without blocking the thread
+//! (`examples/tokio_tasks.rs`, `examples/kv_service.rs`).
+//!
 //! The model behind these guarantees, the litmus format and the notes on real devices are in
 //! [docs/](https://github.com/loco-rs/loco-rs/blob/main/docs/README.md).
 //!
