@@ -289,23 +289,24 @@ impl Ctx {
     pub fn wait_timeout(&self, wid: WorkId, timeout: Duration) -> Result<()> {
         #[cfg(feature = "tokio")]
         if crate::aio::in_task() && !timeout.is_zero() {
-            return self.wait_in_task(wid, timeout);
+            return self.look_in_task(timeout, || self.wait_now(wid, Duration::ZERO));
         }
         self.wait_now(wid, timeout)
     }
 
-    /// `wait` inside an async task's coroutine ([`crate::aio`]): looks without blocking, and
-    /// suspends the task between looks (the context is not borrowed while it is suspended, so
-    /// the thread's other tasks can use it).
+    /// A blocking `wait` or `poll` inside an async task's coroutine ([`crate::aio`]): `look` (the
+    /// call with a zero timeout) is repeated, the task suspended between looks (the context is
+    /// not borrowed while it is suspended, so the thread's other tasks can use it), until it
+    /// does not time out; after `timeout`, its timeout error is returned with `timeout` in it.
     #[cfg(feature = "tokio")]
-    fn wait_in_task(&self, wid: WorkId, timeout: Duration) -> Result<()> {
+    fn look_in_task(&self, timeout: Duration, mut look: impl FnMut() -> Result<()>) -> Result<()> {
         let start = crate::clock::now();
         loop {
-            match self.wait_now(wid, Duration::ZERO) {
-                Err(Error::Timeout { .. }) => {
+            match look() {
+                Err(Error::Timeout { what, .. }) => {
                     if crate::clock::now().saturating_duration_since(start) >= timeout {
                         return Err(Error::Timeout {
-                            what: TimeoutKind::Wait(wid),
+                            what,
                             after: timeout,
                         });
                     }
@@ -507,23 +508,9 @@ impl RdmaTso<'_> {
     pub fn poll_timeout(&self, node: NodeId, timeout: Duration) -> Result<()> {
         #[cfg(feature = "tokio")]
         if crate::aio::in_task() && !timeout.is_zero() {
-            let start = crate::clock::now();
-            loop {
-                match self.poll_now(node, Duration::ZERO) {
-                    Err(Error::Timeout { .. })
-                        if crate::clock::now().saturating_duration_since(start) < timeout =>
-                    {
-                        crate::aio::suspend(crate::aio::Park::Completion, Some(self.ctx));
-                    }
-                    Err(Error::Timeout { what, .. }) => {
-                        return Err(Error::Timeout {
-                            what,
-                            after: timeout,
-                        })
-                    }
-                    r => return r,
-                }
-            }
+            return self
+                .ctx
+                .look_in_task(timeout, || self.poll_now(node, Duration::ZERO));
         }
         self.poll_now(node, timeout)
     }
