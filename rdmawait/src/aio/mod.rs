@@ -115,7 +115,7 @@ struct Shared {
     /// The next fresh work id.
     next: Cell<u32>,
     /// The `run` calls: the one at the front runs, the others wait their turn.
-    gate: RefCell<VecDeque<(u64, Option<Waker>)>>,
+    gate: RefCell<VecDeque<(u64, Waker)>>,
     next_run: Cell<u64>,
     /// The completion channel's readiness, where the backend has one and the runtime can
     /// watch it; set up at the first park that needs it (inside the runtime).
@@ -242,12 +242,7 @@ impl AsyncCtx {
     pub fn issue(&self, post: impl FnOnce(&Ctx, WorkId) -> Result<()>) -> Result<Op> {
         let wid = self.fresh();
         post(&self.shared.ctx, wid)?;
-        Ok(Op {
-            shared: self.shared.clone(),
-            wid,
-            start: None,
-            waiting: Waiting::default(),
-        })
+        Ok(self.wait(wid))
     }
 
     /// Waits for the operations of this context tagged `wid` (a user's own id: operations the
@@ -380,11 +375,11 @@ impl Shared {
         match q.iter().position(|(i, _)| *i == id) {
             Some(0) => true,
             Some(i) => {
-                q[i].1 = Some(cx.waker().clone());
+                q[i].1 = cx.waker().clone();
                 false
             }
             None => {
-                q.push_back((id, Some(cx.waker().clone())));
+                q.push_back((id, cx.waker().clone()));
                 q.len() == 1
             }
         }
@@ -396,7 +391,7 @@ impl Shared {
         if let Some(i) = q.iter().position(|(i, _)| *i == id) {
             q.remove(i);
             if i == 0 {
-                if let Some((_, Some(w))) = q.front() {
+                if let Some((_, w)) = q.front() {
                     w.wake_by_ref();
                 }
             }
