@@ -427,3 +427,45 @@ fn a_panic_in_run_reaches_the_task() {
     let x = c.alloc_word(NodeId(0)).unwrap();
     assert_eq!(rt.block_on(actx.run(|ctx| ctx.load(&x))).unwrap(), 0);
 }
+
+/// Edge values of the knobs: no spin polls or `u32::MAX` of them, a backstop of zero or of
+/// `Duration::MAX` ("never"); the tasks' operations complete all the same, and a request held
+/// back by a stall still wakes its sleeping task.
+#[test]
+fn edge_values_of_the_knobs() {
+    use std::sync::Arc;
+    for (polls, backstop) in [
+        (0, Duration::ZERO),
+        (0, Duration::MAX),
+        (u32::MAX, Duration::MAX),
+        (1, Duration::from_nanos(1)),
+    ] {
+        let soft = Arc::new(SoftBackend::try_new(2, 64, Schedule::Threaded).unwrap());
+        let c = Cluster::with_backend(Box::new(soft.clone()), Duration::from_secs(20));
+        let (x, y) = (
+            c.alloc_word(NodeId(0)).unwrap(),
+            c.alloc_word(NodeId(1)).unwrap(),
+        );
+        let actx = AsyncCtx::open(&c, NodeId(0)).unwrap();
+        actx.set_spin_polls(polls);
+        actx.set_backstop(backstop);
+        actx.ctx().store(&x, 7).unwrap();
+        let local = tokio::task::LocalSet::new();
+        rt().block_on(local.run_until(async {
+            actx.put(&y, &x).unwrap().await.unwrap();
+            soft.stall(NodeId(1), true).unwrap();
+            let held = actx.get(&x, &y).unwrap();
+            let unstall = tokio::task::spawn_local(async move {
+                tokio::task::yield_now().await;
+                soft.stall(NodeId(1), false).unwrap();
+            });
+            held.await.unwrap();
+            unstall.await.unwrap();
+        }));
+        assert_eq!(
+            actx.ctx().load(&x).unwrap(),
+            7,
+            "{polls} polls, {backstop:?}"
+        );
+    }
+}

@@ -58,8 +58,8 @@ pub(super) struct Sleep {
     epoch: u64,
     readable: Pin<Box<dyn Future<Output = io::Result<()>>>>,
     backstop: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// When the backstop fires.
-    until: std::time::Instant,
+    /// When the backstop fires (`None`: never, a backstop too long for an `Instant`).
+    until: Option<std::time::Instant>,
 }
 
 /// A backstop timer, where the runtime has a time driver (tokio panics, rather than failing,
@@ -143,7 +143,7 @@ impl Notify {
                     epoch,
                     readable: Box::pin(async move { me.readable().await }),
                     backstop: backstop(after),
-                    until: std::time::Instant::now() + after,
+                    until: std::time::Instant::now().checked_add(after),
                 });
                 false
             }
@@ -155,7 +155,8 @@ impl Notify {
     pub(super) fn woke(&self, sleep: &mut Option<Sleep>) {
         if sleep
             .as_ref()
-            .is_some_and(|s| std::time::Instant::now() >= s.until)
+            .and_then(|s| s.until)
+            .is_some_and(|u| std::time::Instant::now() >= u)
         {
             self.backstops.set(self.backstops.get() + 1);
             *sleep = None;
