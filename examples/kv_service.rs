@@ -38,7 +38,30 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand};
 use loco::aio::AsyncCtx;
 use loco::prelude::*;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+/// The longest request or reply line accepted, newline included: a peer that sends more
+/// without a newline is cut off rather than buffered without bound.
+const MAX_LINE: usize = 256;
+
+/// The next line from a peer, without its newline; `None` at the end of the stream, or when the
+/// line is longer than [`MAX_LINE`] or not UTF-8 (the connection is then given up).
+async fn read_line(r: &mut (impl AsyncBufRead + Unpin)) -> Option<String> {
+    let mut buf = Vec::new();
+    let n = r
+        .take(MAX_LINE as u64)
+        .read_until(b'\n', &mut buf)
+        .await
+        .ok()?;
+    if n == 0 || buf.last() != Some(&b'\n') {
+        return None; // the end, or a line too long (or cut short)
+    }
+    buf.pop();
+    if buf.last() == Some(&b'\r') {
+        buf.pop();
+    }
+    String::from_utf8(buf).ok()
+}
 
 #[derive(Parser)]
 #[command(about = "a sharded key-value service over loco-rs node-locked maps, on tokio")]
@@ -92,7 +115,7 @@ struct Load {
     servers: Vec<SocketAddr>,
     /// Number of the first connection (each connection's keys follow from it): a second load
     /// on fresh keys starts past the first's connections.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(..=1 << 31))]
     first_conn: u64,
     #[command(flatten)]
     shape: LoadShape,
@@ -101,13 +124,14 @@ struct Load {
 #[derive(clap::Args, Clone, Copy)]
 struct LoadShape {
     /// Connections (each a task, with keys of its own).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1 << 31))]
     conns: u64,
     /// Requests per connection.
     #[arg(long, default_value_t = 300)]
     ops: u64,
-    /// Keys per connection.
-    #[arg(long, default_value_t = 32)]
+    /// Keys per connection (connection c owns keys c*keys .. (c+1)*keys; the bounds keep every
+    /// key within 64 bits).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=1 << 31))]
     keys: u64,
 }
 
@@ -228,8 +252,8 @@ fn serve(store: Arc<Store>, node: NodeId, listener: std::net::TcpListener) -> st
             let (store, actx) = (store.clone(), actx.clone());
             tokio::task::spawn_local(async move {
                 let (rd, mut wr) = stream.into_split();
-                let mut lines = BufReader::new(rd).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
+                let mut rd = BufReader::new(rd);
+                while let Some(line) = read_line(&mut rd).await {
                     let mut reply = store.answer(&actx, &line).await;
                     reply.push('\n');
                     if wr.write_all(reply.as_bytes()).await.is_err() {
@@ -269,7 +293,7 @@ async fn one_conn(server: SocketAddr, c: u64, shape: LoadShape) -> Report {
     };
     let _ = stream.set_nodelay(true);
     let (rd, mut wr) = stream.into_split();
-    let mut lines = BufReader::new(rd).lines();
+    let mut rd = BufReader::new(rd);
     // This connection's keys, and what each holds (it is their only writer).
     let mut held: Vec<Option<u64>> = vec![None; shape.keys as usize];
     let mut x = c.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -293,9 +317,9 @@ async fn one_conn(server: SocketAddr, c: u64, shape: LoadShape) -> Report {
                 .get_or_insert_with(|| "connection lost".into());
             break;
         }
-        let reply = match lines.next_line().await {
-            Ok(Some(l)) => l,
-            _ => {
+        let reply = match read_line(&mut rd).await {
+            Some(l) => l,
+            None => {
                 r.other += shape.ops - i;
                 r.first_error
                     .get_or_insert_with(|| "connection lost".into());
