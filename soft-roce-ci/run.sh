@@ -207,6 +207,20 @@ doctor_on_device() {
 
 # A base port for the example's rendezvous, unlikely to be taken: below Linux's ephemeral range
 # (32768-60999), so no process's outgoing connection can hold it before a member listens.
+# await_lines COUNT SECS PATTERN FILE...: waits up to SECS seconds until the FILEs hold at
+# least COUNT lines matching PATTERN (grep's basic regex); fails if they never do. Name the
+# files, not a glob: a background process's output file may not exist yet when the glob is
+# expanded (a missing file counts as empty).
+await_lines() {
+    local count=$1 secs=$2 pattern=$3 _
+    shift 3
+    for _ in $(seq $((secs * 10))); do
+        [ "$(cat "$@" 2>/dev/null | grep -c -- "$pattern")" -ge "$count" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
 example_peers() {
     local base=$((20000 + RANDOM % 12000))
     echo "127.0.0.1:$base,127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2))"
@@ -245,10 +259,7 @@ example_killed_peer() {
             >"$dir/$i" 2>&1 &
         pids+=($!)
     done
-    for _ in $(seq 600); do
-        [ "$(cat "$dir"/* | grep -c 'joined')" -ge 3 ] && break
-        sleep 0.1
-    done
+    await_lines 3 60 'joined' "$dir"/0 "$dir"/1 "$dir"/2 || true
     sleep 1
     kill -9 "${pids[2]}" 2>/dev/null || true
     t_kill=$(now)
@@ -283,10 +294,7 @@ example_kv_service() {
             --listen "127.0.0.1:$((base + i))" --timeout 20 >"$dir/$i" 2>&1 &
         pids+=($!)
     done
-    for _ in $(seq 600); do
-        [ "$(cat "$dir"/[012] | grep -c 'serving')" -ge 3 ] && break
-        sleep 0.1
-    done
+    await_lines 3 60 'serving' "$dir"/0 "$dir"/1 "$dir"/2 || true
     "$LOCO_KV_BIN" client --servers "$servers" --conns 6 --ops 100 >"$dir/load1" 2>&1 || rc=1
     grep -q ' 0 dead-owner errors, 0 other errors, 0 wrong reads' "$dir/load1" \
         || { echo "   the load through all three failed"; rc=1; }
@@ -361,11 +369,7 @@ fault_run() {
         "$after" "$dir" "${pids[2]}" >"$dir/after" 2>&1 &
         after_pid=$!
     fi
-    for _ in $(seq 600); do
-        grep -q "^n2: at $at" "$dir/2" && break
-        sleep 0.1
-    done
-    if ! grep -q "^n2: at $at" "$dir/2"; then
+    if ! await_lines 1 60 "^n2: at $at" "$dir/2"; then
         echo "   n2 never reached $at"
         rc=1
     fi
@@ -446,15 +450,9 @@ fault_silent() { fault_run faa-wait STOP "" resume_after_check --linger-ms 6000;
 # checks that its FAAs failed (called by fault_run after the survivors' checks).
 resume_after_check() {
     local dir=$1 pid=$2 line
-    for _ in $(seq 600); do
-        [ "$(cat "$dir"/0 "$dir"/1 | grep -c 'lingering')" -ge 2 ] && break
-        sleep 0.1
-    done
+    await_lines 2 60 'lingering' "$dir"/0 "$dir"/1 || true
     kill -CONT "$pid" 2>/dev/null || true
-    for _ in $(seq 300); do
-        [ "$(grep -c 'resumed after a stop' "$dir/2")" -ge 2 ] && break
-        sleep 0.1
-    done
+    await_lines 2 30 'resumed after a stop' "$dir/2" || true
     if [ "$(grep -c 'resumed after a stop: towards' "$dir/2")" -lt 2 ] || grep -q LANDED "$dir/2"; then
         echo "   n2 resumed and was not fenced out (or never tried):"
         return 1
@@ -476,18 +474,11 @@ fault_rejoin() {
         start_fault_node "$peers" "$i" rejoin "$dir/$i" --work-ms 60000
         pids+=($!)
     done
-    for _ in $(seq 600); do
-        grep -q "^n2: at rejoin" "$dir/2" && break
-        sleep 0.1
-    done
-    grep -q "^n2: at rejoin" "$dir/2" || { echo "   n2 never reached rejoin"; rc=1; }
+    await_lines 1 60 "^n2: at rejoin" "$dir/2" || { echo "   n2 never reached rejoin"; rc=1; }
     t_kill=$(unix_ms)
     kill -9 "${pids[2]}" 2>/dev/null || true
     wait "${pids[2]}" 2>/dev/null || true
-    for _ in $(seq 600); do
-        [ "$(cat "$dir"/0 "$dir"/1 | grep -c 'waiting for rejoin')" -ge 2 ] && break
-        sleep 0.1
-    done
+    await_lines 2 60 'waiting for rejoin' "$dir"/0 "$dir"/1 || true
     t_start=$(unix_ms)
     echo "   survivors recovered and waiting $((t_start - t_kill)) ms after kill -9; starting n2 again"
     start_fault_node "$peers" 2 rejoin "$dir/2b" --restarted
