@@ -40,6 +40,10 @@ use loco::aio::AsyncCtx;
 use loco::prelude::*;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
+/// How long the client waits for a reply (a server that stops answering, e.g. stopped, is
+/// reported, not waited for forever); above the servers' own operation timeout.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// The longest request or reply line accepted, newline included: a peer that sends more
 /// without a newline is cut off rather than buffered without bound.
 const MAX_LINE: usize = 256;
@@ -248,7 +252,15 @@ fn serve(store: Arc<Store>, node: NodeId, listener: std::net::TcpListener) -> st
     local.block_on(&rt, async move {
         let listener = tokio::net::TcpListener::from_std(listener)?;
         loop {
-            let (stream, _) = listener.accept().await?;
+            let stream = match listener.accept().await {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    // Out of descriptors, say: keep serving the connections there are.
+                    eprintln!("n{}: accept failed: {e}", node.index());
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
             let (store, actx) = (store.clone(), actx.clone());
             tokio::task::spawn_local(async move {
                 let (rd, mut wr) = stream.into_split();
@@ -317,9 +329,15 @@ async fn one_conn(server: SocketAddr, c: u64, shape: LoadShape) -> Report {
                 .get_or_insert_with(|| "connection lost".into());
             break;
         }
-        let reply = match read_line(&mut rd).await {
-            Some(l) => l,
-            None => {
+        let reply = match tokio::time::timeout(REPLY_TIMEOUT, read_line(&mut rd)).await {
+            Ok(Some(l)) => l,
+            Err(_) => {
+                r.other += shape.ops - i;
+                r.first_error
+                    .get_or_insert_with(|| format!("no reply within {REPLY_TIMEOUT:?}"));
+                break;
+            }
+            Ok(None) => {
                 r.other += shape.ops - i;
                 r.first_error
                     .get_or_insert_with(|| "connection lost".into());
