@@ -23,6 +23,7 @@
 //! [`peers`] for what is admitted, and `verbs::session` for the rejoin.
 
 pub(crate) mod auth;
+pub(crate) mod cmdata;
 pub(crate) mod gate;
 pub(crate) mod peers;
 pub(crate) mod wire;
