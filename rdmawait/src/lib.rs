@@ -105,4 +105,4 @@ pub use model::FailedCas;
 pub use types::{Loc, NodeId, WorkId, WORD};
 
 #[cfg(feature = "verbs")]
-pub use backend::verbs::{VerbsBackend, VerbsConfig};
+pub use backend::verbs::{Bootstrap, VerbsBackend, VerbsConfig};

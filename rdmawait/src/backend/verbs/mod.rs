@@ -118,6 +118,7 @@
 
 #![allow(unsafe_code)]
 
+mod cm;
 mod device;
 #[cfg(feature = "tokio")]
 mod events;
@@ -203,6 +204,59 @@ pub struct VerbsConfig {
     cluster_key: Option<Secret>,
     allow_no_key: bool,
     peer_timeout: Duration,
+    bootstrap: Bootstrap,
+}
+
+/// How the queue pairs of a multi-process cluster are connected ([`VerbsConfig::bootstrap`],
+/// `LOCO_BOOTSTRAP`). Either way, processes join each other over the authenticated TCP session
+/// (cluster key, incarnations, heartbeats, barriers: see the [module docs](self)); what
+/// changes is who connects the queue pairs and carries the memory keys.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Bootstrap {
+    /// The TCP session carries everything: each queue pair's number, PSN, LID and GID both
+    /// ways, and every node's memory address and rkey; the backend moves the queue pairs
+    /// through INIT, RTR and RTS itself (`LOCO_BOOTSTRAP=tcp`, the default).
+    #[default]
+    Tcp,
+    /// The RDMA connection manager (librdmacm) resolves every peer's address to a path
+    /// and connects each queue pair (REQ, REP, RTU), as `rping` and perftest's `-R` do
+    /// (`LOCO_BOOTSTRAP=rdma_cm`). The peer list's addresses must then be IP addresses of the
+    /// network interfaces the RDMA devices run over (not loopback); each process listens for
+    /// rdma_cm on the same address and port as for the TCP session. The memory keys travel
+    /// only in the connection manager's private data, authenticated by the cluster key
+    /// (HMAC-SHA256 over both processes' incarnations, a request number used once and the
+    /// queue pair numbers). Needs librdmacm (Debian/Ubuntu: `librdmacm1`) and the
+    /// `rdma_ucm` kernel module.
+    RdmaCm,
+}
+
+impl Bootstrap {
+    /// The name `LOCO_BOOTSTRAP` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Bootstrap::Tcp => "tcp",
+            Bootstrap::RdmaCm => "rdma_cm",
+        }
+    }
+}
+
+impl fmt::Display for Bootstrap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Bootstrap {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Bootstrap, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "tcp" => Ok(Bootstrap::Tcp),
+            "rdma_cm" | "rdmacm" | "rdma-cm" | "cm" => Ok(Bootstrap::RdmaCm),
+            other => Err(format!("unknown bootstrap {other:?}: want tcp or rdma_cm")),
+        }
+    }
 }
 
 /// What [`VerbsConfig::selected`] picks.
@@ -250,6 +304,7 @@ impl Default for VerbsConfig {
             cluster_key: None,
             allow_no_key: false,
             peer_timeout: DEFAULT_PEER_TIMEOUT,
+            bootstrap: Bootstrap::Tcp,
         }
     }
 }
@@ -266,7 +321,8 @@ impl VerbsConfig {
     /// spanning processes, `LOCO_NODE_ID` with `LOCO_PEERS` (see [`VerbsConfig::distributed`]),
     /// `LOCO_CLUSTER_KEY` (hex, see [`VerbsConfig::cluster_key`]), `LOCO_CLUSTER_INSECURE=1`
     /// ([`VerbsConfig::allow_no_key`]) and `LOCO_PEER_TIMEOUT_MS`
-    /// ([`VerbsConfig::peer_timeout`]). Fails on values that do not parse.
+    /// ([`VerbsConfig::peer_timeout`]), `LOCO_BOOTSTRAP` (`tcp` or `rdma_cm`,
+    /// [`VerbsConfig::bootstrap`]). Fails on values that do not parse.
     pub fn from_env() -> Result<Self> {
         let mut c = VerbsConfig::new();
         if let Some(v) = env("LOCO_RDMA_DEVICE") {
@@ -301,6 +357,9 @@ impl VerbsConfig {
         if let Some(v) = env("LOCO_PEER_TIMEOUT_MS") {
             let ms: u64 = parse_env("LOCO_PEER_TIMEOUT_MS", &v)?;
             c = c.peer_timeout(Duration::from_millis(ms));
+        }
+        if let Some(v) = env("LOCO_BOOTSTRAP") {
+            c = c.bootstrap(parse_env("LOCO_BOOTSTRAP", &v)?);
         }
         Ok(c)
     }
@@ -393,6 +452,20 @@ impl VerbsConfig {
     pub fn peer_timeout(mut self, timeout: Duration) -> Self {
         self.peer_timeout = timeout.max(Duration::from_millis(50));
         self
+    }
+
+    /// How a multi-process cluster connects its queue pairs (`LOCO_BOOTSTRAP`; default
+    /// [`Bootstrap::Tcp`]). [`Bootstrap::RdmaCm`] needs [`VerbsConfig::distributed`] (a
+    /// cluster in one process has nothing to connect across hosts) with peer addresses on the
+    /// RDMA devices' interfaces; the cluster key and failure handling are the same either way.
+    pub fn bootstrap(mut self, bootstrap: Bootstrap) -> Self {
+        self.bootstrap = bootstrap;
+        self
+    }
+
+    /// The bootstrap chosen ([`VerbsConfig::bootstrap`]).
+    pub fn bootstrap_kind(&self) -> Bootstrap {
+        self.bootstrap
     }
 
     /// The device, port and GID index a cluster built with this configuration would use
@@ -519,6 +592,17 @@ pub(crate) struct Shared {
     responders: session::Responders,
     /// Live thread NICs, for `quiesce`.
     nics: Mutex<Vec<std::sync::Weak<Mutex<nic::State>>>>,
+    /// The rdma_cm bootstrap, when chosen.
+    cm: Option<CmConfig>,
+}
+
+/// What the rdma_cm bootstrap needs ([`Bootstrap::RdmaCm`]).
+pub(crate) struct CmConfig {
+    key: ClusterKey,
+    /// Numbers this process's connect requests (each used once: `rendezvous::cmdata`).
+    seq: AtomicU64,
+    /// Every node's address (the peer list), this process's own included.
+    addrs: Vec<SocketAddr>,
 }
 
 /// A node whose memory lives in this process: its protection domain, registered memory and the
@@ -572,6 +656,42 @@ impl Shared {
             .ok_or_else(|| verbs_error(format!("{node} is unknown (rendezvous incomplete)")))
     }
 
+    /// What this process tells joining peers about `node`'s memory: under rdma_cm the size
+    /// only (address and rkey go in the connection manager's authenticated private data; a
+    /// zero address marks the bootstrap, so that a peer configured otherwise is refused).
+    fn advertised(&self, node: NodeId) -> Result<NodeInfo> {
+        let mut info = self.info(node)?;
+        if self.cm.is_some() {
+            info.addr = 0;
+            info.rkey = 0;
+        }
+        Ok(info)
+    }
+
+    /// Whether a peer's `Join` or `Welcome` shows the same bootstrap as ours (see
+    /// [`Shared::advertised`]); the error says what to fix.
+    fn same_bootstrap(&self, node: NodeId, theirs: &NodeInfo) -> std::result::Result<(), String> {
+        let (ours, them) = match (self.cm.is_some(), theirs.addr == 0) {
+            (true, false) => ("rdma_cm", "tcp"),
+            (false, true) => ("tcp", "rdma_cm"),
+            _ => return Ok(()),
+        };
+        Err(format!(
+            "{node} connects queue pairs with LOCO_BOOTSTRAP={them}, this process with {ours}: \
+             give every process the same LOCO_BOOTSTRAP"
+        ))
+    }
+
+    /// The connection manager's settings on top of its own attributes (see `cm::Tuning`).
+    fn tuning(&self) -> cm::Tuning {
+        cm::Tuning {
+            timeout: self.transport.timeout,
+            retry_count: self.transport.retry_count,
+            max_rd_atomic: self.device.max_rd_atomic,
+            max_dest_rd_atomic: self.device.max_dest_rd_atomic,
+        }
+    }
+
     /// The incarnation of `node` as this process knows it (0: not joined yet).
     fn incarnation(&self, node: NodeId) -> u64 {
         if self.local(node).is_some() {
@@ -617,6 +737,20 @@ impl VerbsBackend {
             Some(d) => Some(config.key(&d.peers)?),
             None => None,
         };
+        let cm =
+            match (&config.distributed, &key, config.bootstrap) {
+                (_, _, Bootstrap::Tcp) => None,
+                (Some(d), Some(key), Bootstrap::RdmaCm) => Some(CmConfig {
+                    key: key.clone(),
+                    seq: AtomicU64::new(0),
+                    addrs: cm_addresses(&d.peers)?,
+                }),
+                _ => return Err(verbs_error(
+                    "LOCO_BOOTSTRAP=rdma_cm connects the processes of a multi-process cluster: \
+                     set LOCO_NODE_ID and LOCO_PEERS too (the nodes of a cluster in one process \
+                     are connected within the device)",
+                )),
+            };
         let device = device::open(&config)?;
         let send_depth = config.send_queue_depth.min(device.max_qp_wr);
         tracing::debug!(target: "loco::rdmawait", device = %device.name, port = device.port,
@@ -652,6 +786,7 @@ impl VerbsBackend {
             peers: Peers::new(nodes),
             responders: Mutex::new(std::collections::HashMap::new()),
             nics: Mutex::new(Vec::new()),
+            cm,
         });
         let session = match (&config.distributed, key) {
             (Some(d), Some(key)) => {
@@ -819,6 +954,31 @@ fn io_source(message: &str, e: std::io::Error) -> Error {
         message: message.to_string(),
         source: Some(e),
     }
+}
+
+/// The peer list's addresses for rdma_cm: each must name an interface an RDMA device runs
+/// over, which a loopback or wildcard address cannot.
+fn cm_addresses(peers: &[String]) -> Result<Vec<SocketAddr>> {
+    let addrs = peers
+        .iter()
+        .map(|p| resolve(p))
+        .collect::<Result<Vec<_>>>()?;
+    for (i, a) in addrs.iter().enumerate() {
+        let what = if a.ip().is_loopback() {
+            "a loopback address"
+        } else if a.ip().is_unspecified() {
+            "a wildcard address"
+        } else {
+            continue;
+        };
+        return Err(verbs_error(format!(
+            "LOCO_BOOTSTRAP=rdma_cm: the peer list (LOCO_PEERS) gives n{i} as {a}, {what}; \
+             rdma_cm resolves addresses to RDMA devices, so list the IP address of the network \
+             interface the device runs over (for Soft-RoCE: the netdev of `rdma link add rxe0 \
+             type rxe netdev IFACE`)"
+        )));
+    }
+    Ok(addrs)
 }
 
 /// Resolves `host:port` for the rendezvous.

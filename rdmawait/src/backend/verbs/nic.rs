@@ -108,8 +108,20 @@ enum Far {
     Local { _qp: qp::Qp, _node: Arc<LocalNode> },
     /// Responder queue pair in another process, released when this thread's NIC goes.
     Remote { qpn: u32 },
+    /// Responder queue pair in another process, connected through rdma_cm: dropping the
+    /// connection (after the queue pair: field order in [`Link`]) tells the peer to destroy it.
+    Cm(#[allow(dead_code)] CmLink),
     /// None: the target's process was dead when the thread opened; the link only reports it.
     Dead,
+}
+
+/// An rdma_cm connection that ends when dropped (only dropped: nothing else to do with it).
+struct CmLink(super::cm::Id);
+
+impl Drop for CmLink {
+    fn drop(&mut self) {
+        self.0.disconnect();
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -171,9 +183,20 @@ impl VerbsNic {
         // the provider set at creation to the granted capacity.
         let granted = unsafe { (*cq.cq().as_ptr()).cqe };
         let cq_capacity = usize::try_from(granted).unwrap_or(0).max(1);
+        // Under rdma_cm, the events of this thread's connections arrive on a channel of its own.
+        let channel = match &shared.cm {
+            Some(_) if nodes > 1 => {
+                Some(super::cm::Channel::new().map_err(|e| Error::Backend {
+                    backend: "verbs",
+                    message: "rdma_cm is not available".to_string(),
+                    source: Some(e),
+                })?)
+            }
+            _ => None,
+        };
         let mut links: Vec<Link> = Vec::with_capacity(nodes);
         for t in 0..nodes {
-            match Link::connect(shared, &home, &cq, NodeId(t as u16)) {
+            match Link::connect(shared, &home, &cq, NodeId(t as u16), channel.as_ref()) {
                 Ok(link) => links.push(link),
                 Err(e) => {
                     // Nothing stays behind: the responders other processes made for the links
@@ -243,11 +266,12 @@ impl Link {
         home: &Arc<LocalNode>,
         cq: &Arc<BasicCompletionQueue>,
         target: NodeId,
+        channel: Option<&Arc<super::cm::Channel>>,
     ) -> Result<Link> {
         let device = &shared.device;
         // The incarnation first: if the target rejoins meanwhile, the link is born stale.
         let incarnation = shared.incarnation(target);
-        let info = shared.info(target)?;
+        let mut info = shared.info(target)?;
         let qp::Created {
             mut qp,
             capacity,
@@ -273,28 +297,48 @@ impl Link {
             None => {
                 // A dead process does not keep the thread from working with the others: its
                 // link is born failed, and every operation towards it reports the death.
-                let remote = match shared.peers.dead(target) {
-                    Some(reason) => Err(Error::PeerDead {
-                        node: target,
-                        reason,
-                    }),
-                    None => session::connect_qp(shared, target, incarnation, &local),
-                };
-                match remote {
-                    Ok(remote) => {
-                        if let Err(e) =
-                            qp::connect(device, &mut qp, &local, &remote, shared.transport)
-                        {
-                            session::release_qp(shared, target, incarnation, remote.qpn);
-                            return Err(e);
+                let dead_now = shared.peers.dead(target).map(|reason| Error::PeerDead {
+                    node: target,
+                    reason,
+                });
+                if let Some(ch) = channel {
+                    // rdma_cm connects the queue pair; the reply carries the target's memory.
+                    let connected = match dead_now {
+                        Some(e) => Err(e),
+                        None => session::cm_connect(shared, target, incarnation, &qp, ch),
+                    };
+                    match connected {
+                        Ok((id, remote_info)) => {
+                            info = remote_info;
+                            Far::Cm(CmLink(id))
                         }
-                        Far::Remote { qpn: remote.qpn }
+                        Err(Error::PeerDead { reason, .. }) => {
+                            dead = Some(reason);
+                            Far::Dead
+                        }
+                        Err(e) => return Err(e),
                     }
-                    Err(Error::PeerDead { reason, .. }) => {
-                        dead = Some(reason);
-                        Far::Dead
+                } else {
+                    let remote = match dead_now {
+                        Some(e) => Err(e),
+                        None => session::connect_qp(shared, target, incarnation, &local),
+                    };
+                    match remote {
+                        Ok(remote) => {
+                            if let Err(e) =
+                                qp::connect(device, &mut qp, &local, &remote, shared.transport)
+                            {
+                                session::release_qp(shared, target, incarnation, remote.qpn);
+                                return Err(e);
+                            }
+                            Far::Remote { qpn: remote.qpn }
+                        }
+                        Err(Error::PeerDead { reason, .. }) => {
+                            dead = Some(reason);
+                            Far::Dead
+                        }
+                        Err(e) => return Err(e),
                     }
-                    Err(e) => return Err(e),
                 }
             }
         };

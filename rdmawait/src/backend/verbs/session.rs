@@ -30,13 +30,16 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use super::cm;
 use super::qp::{self, Endpoint};
-use super::{resolve, verbs_error, ProcessHandle, Shared};
+use super::{resolve, verbs_error, NodeInfo, ProcessHandle, Shared};
 use crate::backend::rendezvous::auth::ClusterKey;
+use crate::backend::rendezvous::cmdata;
 use crate::backend::rendezvous::gate::{self, Dial, Gate, GateConfig};
 use crate::backend::rendezvous::peers::{Admit, Client, Peers};
 use crate::backend::rendezvous::wire::{read_msg, write_msg, Msg};
 use crate::{Cluster, Error, NodeId, Result};
+use sideway::ibverbs::queue_pair::QueuePair;
 
 /// Connections in the handshake at once (strangers beyond it are closed at once).
 const MAX_PENDING: usize = 32;
@@ -65,7 +68,25 @@ pub(crate) fn deadline_after(timeout: Duration) -> Instant {
 
 /// Responder queue pairs serving other processes' threads, by (their node, its incarnation, our
 /// QPN).
-pub(crate) type Responders = Mutex<HashMap<(u16, u64, u32), qp::Qp>>;
+pub(crate) type Responders = Mutex<HashMap<(u16, u64, u32), Responder>>;
+
+/// A responder queue pair, and under rdma_cm the connection that connected it.
+pub(crate) struct Responder {
+    // Dropped in this order: the queue pair stops, then the connection ends.
+    _qp: qp::Qp,
+    _cm: Option<cm::Id>,
+}
+
+/// Removes the responders `which` selects, and destroys them after the lock is released:
+/// destroying an rdma_cm identifier may wait for the listener thread, which takes the lock.
+fn remove_responders(shared: &Shared, which: impl Fn(&(u16, u64, u32)) -> bool) {
+    let gone: Vec<Responder> = {
+        let mut r = shared.responders.lock();
+        let keys: Vec<_> = r.keys().filter(|k| which(k)).copied().collect();
+        keys.iter().filter_map(|k| r.remove(k)).collect()
+    };
+    drop(gone);
+}
 
 /// This process's membership in a verbs cluster: its node, its device, and a barrier over all
 /// processes. Get it with [`Process::of`].
@@ -148,6 +169,8 @@ pub(crate) struct Session {
     stop: Arc<AtomicBool>,
     gate: Option<Gate>,
     heartbeat: Option<JoinHandle<()>>,
+    /// The rdma_cm listener (bootstrap `rdma_cm` only).
+    cm: Option<CmListener>,
 }
 
 /// How the session authenticates and watches its peers.
@@ -179,6 +202,12 @@ impl Session {
             handshake_timeout: shared.timeout.min(MAX_HANDSHAKE),
             max_pending: MAX_PENDING,
         };
+        // Under rdma_cm, the listener runs before any peer can have joined us (and so before
+        // any of them connects a queue pair).
+        let cm = match &shared.cm {
+            Some(c) => Some(CmListener::start(shared, c.addrs[me.index()])?),
+            None => None,
+        };
         let (sh, st) = (shared.clone(), stop.clone());
         let peer_timeout = config.peer_timeout;
         let redial = Arc::new(Redial {
@@ -202,6 +231,7 @@ impl Session {
             stop: stop.clone(),
             gate: Some(gate),
             heartbeat: None,
+            cm,
         };
         let (sh, st) = (shared.clone(), stop.clone());
         let hb = std::thread::Builder::new()
@@ -259,7 +289,10 @@ impl Session {
         if let Some(h) = self.heartbeat.take() {
             let _ = h.join();
         }
-        self.shared.responders.lock().clear();
+        if let Some(l) = self.cm.take() {
+            l.stop();
+        }
+        remove_responders(&self.shared, |_| true);
     }
 }
 
@@ -316,7 +349,7 @@ fn join(
             source: Some(e),
         }
     };
-    let info = shared.info(me)?;
+    let info = shared.advertised(me)?;
     let dial = Dial {
         nodes,
         from: me.0,
@@ -339,6 +372,9 @@ fn join(
                 info: their_info,
                 epoch,
             } => {
+                shared
+                    .same_bootstrap(node, &their_info)
+                    .map_err(|r| verbs_error(format!("{node} at {peer}: {r}")))?;
                 if rejoin.is_some_and(|r| r != theirs) {
                     return Err(verbs_error(format!(
                         "{node} at {peer} answered as incarnation {theirs:#x}, not as the one \
@@ -400,7 +436,9 @@ fn serve(
 ) {
     let Some(me) = shared.me else { return };
     let peers = &shared.peers;
-    let Ok(ours) = shared.info(me) else { return };
+    let Ok(ours) = shared.advertised(me) else {
+        return;
+    };
     let info = match read_msg(&mut stream) {
         Ok(Msg::Join { info }) => info,
         _ => return, // it left before joining: nothing happened
@@ -409,6 +447,9 @@ fn serve(
         tracing::warn!(target: "loco::rdmawait", %from, incarnation = inc, %reason, "rendezvous join refused");
         let _ = write_msg(stream, &msg);
     };
+    if let Err(r) = shared.same_bootstrap(from, &info) {
+        return refuse(&mut stream, Msg::reject(r.clone()), &r);
+    }
     let admit = peers.admit(from, inc, info, ours.words);
     let rejoin = match admit {
         Admit::Join => false,
@@ -487,7 +528,7 @@ fn serve(
                 }
             }
             Msg::Release { qpn } => {
-                shared.responders.lock().remove(&(from.0, inc, qpn));
+                remove_responders(shared, |k| *k == (from.0, inc, qpn));
             }
             Msg::Barrier { epoch } => {
                 if let Err(r) = peers.barrier(from, epoch) {
@@ -511,10 +552,7 @@ fn serve(
 /// Fences incarnation `inc` of `node` out of this process's memory: destroys the responder
 /// queue pairs serving its threads (its requests then fail; nothing more lands here).
 fn fence(shared: &Shared, node: NodeId, inc: u64) {
-    shared
-        .responders
-        .lock()
-        .retain(|(n, i, _), _| !(*n == node.0 && *i == inc));
+    remove_responders(shared, |(n, i, _)| *n == node.0 && *i == inc);
 }
 
 /// Sends a `Ping` to every live peer every `peer_timeout / 5` until `stop`.
@@ -578,7 +616,7 @@ fn responder(shared: &Shared, from: NodeId, inc: u64, remote: &Endpoint) -> Resu
         // Declared dead (and fenced) while we connected: this one goes too.
         return Err(verbs_error(format!("{from} was declared dead")));
     }
-    responders.insert((from.0, inc, local.qpn), qp);
+    responders.insert((from.0, inc, local.qpn), Responder { _qp: qp, _cm: None });
     Ok(local)
 }
 
@@ -693,6 +731,323 @@ pub(crate) fn all_loopback(peers: &[String]) -> bool {
     peers
         .iter()
         .all(|p| resolve(p).is_ok_and(|a: SocketAddr| a.ip().is_loopback()))
+}
+
+/// Connect requests the rdma_cm listener queues before it picks them up.
+const CM_BACKLOG: i32 = 128;
+/// How often the rdma_cm listener looks at its stop flag.
+const CM_TICK: Duration = Duration::from_millis(100);
+
+/// The passive side of the rdma_cm bootstrap: a thread that listens on this node's address
+/// of the peer list, accepts the connect requests of joined peers' threads (each gets a
+/// responder queue pair, as a TCP `Connect` would) and destroys a responder when its
+/// connection ends.
+struct CmListener {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl CmListener {
+    fn start(shared: &Arc<Shared>, own: SocketAddr) -> Result<CmListener> {
+        let me = shared
+            .me
+            .ok_or_else(|| verbs_error("a session needs this process's node id"))?;
+        let failed = |what: &str, e: io::Error| Error::Backend {
+            backend: "verbs",
+            message: format!("{me} cannot listen for rdma_cm on {own}: {what}"),
+            source: Some(e),
+        };
+        let ch = cm::Channel::new().map_err(|e| failed("no event channel", e))?;
+        let id = ch.create_id().map_err(|e| failed("no identifier", e))?;
+        id.bind(own).map_err(|e| {
+            failed(
+                "the address is taken, or not an address of this host (LOCO_PEERS)",
+                e,
+            )
+        })?;
+        let device = &shared.device;
+        match id.device() {
+            Some((name, port)) if name == device.name && port == device.port => {}
+            Some((name, port)) => {
+                return Err(verbs_error(format!(
+                    "{me}: rdma_cm serves {own} through {name} port {port}, but this process \
+                     uses {} port {}: set LOCO_RDMA_DEVICE={name} LOCO_RDMA_PORT={port}",
+                    device.name, device.port
+                )))
+            }
+            None => {
+                return Err(verbs_error(format!(
+                    "{me}: {} is not the address of a network interface an RDMA device runs \
+                     over, so rdma_cm cannot serve it (LOCO_PEERS; for Soft-RoCE: `rdma link \
+                     add rxe0 type rxe netdev IFACE`, then list IFACE's address)",
+                    own.ip()
+                )))
+            }
+        }
+        id.listen(CM_BACKLOG)
+            .map_err(|e| failed("rdma_listen failed", e))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (sh, st) = (shared.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name(format!("loco-cm-{me}"))
+            .spawn(move || cm_serve(&sh, &ch, id, &st))
+            .map_err(|e| io_error("cannot start the rdma_cm listener thread", e))?;
+        tracing::debug!(target: "loco::rdmawait", %me, %own, "rdma_cm listening");
+        Ok(CmListener {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    fn stop(mut self) {
+        self.halt();
+    }
+
+    fn halt(&mut self) {
+        self.stop.store(true, SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for CmListener {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+/// The listener thread: one event at a time, until `stop`.
+fn cm_serve(shared: &Shared, ch: &Arc<cm::Channel>, listener: cm::Id, stop: &AtomicBool) {
+    use cm::kind;
+    // Request numbers used, per client incarnation.
+    let mut seen: HashMap<(u16, u64), cmdata::Seen> = HashMap::new();
+    // Which responder each accepted connection serves (by identifier address).
+    let mut served: HashMap<usize, (u16, u64, u32)> = HashMap::new();
+    while !stop.load(SeqCst) {
+        let ev = match ch.next(CM_TICK) {
+            Ok(Some(ev)) => ev,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::warn!(target: "loco::rdmawait", error = %e, "rdma_cm listener: no events");
+                std::thread::sleep(CM_TICK);
+                continue;
+            }
+        };
+        match ev.kind {
+            kind::RDMA_CM_EVENT_CONNECT_REQUEST => {
+                // SAFETY: the identifier of a connect request read from `ch`, adopted once.
+                let Some(id) = (unsafe { cm::Id::adopt(ev.id, ch) }) else {
+                    continue;
+                };
+                // Forget what no longer matters: incarnations gone, responders fenced.
+                seen.retain(|(n, i), _| shared.peers.incarnation(NodeId(*n)) == *i);
+                {
+                    let r = shared.responders.lock();
+                    served.retain(|_, k| r.contains_key(k));
+                }
+                let key = id.key();
+                match cm_request(shared, &ev, id, &mut seen) {
+                    Ok(responder) => {
+                        served.insert(key, responder);
+                    }
+                    Err((id, reason)) => {
+                        tracing::warn!(target: "loco::rdmawait", %reason, "rdma_cm connect request refused");
+                        if let Some(Err(e)) = id.map(|id| id.reject(cmdata::reject_reason(&reason)))
+                        {
+                            tracing::debug!(target: "loco::rdmawait", error = %e, "rdma_reject failed");
+                        }
+                    }
+                }
+            }
+            kind::RDMA_CM_EVENT_DISCONNECTED
+            | kind::RDMA_CM_EVENT_CONNECT_ERROR
+            | kind::RDMA_CM_EVENT_UNREACHABLE
+            | kind::RDMA_CM_EVENT_REJECTED => {
+                // The thread that connected is gone (or never completed): so is its responder.
+                if let Some(k) = served.remove(&ev.id) {
+                    remove_responders(shared, |r| *r == k);
+                }
+            }
+            kind::RDMA_CM_EVENT_DEVICE_REMOVAL if ev.id == listener.key() => {
+                tracing::error!(target: "loco::rdmawait", "the RDMA device went away: rdma_cm stops listening");
+                break;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Checks a connect request and accepts it with a new responder queue pair; on refusal, gives
+/// the identifier back with the reason, to reject the request with (`None`: accepted, then
+/// found moot and disconnected).
+fn cm_request(
+    shared: &Shared,
+    ev: &cm::Event,
+    id: cm::Id,
+    seen: &mut HashMap<(u16, u64), cmdata::Seen>,
+) -> std::result::Result<(u16, u64, u32), (Option<cm::Id>, String)> {
+    macro_rules! refuse {
+        ($($t:tt)*) => { return Err((Some(id), format!($($t)*))) };
+    }
+    let (Some(me), Some(c)) = (shared.me, shared.cm.as_ref()) else {
+        refuse!("this process does not take rdma_cm connections");
+    };
+    let req = match cmdata::Request::parse(&ev.private) {
+        Ok(r) => r,
+        Err(e) => refuse!("{e}"),
+    };
+    let nodes = shared.infos.len() as u16;
+    let link = cmdata::Link {
+        nodes,
+        from: req.from,
+        to: me.0,
+        client_incarnation: req.client_incarnation,
+        server_incarnation: shared.incarnation,
+        seq: req.seq,
+        client_qpn: ev.qp_num,
+    };
+    // The proof first: a stranger learns nothing about the members.
+    if req.from >= nodes || req.from == me.0 || !req.verify(&c.key, &link) {
+        refuse!("the request does not prove the cluster key (LOCO_CLUSTER_KEY), or is stale");
+    }
+    let from = NodeId(req.from);
+    let inc = req.client_incarnation;
+    if let Some(reason) = shared.peers.dead(from) {
+        refuse!("{from} is dead here ({reason})");
+    }
+    let joined = shared.peers.incarnation(from);
+    if joined != inc {
+        refuse!("incarnation {inc:#x} of {from} has not joined {me} (joined: {joined:#x})");
+    }
+    if !seen.entry((req.from, inc)).or_default().fresh(req.seq) {
+        refuse!(
+            "request number {} of {from} was used already (a replay)",
+            req.seq
+        );
+    }
+    let held = shared
+        .responders
+        .lock()
+        .keys()
+        .filter(|(n, _, _)| *n == from.0)
+        .count();
+    if held >= MAX_RESPONDERS_PER_PEER {
+        refuse!("{from} already holds {held} queue pairs here");
+    }
+    let Some(home) = shared.local(me) else {
+        refuse!("this process's node is not local");
+    };
+    let Ok(info) = shared.info(me) else {
+        refuse!("this process's memory is not registered");
+    };
+    let qp = match qp::create(&shared.device, home, &home.responder_cq, 1) {
+        Ok(c) => c.qp,
+        Err(e) => refuse!("no responder queue pair: {e}"),
+    };
+    let t = shared.tuning();
+    if let Err(e) = id.ready(&qp, &t) {
+        refuse!("{e}");
+    }
+    let qpn = qp.qp_number();
+    let reply = link.reply(&c.key, qpn, &info);
+    if let Err(e) = id.accept(qpn, &reply, &t) {
+        refuse!("{e}");
+    }
+    let mut responders = shared.responders.lock();
+    if shared.peers.incarnation(from) != inc || shared.peers.dead(from).is_some() {
+        // Declared dead (and fenced) while we accepted: this one goes too (after the lock).
+        drop(responders);
+        drop(qp);
+        id.disconnect();
+        return Err((None, format!("{from} was declared dead")));
+    }
+    responders.insert(
+        (from.0, inc, qpn),
+        Responder {
+            _qp: qp,
+            _cm: Some(id),
+        },
+    );
+    Ok((from.0, inc, qpn))
+}
+
+/// The active side: connects this thread's queue pair `qp` (in INIT) to a new responder of
+/// `target`'s incarnation `inc` through rdma_cm, and returns the connection (which must live
+/// as long as the queue pair is used: dropping it disconnects, and the peer then destroys the
+/// responder) and `target`'s memory from the reply. Retries while nothing listens yet, until
+/// the cluster's timeout.
+pub(crate) fn cm_connect(
+    shared: &Shared,
+    target: NodeId,
+    inc: u64,
+    qp: &sideway::ibverbs::queue_pair::BasicQueuePair,
+    ch: &Arc<cm::Channel>,
+) -> Result<(cm::Id, NodeInfo)> {
+    let (Some(me), Some(c)) = (shared.me, shared.cm.as_ref()) else {
+        return Err(verbs_error("rdma_cm needs a multi-process cluster"));
+    };
+    let (src, dst) = (c.addrs[me.index()], c.addrs[target.index()]);
+    let deadline = deadline_after(shared.timeout);
+    let t = shared.tuning();
+    loop {
+        if let Some(reason) = shared.peers.dead(target) {
+            return Err(Error::PeerDead {
+                node: target,
+                reason,
+            });
+        }
+        let link = cmdata::Link {
+            nodes: shared.infos.len() as u16,
+            from: me.0,
+            to: target.0,
+            client_incarnation: shared.incarnation,
+            server_incarnation: inc,
+            seq: c.seq.fetch_add(1, SeqCst) + 1,
+            client_qpn: qp.qp_number(),
+        };
+        let request = link.request(&c.key);
+        let failed = |why: String| {
+            verbs_error(format!(
+                "rdma_cm connection of {me} to {target} at {dst} failed: {why}"
+            ))
+        };
+        let r = cm::Request {
+            src,
+            dst,
+            device: &shared.device.name,
+            port: shared.device.port,
+            qp_num: qp.qp_number(),
+            private: &request,
+        };
+        match cm::connect(ch, &r, &t, deadline) {
+            Ok(answer) => {
+                let info = link
+                    .open_reply(&c.key, answer.qp_num, &answer.private)
+                    .map_err(&failed)?;
+                answer.id.ready(qp, &t).map_err(|e| failed(e.to_string()))?;
+                answer.id.establish().map_err(|e| failed(e.to_string()))?;
+                return Ok((answer.id, info));
+            }
+            Err(cm::Failed::NoListener(why)) if Instant::now() < deadline => {
+                tracing::debug!(target: "loco::rdmawait", %target, %why, "rdma_cm: no listener yet; retrying");
+                std::thread::sleep(RETRY_JOIN);
+            }
+            Err(cm::Failed::NoListener(why) | cm::Failed::Other(why)) => return Err(failed(why)),
+            Err(cm::Failed::Refused(why)) => {
+                return Err(failed(format!("{target} refused it: {why}")))
+            }
+            Err(cm::Failed::TimedOut) => {
+                return Err(match shared.peers.dead(target) {
+                    Some(reason) => Error::PeerDead {
+                        node: target,
+                        reason,
+                    },
+                    None => failed(format!("no answer within {:?}", shared.timeout)),
+                })
+            }
+        }
+    }
 }
 
 #[cfg(test)]

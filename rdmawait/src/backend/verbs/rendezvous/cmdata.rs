@@ -162,7 +162,9 @@ impl Link {
         };
         self.reply_mac(key, responder_qpn, &info)
             .verify_slice(&b[29..])
-            .map_err(|_| "its reply does not prove the cluster key (LOCO_CLUSTER_KEY)".to_string())?;
+            .map_err(|_| {
+                "its reply does not prove the cluster key (LOCO_CLUSTER_KEY)".to_string()
+            })?;
         Ok(info)
     }
 }
