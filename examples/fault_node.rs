@@ -120,6 +120,12 @@ mod verbs_main {
         /// join), then exit. The members must not notice.
         #[arg(long)]
         hello_and_leave: Option<String>,
+        /// Instead of joining: send connect requests that must be refused to the rdma_cm
+        /// listener at this address (no private data, random bytes, a wrong key, an
+        /// incarnation that never joined), print each refusal's reason, then exit (0 iff every
+        /// one was refused).
+        #[arg(long)]
+        cm_stranger: Option<String>,
         /// Instead of joining: act as a fuzzing client, sending up to 3000 malformed frames
         /// (at most 1000 connections, 10 s) to this rendezvous address, then exit.
         #[arg(long)]
@@ -176,6 +182,30 @@ mod verbs_main {
         let args = Args::parse();
         if let Some(addr) = &args.fuzz {
             return fuzz(addr);
+        }
+        if let Some(addr) = &args.cm_stranger {
+            let key = std::env::var("LOCO_CLUSTER_KEY").unwrap_or_default();
+            let nodes = args.member.peers.len() as u16;
+            let r = loco::rdmawait::backend::verbs::cm_stranger(
+                addr,
+                &key,
+                nodes,
+                args.member.node,
+                0,
+                Duration::from_secs(args.timeout),
+            );
+            return match r {
+                Ok(reasons) => {
+                    for r in reasons {
+                        println!("cm-stranger refused ({r})");
+                    }
+                    0
+                }
+                Err(e) => {
+                    println!("cm-stranger: {e}");
+                    2
+                }
+            };
         }
         if let Some(addr) = &args.hello_and_leave {
             return hello_and_leave(&args, addr);

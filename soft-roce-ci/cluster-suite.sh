@@ -24,12 +24,16 @@
 #   netem      distributed_counter with every VM's eth0 under `tc netem` (delay 2 ms ± 1 ms,
 #              so packets reorder, and 2% loss each way): rxe retransmits, so the totals must
 #              be exact; a typed error is tolerated (reported), wrong data is not
+# Every scenario runs once per bootstrap in $LOCO_BOOTSTRAPS (default "tcp rdma_cm"): queue
+# pairs connected over the TCP rendezvous, then by the RDMA connection manager
+# (LOCO_BOOTSTRAP=rdma_cm); both must pass the same cases.
 # Exit status: 0 if every scenario passed.
 #
 # Needs the debug builds of the examples with the verbs feature (run.sh builds them):
 #   cargo build -p loco --features verbs,tokio --example distributed_counter --example fault_node \
 #       --example cluster_checks --example aio_bench
-# Cost: each scenario boots 3 VMs (about 10-20 s on 2 cores) and runs 10-40 s.
+# Cost: each scenario boots 3 VMs (about 10-20 s on 2 cores) and runs 10-40 s; about 100 s
+# per bootstrap for the seven.
 set -euo pipefail
 # shellcheck source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -200,10 +204,19 @@ scenario_async() {
 
 scenarios=("$@")
 [ "${#scenarios[@]}" -gt 0 ] || scenarios=(counter checks killed partition dropped async netem)
-passed=0 failed=0 bad=() t0=$(now)
 for s in "${scenarios[@]}"; do
     declare -F "scenario_$s" >/dev/null || die "no scenario '$s' (counter checks killed partition dropped async netem)"
-    echo "-- cluster of VMs: $s"
+done
+runs=()
+for b in ${LOCO_BOOTSTRAPS:-tcp rdma_cm}; do
+    case $b in tcp | rdma_cm) ;; *) die "unknown bootstrap '$b' in LOCO_BOOTSTRAPS (tcp rdma_cm)" ;; esac
+    for s in "${scenarios[@]}"; do runs+=("$b/$s"); done
+done
+passed=0 failed=0 bad=() t0=$(now)
+for run in "${runs[@]}"; do
+    export LOCO_BOOTSTRAP=${run%%/*}
+    s=${run#*/}
+    echo "-- cluster of VMs: $s (LOCO_BOOTSTRAP=$LOCO_BOOTSTRAP)"
     out=$(mktemp)
     t1=$(now)
     if "scenario_$s" "$out"; then
@@ -211,13 +224,13 @@ for s in "${scenarios[@]}"; do
         verdict=ok
     else
         failed=$((failed + 1))
-        bad+=("$s")
+        bad+=("$s ($LOCO_BOOTSTRAP)")
         verdict=FAILED
     fi
     grep -E '^\[vm[0-9]\] (n[0-9]: (counter|survivor|peer|resumed|joined|error|locks|sv|sc|checks|eth0)|rxe0 packets|qdisc|  (latency|throughput|waits))|^cluster.sh: (hub|killing|cut|vm)' "$out" \
         | sed 's/^/   | /' || true
     [ "$verdict" = ok ] && [ -z "${LOCO_CLUSTER_VERBOSE:-}" ] || sed "s/^/   ! /" "$out"
-    echo "   $s: $verdict ($(elapsed "$t1") s)"
+    echo "   $s ($LOCO_BOOTSTRAP): $verdict ($(elapsed "$t1") s)"
     rm -f "$out"
 done
 echo "== cluster suite: $passed passed; $failed failed in $(elapsed "$t0") s"

@@ -107,7 +107,7 @@ for i in $(seq 0 $((vms - 1))); do
         "$SRC_DIR/vm.sh" --timeout "$timeout_s" --hub "$dir" --index "$i" \
         --addr "10.77.0.$((i + 1))/24" \
         -e LOCO_NODE_ID="$i" -e LOCO_PEERS="$peers" -e LOCO_CLUSTER_KEY="$key" \
-        -e LOCO_CLUSTER_VMS="$vms" \
+        -e LOCO_CLUSTER_VMS="$vms" -e LOCO_BOOTSTRAP="${LOCO_BOOTSTRAP:-tcp}" \
         -- "$@" >"$dir/out-$i" 2>&1 &
     pids+=($!)
 done

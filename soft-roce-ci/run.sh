@@ -93,14 +93,19 @@ run_inside() {
         rm -f "$out"
     done <"$list"
     if [ "$example" != - ]; then
-        for scenario in ${LOCO_SCENARIOS:-example_totals example_killed_peer example_kv_service \
-            fault_faa_wait fault_critical_section fault_gf fault_silent fault_rejoin}; do
-            if "$scenario" "$example"; then
-                passed=$((passed + 1))
-            else
-                failed=$((failed + 1))
-                bad+=("$scenario")
-            fi
+        # Once per bootstrap: queue pairs connected over the TCP rendezvous, then by rdma_cm.
+        local bootstrap
+        for bootstrap in ${LOCO_BOOTSTRAPS:-tcp rdma_cm}; do
+            echo "== multi-process scenarios with LOCO_BOOTSTRAP=$bootstrap"
+            for scenario in ${LOCO_SCENARIOS:-example_totals example_killed_peer example_kv_service \
+                fault_faa_wait fault_critical_section fault_gf fault_silent fault_rejoin}; do
+                if LOCO_BOOTSTRAP=$bootstrap "$scenario" "$example"; then
+                    passed=$((passed + 1))
+                else
+                    failed=$((failed + 1))
+                    bad+=("$scenario ($bootstrap)")
+                fi
+            done
         done
     fi
     if [ -n "${LOCO_LITMUS_BIN:-}" ] && [ "${LOCO_LITMUS_RUNS:-20}" != 0 ]; then
@@ -221,9 +226,29 @@ await_lines() {
     return 1
 }
 
+# The host of the peer lists: loopback over the TCP rendezvous; under rdma_cm, which resolves
+# addresses to RDMA devices, the IPv4 address of the interface rxe0 runs over (192.0.2.1 on
+# vm.sh's dummy netdev).
+peer_host() {
+    local netdev
+    if [ "${LOCO_BOOTSTRAP:-tcp}" = rdma_cm ]; then
+        netdev=$(rdma link show 2>/dev/null | sed -n 's/.* netdev \([^ ]*\).*/\1/p' | head -n1)
+        ip -4 -o addr show dev "${netdev:-rxenet0}" 2>/dev/null | awk '{ sub("/.*", "", $4); print $4; exit }'
+    else
+        echo 127.0.0.1
+    fi
+}
+
 example_peers() {
-    local base=$((20000 + RANDOM % 12000))
-    echo "127.0.0.1:$base,127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2))"
+    local base=$((20000 + RANDOM % 12000)) h
+    h=$(peer_host)
+    echo "$h:$base,$h:$((base + 1)),$h:$((base + 2))"
+}
+
+# A cluster key for the scenarios that run without one over loopback: rdma_cm's addresses
+# are not loopback, so the cluster needs one.
+scenario_key() {
+    [ "${LOCO_BOOTSTRAP:-tcp}" = rdma_cm ] && echo "${LOCO_FAULT_KEY:?}" || echo "${LOCO_CLUSTER_KEY:-}"
 }
 
 # Three processes, each doing remote FAAs and puts on the others: every one must report OK.
@@ -233,7 +258,8 @@ example_totals() {
     dir=$(mktemp -d)
     echo "-- distributed_counter: 3 processes, exact totals"
     for i in 0 1 2; do
-        "$ex" --node "$i" --peers "$peers" --ops 500 --timeout 60 >"$dir/$i" 2>&1 &
+        LOCO_CLUSTER_KEY=$(scenario_key) "$ex" --node "$i" --peers "$peers" --ops 500 --timeout 60 \
+            >"$dir/$i" 2>&1 &
     done
     for i in 0 1 2; do
         wait -n || rc=1
@@ -255,8 +281,8 @@ example_killed_peer() {
     dir=$(mktemp -d)
     echo "-- distributed_counter: 3 processes, n2 killed mid-run"
     for i in 0 1 2; do
-        "$ex" --node "$i" --peers "$peers" --ops 100000000 --pace-us 200 --timeout 60 \
-            >"$dir/$i" 2>&1 &
+        LOCO_CLUSTER_KEY=$(scenario_key) "$ex" --node "$i" --peers "$peers" --ops 100000000 \
+            --pace-us 200 --timeout 60 >"$dir/$i" 2>&1 &
         pids+=($!)
     done
     await_lines 3 60 'joined' "$dir"/0 "$dir"/1 "$dir"/2 || true
@@ -290,7 +316,8 @@ example_kv_service() {
     dir=$(mktemp -d)
     echo "-- kv_service: 3 server processes, TCP load, n2 killed, load again"
     for i in 0 1 2; do
-        LOCO_PEER_TIMEOUT_MS=2000 "${LOCO_KV_BIN:?}" serve --node "$i" --peers "$peers" \
+        LOCO_CLUSTER_KEY=$(scenario_key) LOCO_PEER_TIMEOUT_MS=2000 "${LOCO_KV_BIN:?}" serve \
+            --node "$i" --peers "$peers" \
             --listen "127.0.0.1:$((base + i))" --timeout 20 >"$dir/$i" 2>&1 &
         pids+=($!)
     done
@@ -416,7 +443,7 @@ fault_run() {
 # must be refused; the members must not notice (checked by fault_run).
 strangers() {
     local peers=$1 dir=$2 own st=0
-    own=$(sed 's/,.*//' <<<"$peers"),127.0.0.1:$((10000 + RANDOM % 10000)),$(sed 's/.*,//' <<<"$peers")
+    own=$(sed 's/,.*//' <<<"$peers"),$(peer_host):$((10000 + RANDOM % 10000)),$(sed 's/.*,//' <<<"$peers")
     LOCO_CLUSTER_KEY=$(tr 0-9a-f f-fa-e <<<"$LOCO_FAULT_KEY") "$LOCO_FAULT_BIN" --node 1 --peers "$own" \
         --victim 2 --at faa-wait --timeout 10 >"$dir/stranger" 2>&1 || st=$?
     if [ "$st" -ne 2 ] || ! grep -q 'authentication' "$dir/stranger"; then
@@ -436,6 +463,19 @@ strangers() {
         return 1
     fi
     echo "   $(tail -n1 "$dir/hello")"
+    # Under rdma_cm, n0's connection manager listener gets requests it must refuse: no private
+    # data, random bytes, a wrong key, an incarnation that never joined (its members must not
+    # notice either).
+    if [ "${LOCO_BOOTSTRAP:-tcp}" = rdma_cm ]; then
+        if ! LOCO_CLUSTER_KEY=$LOCO_FAULT_KEY "$LOCO_FAULT_BIN" --node 1 --peers "$peers" --victim 2 \
+            --at faa-wait --timeout 10 --cm-stranger "$(sed 's/,.*//' <<<"$peers")" >"$dir/cm" 2>&1 \
+            || [ "$(grep -c '^cm-stranger refused' "$dir/cm")" -ne 4 ]; then
+            echo "   rdma_cm stranger: not every request refused:"
+            sed 's/^/   | /' "$dir/cm"
+            return 1
+        fi
+        sed 's/^/   /' "$dir/cm"
+    fi
 }
 
 fault_faa_wait() { fault_run faa-wait KILL strangers; }

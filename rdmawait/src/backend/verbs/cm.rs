@@ -549,7 +549,8 @@ pub(crate) struct Request<'a> {
     pub(crate) src: SocketAddr,
     /// The peer's listener.
     pub(crate) dst: SocketAddr,
-    /// The device and port the queue pair lives on, which the route must use.
+    /// The device and port the queue pair lives on, which the route must use (an empty name:
+    /// any).
     pub(crate) device: &'a str,
     pub(crate) port: u8,
     /// The queue pair to connect.
@@ -590,6 +591,7 @@ pub(crate) fn connect(
         )));
     }
     match id.device() {
+        Some(_) if device.0.is_empty() => {} // a probe: whatever device routing picks
         Some((name, port)) if name == device.0 && port == device.1 => {}
         Some((name, port)) => {
             return Err(Failed::Other(format!(

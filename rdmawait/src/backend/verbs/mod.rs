@@ -183,6 +183,81 @@ pub fn hello_and_leave(
     Ok(theirs)
 }
 
+/// Fault injection for tests (`examples/fault_node --cm-stranger`): sends connect requests to
+/// the rdma_cm listener at `addr` that its members must refuse, and returns the reason each
+/// refusal gave: no private data, random bytes, a request MACed with a wrong key, and (when
+/// `key`, as hex, is the cluster's) a well-formed request of node `from` under an incarnation
+/// that never joined (the listener's incarnation is learnt by an authenticated hello). An
+/// accepted request is an error.
+#[doc(hidden)]
+pub fn cm_stranger(
+    addr: &str,
+    key: &str,
+    nodes: u16,
+    from: u16,
+    to: u16,
+    timeout: Duration,
+) -> Result<Vec<String>> {
+    use super::rendezvous::cmdata;
+    let dst = resolve(addr)?;
+    let server_incarnation = hello_and_leave(addr, key, nodes, from, to, timeout)?;
+    let key = ClusterKey::from_hex(key).map_err(verbs_error)?;
+    let link = |seq| cmdata::Link {
+        nodes,
+        from,
+        to,
+        client_incarnation: 0x5eed_0000_0000_0001,
+        server_incarnation,
+        seq,
+        client_qpn: 0x11,
+    };
+    let wrong = ClusterKey::new(&[0x42; 32]).map_err(verbs_error)?;
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("no private data", Vec::new()),
+        (
+            "random bytes",
+            (0..cmdata::REQUEST_LEN).map(|_| rand::random()).collect(),
+        ),
+        ("a wrong key", link(1).request(&wrong).to_vec()),
+        (
+            "an incarnation that never joined",
+            link(2).request(&key).to_vec(),
+        ),
+    ];
+    let ch = cm::Channel::new().map_err(|e| io_source("rdma_cm is not available", e))?;
+    let mut reasons = Vec::new();
+    for (what, private) in cases {
+        let r = cm::Request {
+            src: SocketAddr::new(std::net::Ipv4Addr::UNSPECIFIED.into(), 0),
+            dst,
+            device: "",
+            port: 0,
+            qp_num: 0x11,
+            private: &private,
+        };
+        let t = cm::Tuning {
+            timeout: 14,
+            retry_count: 7,
+            max_rd_atomic: 1,
+            max_dest_rd_atomic: 1,
+        };
+        match cm::connect(&ch, &r, &t, session::deadline_after(timeout)) {
+            Err(cm::Failed::Refused(reason)) => reasons.push(format!("{what}: {reason}")),
+            Ok(_) => {
+                return Err(verbs_error(format!(
+                    "{addr} accepted a connect request with {what}"
+                )))
+            }
+            Err(e) => {
+                return Err(verbs_error(format!(
+                    "connect request with {what} to {addr}: {e:?}"
+                )))
+            }
+        }
+    }
+    Ok(reasons)
+}
+
 /// Default send-queue depth asked for per queue pair (the device may grant more).
 pub const DEFAULT_SEND_QUEUE_DEPTH: u32 = 256;
 

@@ -913,10 +913,15 @@ fn cm_request(
     }
     let from = NodeId(req.from);
     let inc = req.client_incarnation;
+    let joined = shared.peers.incarnation(from);
     if let Some(reason) = shared.peers.dead(from) {
+        if joined == inc {
+            // A restarted process, admitted; we are dialing it back (as over TCP, where its
+            // connect requests wait for that): it may ask again.
+            refuse!("{}{from} is still rejoining here", cmdata::RETRY);
+        }
         refuse!("{from} is dead here ({reason})");
     }
-    let joined = shared.peers.incarnation(from);
     if joined != inc {
         refuse!("incarnation {inc:#x} of {from} has not joined {me} (joined: {joined:#x})");
     }
@@ -1034,6 +1039,12 @@ pub(crate) fn cm_connect(
                 std::thread::sleep(RETRY_JOIN);
             }
             Err(cm::Failed::NoListener(why) | cm::Failed::Other(why)) => return Err(failed(why)),
+            Err(cm::Failed::Refused(why))
+                if why.starts_with(cmdata::RETRY) && Instant::now() < deadline =>
+            {
+                tracing::debug!(target: "loco::rdmawait", %target, %why, "rdma_cm: asked to retry");
+                std::thread::sleep(RETRY_JOIN);
+            }
             Err(cm::Failed::Refused(why)) => {
                 return Err(failed(format!("{target} refused it: {why}")))
             }

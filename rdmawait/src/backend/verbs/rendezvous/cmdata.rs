@@ -214,6 +214,10 @@ impl Request {
     }
 }
 
+/// How a reject's reason starts when the request may be sent again shortly (the requester
+/// restarted and its rejoin is not complete at the listener yet).
+pub(crate) const RETRY: &str = "retry: ";
+
 /// The reason a reject carries, cut to [`REJECT_MAX`] bytes on a character boundary.
 pub(crate) fn reject_reason(reason: &str) -> &[u8] {
     let mut end = reason.len().min(REJECT_MAX);
