@@ -94,6 +94,9 @@ pub fn main(args: &DoctorArgs) -> ExitCode {
         checks.extend(peer_checks(&peers));
         checks.push(verbs::key_check());
     }
+    if let Some(c) = verbs::bootstrap_check(&peers) {
+        checks.push(c);
+    }
     let failed = checks.iter().filter(|c| c.status == Status::Fail).count();
     let warned = checks.iter().filter(|c| c.status == Status::Warn).count();
     if args.json {
@@ -274,6 +277,10 @@ mod verbs {
             ),
         );
         json!([])
+    }
+
+    pub(super) fn bootstrap_check(_: &[String]) -> Option<Check> {
+        None
     }
 
     pub(super) fn key_check() -> Check {

@@ -3,7 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use loco_rdmawait::backend::verbs::{inventory, DeviceReport, PortReport, VerbsConfig};
+use loco_rdmawait::backend::verbs::{
+    inventory, rdma_cm_available, DeviceReport, PortReport, VerbsConfig,
+};
+use loco_rdmawait::Bootstrap;
 use loco_rdmawait::{Cluster, NodeId, WorkId};
 use loco_rdmawaitrmw::Rmw;
 
@@ -59,6 +62,67 @@ pub(super) fn checks(args: &DoctorArgs, out: &mut Vec<Check>) -> Value {
         out.push(smoke(cfg));
     }
     json!(devices.iter().map(device_json).collect::<Vec<_>>())
+}
+
+/// With `LOCO_BOOTSTRAP=rdma_cm`: librdmacm and the kernel's connection manager usable, and
+/// no peer on a loopback address (rdma_cm cannot route there). `None` for the TCP bootstrap.
+pub(super) fn bootstrap_check(peers: &[String]) -> Option<Check> {
+    let name = "bootstrap";
+    let v = std::env::var("LOCO_BOOTSTRAP").ok()?;
+    let b: Bootstrap = match v.parse() {
+        Ok(b) => b,
+        Err(e) => {
+            return Some(check(name, Status::Fail, e).fix("LOCO_BOOTSTRAP=tcp or rdma_cm"));
+        }
+    };
+    if b != Bootstrap::RdmaCm {
+        return Some(check(name, Status::Pass, format!("LOCO_BOOTSTRAP={b}")));
+    }
+    if let Err(e) = rdma_cm_available() {
+        return Some(
+            check(
+                name,
+                Status::Fail,
+                format!("LOCO_BOOTSTRAP=rdma_cm, but {e}"),
+            )
+            .fix(
+                "sudo apt install librdmacm1 (Debian/Ubuntu) and sudo modprobe rdma_ucm, or \
+             LOCO_BOOTSTRAP=tcp",
+            ),
+        );
+    }
+    let loopback: Vec<&str> = peers
+        .iter()
+        .filter(|p| {
+            p.to_socket_addrs()
+                .ok()
+                .and_then(|mut a| a.next())
+                .is_some_and(|a| a.ip().is_loopback() || a.ip().is_unspecified())
+        })
+        .map(String::as_str)
+        .collect();
+    if !loopback.is_empty() {
+        return Some(
+            check(
+                name,
+                Status::Fail,
+                format!(
+                    "LOCO_BOOTSTRAP=rdma_cm with peers on loopback or wildcard addresses: {}",
+                    loopback.join(", ")
+                ),
+            )
+            .fix(format!(
+                "list the address of the interface the RDMA device runs over ({}), or \
+                 LOCO_BOOTSTRAP=tcp",
+                an_interface()
+            )),
+        );
+    }
+    Some(check(
+        name,
+        Status::Pass,
+        "LOCO_BOOTSTRAP=rdma_cm: librdmacm loaded, the connection manager answers",
+    ))
 }
 
 fn list(names: &[&str]) -> String {

@@ -29,6 +29,24 @@
 //!   connected to a responder queue pair that process creates on request. The same TCP
 //!   connections carry [`Process::barrier`] and tell a process when a peer dies.
 //!
+//! # Two ways to connect queue pairs across processes
+//! [`VerbsConfig::bootstrap`] (`LOCO_BOOTSTRAP`) chooses who connects a thread's queue pair to
+//! its responder in another process; membership (the cluster key, incarnations, heartbeats,
+//! barriers, fencing, rejoin) is the TCP session's either way, with the same guarantees.
+//! - [`Bootstrap::Tcp`] (default): the TCP session carries the queue pair numbers, PSNs, LIDs
+//!   and GIDs both ways and every node's memory address and rkey; the backend walks the queue
+//!   pairs through INIT, RTR and RTS itself.
+//! - [`Bootstrap::RdmaCm`]: the RDMA connection manager resolves the peer's IP address to a
+//!   path and connects each queue pair (REQ, REP, RTU), as `rping` does; the backend's own queue
+//!   pairs get the manager's attributes plus its transport settings (`cm.rs`). Each process
+//!   listens for rdma_cm on its entry of the peer list, which must then be an address of the
+//!   interface its device runs over (not loopback). A node's memory address and rkey travel
+//!   only in the private data of the manager's replies, MACed with the cluster key and bound to
+//!   both incarnations, a request number used once and both queue pair numbers; requests that
+//!   do not prove the key for a joined incarnation are rejected with the reason
+//!   (`rendezvous::cmdata`). Dropping a thread's context disconnects its connections, and the
+//!   peer destroys their responders.
+//!
 //! # Mapping
 //! | rdmawait | verbs |
 //! |---|---|
@@ -181,6 +199,16 @@ pub fn hello_and_leave(
         .map_err(|e| verbs_error(format!("hello to {addr}: {e}")))?;
     drop(stream);
     Ok(theirs)
+}
+
+/// Whether this host can use the rdma_cm bootstrap ([`Bootstrap::RdmaCm`]): librdmacm loads and
+/// the kernel's connection manager answers (an event channel and an identifier are made and
+/// dropped). The error says what to install or load (`loco doctor` shows it).
+pub fn rdma_cm_available() -> Result<()> {
+    let ch = cm::Channel::new().map_err(|e| verbs_error(e.to_string()))?;
+    ch.create_id()
+        .map(drop)
+        .map_err(|e| verbs_error(format!("the connection manager refused an identifier: {e}")))
 }
 
 /// Fault injection for tests (`examples/fault_node --cm-stranger`): sends connect requests to
@@ -1066,4 +1094,67 @@ pub(crate) fn resolve(peer: &str) -> Result<SocketAddr> {
         })?
         .next()
         .ok_or_else(|| verbs_error(format!("peer address {peer:?} resolves to nothing")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bootstrap_names_round_trip() {
+        for b in [Bootstrap::Tcp, Bootstrap::RdmaCm] {
+            assert_eq!(b.name().parse::<Bootstrap>(), Ok(b));
+            assert_eq!(b.to_string(), b.name());
+        }
+        assert_eq!(" RDMA_CM ".parse::<Bootstrap>(), Ok(Bootstrap::RdmaCm));
+        assert_eq!("rdmacm".parse::<Bootstrap>(), Ok(Bootstrap::RdmaCm));
+        let e = "udp".parse::<Bootstrap>().unwrap_err();
+        assert!(e.contains("tcp or rdma_cm"), "{e}");
+        assert_eq!(VerbsConfig::new().bootstrap_kind(), Bootstrap::Tcp);
+    }
+
+    /// What a build refuses before it opens any device (so these need none).
+    fn build_error(config: VerbsConfig, nodes: usize) -> String {
+        VerbsBackend::new(nodes, 64, Duration::from_secs(1), config)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn rdma_cm_needs_a_multi_process_cluster() {
+        let e = build_error(VerbsConfig::new().bootstrap(Bootstrap::RdmaCm), 2);
+        assert!(e.contains("LOCO_NODE_ID and LOCO_PEERS"), "{e}");
+    }
+
+    #[test]
+    fn rdma_cm_refuses_loopback_and_wildcard_peers() {
+        let peers = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let e = build_error(
+            VerbsConfig::new()
+                .bootstrap(Bootstrap::RdmaCm)
+                .distributed(NodeId(0), peers(&["127.0.0.1:7001", "127.0.0.1:7002"])),
+            2,
+        );
+        assert!(
+            e.contains("n0 as 127.0.0.1:7001, a loopback address"),
+            "{e}"
+        );
+        let e = build_error(
+            VerbsConfig::new()
+                .bootstrap(Bootstrap::RdmaCm)
+                .cluster_key([7u8; 32])
+                .distributed(NodeId(1), peers(&["192.0.2.1:7001", "0.0.0.0:7002"])),
+            2,
+        );
+        assert!(e.contains("n1 as 0.0.0.0:7002, a wildcard address"), "{e}");
+        // Across hosts, the key is asked for first, as over TCP.
+        let e = build_error(
+            VerbsConfig::new()
+                .bootstrap(Bootstrap::RdmaCm)
+                .distributed(NodeId(0), peers(&["192.0.2.1:7001", "192.0.2.2:7001"])),
+            2,
+        );
+        assert!(e.contains("LOCO_CLUSTER_KEY"), "{e}");
+    }
 }
