@@ -122,8 +122,8 @@ mod verbs_main {
         hello_and_leave: Option<String>,
         /// Instead of joining: send connect requests that must be refused to the rdma_cm
         /// listener at this address (no private data, random bytes, a wrong key, an
-        /// incarnation that never joined), print each refusal's reason, then exit (0 iff every
-        /// one was refused).
+        /// incarnation that never joined, incarnation 0), print each refusal's reason, then
+        /// exit (0 iff every one was refused).
         #[arg(long)]
         cm_stranger: Option<String>,
         /// Instead of joining: act as a fuzzing client, sending up to 3000 malformed frames

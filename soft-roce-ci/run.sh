@@ -464,12 +464,12 @@ strangers() {
     fi
     echo "   $(tail -n1 "$dir/hello")"
     # Under rdma_cm, n0's connection manager listener gets requests it must refuse: no private
-    # data, random bytes, a wrong key, an incarnation that never joined (its members must not
-    # notice either).
+    # data, random bytes, a wrong key, an incarnation that never joined, incarnation 0 (its
+    # members must not notice either).
     if [ "${LOCO_BOOTSTRAP:-tcp}" = rdma_cm ]; then
         if ! LOCO_CLUSTER_KEY=$LOCO_FAULT_KEY "$LOCO_FAULT_BIN" --node 1 --peers "$peers" --victim 2 \
             --at faa-wait --timeout 10 --cm-stranger "$(sed 's/,.*//' <<<"$peers")" >"$dir/cm" 2>&1 \
-            || [ "$(grep -c '^cm-stranger refused' "$dir/cm")" -ne 4 ]; then
+            || [ "$(grep -c '^cm-stranger refused' "$dir/cm")" -ne 5 ]; then
             echo "   rdma_cm stranger: not every request refused:"
             sed 's/^/   | /' "$dir/cm"
             return 1

@@ -215,13 +215,12 @@ pub(crate) struct Id {
     _channel: Arc<Channel>,
 }
 
-// SAFETY: librdmacm's calls on one identifier may come from any thread (the listener thread
-// accepts, a fencing thread destroys); the backend never calls two of them at once on one
-// identifier except `rdma_destroy_id`, which waits for the identifier's events to be
-// acknowledged (they are, at once: `Channel::next`).
+// SAFETY: an identifier may be used and destroyed by another thread than the one that made it
+// (the listener thread accepts, a fencing thread destroys): librdmacm keeps no thread-local
+// state for it. It is not `Sync`: librdmacm does not make concurrent calls on one identifier
+// safe, and each `Id` has one owner. `rdma_destroy_id` waits for the identifier's events to
+// be acknowledged, which they are at once (`Channel::next`).
 unsafe impl Send for Id {}
-// SAFETY: as above.
-unsafe impl Sync for Id {}
 
 /// A socket address in the C form librdmacm takes.
 fn c_addr(addr: SocketAddr) -> libc::sockaddr_storage {
@@ -486,6 +485,56 @@ impl Drop for Id {
     }
 }
 
+/// What an IB CM reject status means (the common ones; IBA table 112).
+fn reject_status(status: i32) -> String {
+    let what = match status {
+        1 => "no queue pair resources",
+        8 => "invalid service id: nothing listens there",
+        10 => "stale connection: a queue pair number was reused",
+        26 => "timed out",
+        _ => "",
+    };
+    if what.is_empty() {
+        format!("status {status}")
+    } else {
+        format!("status {status}, {what}")
+    }
+}
+
+/// The librdmacm calls the bootstrap makes that a library may lack (`rdma_init_qp_attr` and
+/// `rdma_establish` came later than the rest), by name: empty when all are there, or when
+/// librdmacm cannot be opened at all (`Channel::new` reports that).
+pub(crate) fn missing_calls() -> Vec<&'static str> {
+    const CALLS: [&std::ffi::CStr; 8] = [
+        c"rdma_init_qp_attr",
+        c"rdma_establish",
+        c"rdma_reject",
+        c"rdma_accept",
+        c"rdma_connect",
+        c"rdma_resolve_route",
+        c"rdma_resolve_addr",
+        c"rdma_listen",
+    ];
+    // SAFETY: dlopen and dlsym take NUL-terminated names; the handle is closed again, and no
+    // symbol is called (only looked up).
+    unsafe {
+        let lib = libc::dlopen(
+            c"librdmacm.so.1".as_ptr(),
+            libc::RTLD_LAZY | libc::RTLD_LOCAL,
+        );
+        if lib.is_null() {
+            return Vec::new();
+        }
+        let missing = CALLS
+            .into_iter()
+            .filter(|name| libc::dlsym(lib, name.as_ptr()).is_null())
+            .map(|name| name.to_str().unwrap_or("?"))
+            .collect();
+        libc::dlclose(lib);
+        missing
+    }
+}
+
 /// Name of an event type, for messages.
 pub(crate) fn event_name(k: u32) -> &'static str {
     match k {
@@ -625,13 +674,23 @@ pub(crate) fn connect(
             private: ev.private,
             qp_num: ev.qp_num,
         }),
-        kind::RDMA_CM_EVENT_REJECTED if ev.status == REJECT_BY_PEER => Err(Failed::Refused(
-            crate::backend::rendezvous::cmdata::read_reason(&ev.private),
-        )),
+        kind::RDMA_CM_EVENT_REJECTED if ev.status == REJECT_BY_PEER => {
+            let reason = crate::backend::rendezvous::cmdata::read_reason(&ev.private);
+            if reason.is_empty() {
+                // A reject without a reason comes from the kernel, not from a loco process:
+                // the peer's process went away while the request was pending.
+                Err(Failed::Other(format!(
+                    "the connection manager at {dst} rejected the request without a reason \
+                     (its process ended while the request was pending?)"
+                )))
+            } else {
+                Err(Failed::Refused(reason))
+            }
+        }
         kind::RDMA_CM_EVENT_REJECTED => Err(Failed::NoListener(format!(
-            "the connection manager at {dst} rejected the request (status {}): nothing listens \
-             there for rdma_cm",
-            ev.status
+            "the connection manager at {dst} rejected the request ({}): is the process for \
+             that address running with LOCO_BOOTSTRAP=rdma_cm?",
+            reject_status(ev.status)
         ))),
         k => Err(Failed::Other(format!(
             "connecting to {dst} gave {} (status {})",

@@ -206,6 +206,14 @@ pub fn hello_and_leave(
 /// dropped). The error says what to install or load (`loco doctor` shows it).
 pub fn rdma_cm_available() -> Result<()> {
     let ch = cm::Channel::new().map_err(|e| verbs_error(e.to_string()))?;
+    let missing = cm::missing_calls();
+    if !missing.is_empty() {
+        return Err(verbs_error(format!(
+            "this librdmacm lacks {}: install a newer rdma-core (Debian 11 or later, Ubuntu \
+             20.04 or later)",
+            missing.join(", ")
+        )));
+    }
     ch.create_id()
         .map(drop)
         .map_err(|e| verbs_error(format!("the connection manager refused an identifier: {e}")))
@@ -214,9 +222,9 @@ pub fn rdma_cm_available() -> Result<()> {
 /// Fault injection for tests (`examples/fault_node --cm-stranger`): sends connect requests to
 /// the rdma_cm listener at `addr` that its members must refuse, and returns the reason each
 /// refusal gave: no private data, random bytes, a request MACed with a wrong key, and (when
-/// `key`, as hex, is the cluster's) a well-formed request of node `from` under an incarnation
-/// that never joined (the listener's incarnation is learnt by an authenticated hello). An
-/// accepted request is an error.
+/// `key`, as hex, is the cluster's) well-formed requests of node `from` under an incarnation
+/// that never joined and under incarnation 0 (the listener's incarnation is learnt by an
+/// authenticated hello). An accepted request is an error.
 #[doc(hidden)]
 pub fn cm_stranger(
     addr: &str,
@@ -230,15 +238,16 @@ pub fn cm_stranger(
     let dst = resolve(addr)?;
     let server_incarnation = hello_and_leave(addr, key, nodes, from, to, timeout)?;
     let key = ClusterKey::from_hex(key).map_err(verbs_error)?;
-    let link = |seq| cmdata::Link {
+    let link = |seq, client_incarnation| cmdata::Link {
         nodes,
         from,
         to,
-        client_incarnation: 0x5eed_0000_0000_0001,
+        client_incarnation,
         server_incarnation,
         seq,
         client_qpn: 0x11,
     };
+    let never = 0x5eed_0000_0000_0001;
     let wrong = ClusterKey::new(&[0x42; 32]).map_err(verbs_error)?;
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("no private data", Vec::new()),
@@ -246,11 +255,13 @@ pub fn cm_stranger(
             "random bytes",
             (0..cmdata::REQUEST_LEN).map(|_| rand::random()).collect(),
         ),
-        ("a wrong key", link(1).request(&wrong).to_vec()),
+        ("a wrong key", link(1, never).request(&wrong).to_vec()),
         (
             "an incarnation that never joined",
-            link(2).request(&key).to_vec(),
+            link(2, never).request(&key).to_vec(),
         ),
+        // What a node that has not joined reads as: never a real incarnation.
+        ("incarnation 0", link(3, 0).request(&key).to_vec()),
     ];
     let ch = cm::Channel::new().map_err(|e| io_source("rdma_cm is not available", e))?;
     let mut reasons = Vec::new();
@@ -482,7 +493,10 @@ impl VerbsConfig {
 
     /// Use this GID index as the source address (`LOCO_GID_INDEX`; default on RoCE: a RoCE v2
     /// GID with an IPv4 address if there is one; on InfiniBand: none, LIDs are used). On rxe
-    /// created over an interface with an IPv4 address, index 1 is the RoCE v2 IPv4 GID.
+    /// created over an interface with an IPv4 address, index 1 is the RoCE v2 IPv4 GID. Under
+    /// [`Bootstrap::RdmaCm`], queue pairs towards other processes use the GID the connection
+    /// manager's route picks for the peer list's address instead; this one serves the
+    /// process's own loop-back queue pairs.
     pub fn gid_index(mut self, index: u32) -> Self {
         self.gid_index = Some(index);
         self

@@ -824,12 +824,20 @@ fn cm_serve(shared: &Shared, ch: &Arc<cm::Channel>, listener: cm::Id, stop: &Ato
     let mut seen: HashMap<(u16, u64), cmdata::Seen> = HashMap::new();
     // Which responder each accepted connection serves (by identifier address).
     let mut served: HashMap<usize, (u16, u64, u32)> = HashMap::new();
+    // Reading events failed last time (warned once, until it works again).
+    let mut failing = false;
     while !stop.load(SeqCst) {
         let ev = match ch.next(CM_TICK) {
-            Ok(Some(ev)) => ev,
+            Ok(Some(ev)) => {
+                failing = false;
+                ev
+            }
             Ok(None) => continue,
             Err(e) => {
-                tracing::warn!(target: "loco::rdmawait", error = %e, "rdma_cm listener: no events");
+                if !failing {
+                    tracing::warn!(target: "loco::rdmawait", error = %e, "rdma_cm listener: no events");
+                }
+                failing = true;
                 std::thread::sleep(CM_TICK);
                 continue;
             }
@@ -840,21 +848,28 @@ fn cm_serve(shared: &Shared, ch: &Arc<cm::Channel>, listener: cm::Id, stop: &Ato
                 let Some(id) = (unsafe { cm::Id::adopt(ev.id, ch) }) else {
                     continue;
                 };
-                // Forget what no longer matters: incarnations gone, responders fenced.
-                seen.retain(|(n, i), _| shared.peers.incarnation(NodeId(*n)) == *i);
-                {
-                    let r = shared.responders.lock();
-                    served.retain(|_, k| r.contains_key(k));
-                }
                 let key = id.key();
                 match cm_request(shared, &ev, id, &mut seen) {
                     Ok(responder) => {
+                        // Forget what no longer matters: responders fenced or released, request
+                        // numbers of incarnations gone (only for proven requests: strangers
+                        // cost no more than a MAC).
+                        {
+                            let r = shared.responders.lock();
+                            served.retain(|_, k| r.contains_key(k));
+                        }
+                        seen.retain(|(n, i), _| shared.peers.incarnation(NodeId(*n)) == *i);
                         served.insert(key, responder);
                     }
-                    Err((id, reason)) => {
-                        tracing::warn!(target: "loco::rdmawait", %reason, "rdma_cm connect request refused");
-                        if let Some(Err(e)) = id.map(|id| id.reject(cmdata::reject_reason(&reason)))
-                        {
+                    Err(refusal) => {
+                        if refusal.proven {
+                            tracing::warn!(target: "loco::rdmawait", reason = %refusal.reason, "rdma_cm connect request refused");
+                        } else {
+                            // Anyone who reaches the port can send these: not worth a warning each.
+                            tracing::debug!(target: "loco::rdmawait", reason = %refusal.reason, "rdma_cm connect request without the key refused");
+                        }
+                        let reason = cmdata::reject_reason(&refusal.reason);
+                        if let Some(Err(e)) = refusal.id.map(|id| id.reject(reason)) {
                             tracing::debug!(target: "loco::rdmawait", error = %e, "rdma_reject failed");
                         }
                     }
@@ -878,17 +893,26 @@ fn cm_serve(shared: &Shared, ch: &Arc<cm::Channel>, listener: cm::Id, stop: &Ato
     }
 }
 
-/// Checks a connect request and accepts it with a new responder queue pair; on refusal, gives
-/// the identifier back with the reason, to reject the request with (`None`: accepted, then
-/// found moot and disconnected).
+/// A connect request refused: the identifier to reject it with (`None`: it was accepted, then
+/// found moot and disconnected), why, and whether the request had proven the cluster key.
+struct Refusal {
+    id: Option<cm::Id>,
+    reason: String,
+    proven: bool,
+}
+
+/// Checks a connect request and accepts it with a new responder queue pair.
 fn cm_request(
     shared: &Shared,
     ev: &cm::Event,
     id: cm::Id,
     seen: &mut HashMap<(u16, u64), cmdata::Seen>,
-) -> std::result::Result<(u16, u64, u32), (Option<cm::Id>, String)> {
+) -> std::result::Result<(u16, u64, u32), Refusal> {
+    let mut proven = false;
     macro_rules! refuse {
-        ($($t:tt)*) => { return Err((Some(id), format!($($t)*))) };
+        ($($t:tt)*) => {
+            return Err(Refusal { id: Some(id), reason: format!($($t)*), proven })
+        };
     }
     let (Some(me), Some(c)) = (shared.me, shared.cm.as_ref()) else {
         refuse!("this process does not take rdma_cm connections");
@@ -911,19 +935,22 @@ fn cm_request(
     if req.from >= nodes || req.from == me.0 || !req.verify(&c.key, &link) {
         refuse!("the request does not prove the cluster key (LOCO_CLUSTER_KEY), or is stale");
     }
+    proven = true;
     let from = NodeId(req.from);
     let inc = req.client_incarnation;
     let joined = shared.peers.incarnation(from);
+    // Only the incarnation that joined us over the session may connect (never 0: no real
+    // incarnation is 0, and 0 is what a node that never joined reads as).
+    if joined == 0 || joined != inc {
+        refuse!("incarnation {inc:#x} of {from} has not joined {me}");
+    }
     if let Some(reason) = shared.peers.dead(from) {
-        if joined == inc {
-            // A restarted process, admitted; we are dialing it back (as over TCP, where its
-            // connect requests wait for that): it may ask again.
+        if shared.peers.rejoining(from) {
+            // A restarted process, admitted; we are dialing it back (over TCP its connect
+            // requests wait for that): it may ask again.
             refuse!("{}{from} is still rejoining here", cmdata::RETRY);
         }
         refuse!("{from} is dead here ({reason})");
-    }
-    if joined != inc {
-        refuse!("incarnation {inc:#x} of {from} has not joined {me} (joined: {joined:#x})");
     }
     if !seen.entry((req.from, inc)).or_default().fresh(req.seq) {
         refuse!(
@@ -965,7 +992,11 @@ fn cm_request(
         drop(responders);
         drop(qp);
         id.disconnect();
-        return Err((None, format!("{from} was declared dead")));
+        return Err(Refusal {
+            id: None,
+            reason: format!("{from} was declared dead"),
+            proven,
+        });
     }
     responders.insert(
         (from.0, inc, qpn),
@@ -994,13 +1025,28 @@ pub(crate) fn cm_connect(
     };
     let (src, dst) = (c.addrs[me.index()], c.addrs[target.index()]);
     let deadline = deadline_after(shared.timeout);
+    // A listener that is not up yet is waited for this long at most (it starts before its
+    // process joins anyone, so this is slack, not a wait for a slow start).
+    let mut listener_deadline: Option<Instant> = None;
     let t = shared.tuning();
-    loop {
+    // Whether `target` is gone: dead, or replaced by a new incarnation (whose listener would
+    // take our requests, bound to the old one, for forgeries).
+    let gone = || {
         if let Some(reason) = shared.peers.dead(target) {
-            return Err(Error::PeerDead {
+            return Some(Error::PeerDead {
                 node: target,
                 reason,
             });
+        }
+        let now = shared.peers.incarnation(target);
+        (now != inc).then(|| Error::PeerDead {
+            node: target,
+            reason: restarted(target, inc, now),
+        })
+    };
+    loop {
+        if let Some(e) = gone() {
+            return Err(e);
         }
         let link = cmdata::Link {
             nodes: shared.infos.len() as u16,
@@ -1034,7 +1080,11 @@ pub(crate) fn cm_connect(
                 answer.id.establish().map_err(|e| failed(e.to_string()))?;
                 return Ok((answer.id, info));
             }
-            Err(cm::Failed::NoListener(why)) if Instant::now() < deadline => {
+            Err(cm::Failed::NoListener(why))
+                if Instant::now()
+                    < *listener_deadline
+                        .get_or_insert_with(|| deadline.min(Instant::now() + MAX_HANDSHAKE)) =>
+            {
                 tracing::debug!(target: "loco::rdmawait", %target, %why, "rdma_cm: no listener yet; retrying");
                 std::thread::sleep(RETRY_JOIN);
             }
@@ -1046,16 +1096,11 @@ pub(crate) fn cm_connect(
                 std::thread::sleep(RETRY_JOIN);
             }
             Err(cm::Failed::Refused(why)) => {
-                return Err(failed(format!("{target} refused it: {why}")))
+                return Err(gone().unwrap_or_else(|| failed(format!("{target} refused it: {why}"))))
             }
             Err(cm::Failed::TimedOut) => {
-                return Err(match shared.peers.dead(target) {
-                    Some(reason) => Error::PeerDead {
-                        node: target,
-                        reason,
-                    },
-                    None => failed(format!("no answer within {:?}", shared.timeout)),
-                })
+                return Err(gone()
+                    .unwrap_or_else(|| failed(format!("no answer within {:?}", shared.timeout))))
             }
         }
     }

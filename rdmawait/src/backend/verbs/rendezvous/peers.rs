@@ -147,6 +147,14 @@ impl Peers {
         Some(p.reason.lock().clone().unwrap_or_default())
     }
 
+    /// Whether a new incarnation of `node` was admitted and is not yet alive again here (we are
+    /// dialing it back).
+    pub(crate) fn rejoining(&self, node: NodeId) -> bool {
+        self.nodes
+            .get(node.index())
+            .is_some_and(|p| p.member.lock().rejoining)
+    }
+
     /// The current incarnation of `node` (0: none has joined yet).
     pub(crate) fn incarnation(&self, node: NodeId) -> u64 {
         self.nodes
