@@ -198,6 +198,11 @@ doctor_on_device() {
     else
         echo "   doctor, low memlock: skipped (needs root and setpriv)"
     fi
+    expect_doctor "rdma_cm bootstrap" 0 "librdmacm loaded, the connection manager answers" \
+        env LOCO_BOOTSTRAP=rdma_cm "$LOCO_LITMUS_BIN" doctor --no-smoke
+    expect_doctor "rdma_cm with a loopback peer" 1 "runs over (here: " env LOCO_BOOTSTRAP=rdma_cm \
+        LOCO_PEERS=127.0.0.1:1,127.0.0.1:2 LOCO_CLUSTER_KEY=00112233445566778899aabbccddeeff \
+        "$LOCO_LITMUS_BIN" doctor --no-smoke
     netdev=$(cat "/sys/class/infiniband/$dev/ports/1/gid_attrs/ndevs/1" 2>/dev/null || echo rxenet0)
     if rdma link delete "$dev" 2>/dev/null; then
         expect_doctor "no link" 1 "rdma link add rxe0 type rxe netdev" "$LOCO_LITMUS_BIN" doctor

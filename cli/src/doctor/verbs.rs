@@ -114,7 +114,7 @@ pub(super) fn bootstrap_check(peers: &[String]) -> Option<Check> {
             .fix(format!(
                 "list the address of the interface the RDMA device runs over ({}), or \
                  LOCO_BOOTSTRAP=tcp",
-                an_interface()
+                rdma_addresses()
             )),
         );
     }
@@ -123,6 +123,28 @@ pub(super) fn bootstrap_check(peers: &[String]) -> Option<Check> {
         Status::Pass,
         "LOCO_BOOTSTRAP=rdma_cm: librdmacm loaded, the connection manager answers",
     ))
+}
+
+/// The IPv4 addresses RDMA devices' ports carry (from their RoCE GIDs), as `netdev a.b.c.d`
+/// items, for advice.
+fn rdma_addresses() -> String {
+    let mut found: Vec<String> = inventory()
+        .unwrap_or_default()
+        .iter()
+        .flat_map(|d| d.ports.iter())
+        .flat_map(|p| p.gids.iter())
+        .filter_map(|g| {
+            g.ipv4
+                .map(|ip| format!("{} {ip}", g.netdev.as_deref().unwrap_or("?")))
+        })
+        .collect();
+    found.sort();
+    found.dedup();
+    if found.is_empty() {
+        "no RDMA device has an IPv4 address yet".to_string()
+    } else {
+        format!("here: {}", found.join(", "))
+    }
 }
 
 fn list(names: &[&str]) -> String {
