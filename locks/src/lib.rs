@@ -193,6 +193,8 @@ use loco_rdmawait::{Cluster, NodeId};
 pub const MARKS: u64 = marks::MARKS;
 
 pub use error::{Error, Result};
+#[cfg(feature = "tokio")]
+pub use lock::LOCAL_HANDOVERS;
 pub use lock::{Lock, LockGuard, RawLock, RawLockTimed};
 pub use nlock::RawNLock;
 pub use wlock::{RawSLock, RawWLock};

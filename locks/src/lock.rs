@@ -68,6 +68,18 @@ pub trait RawLock: Send + Sync + fmt::Debug {
         self.try_acquire(ctx)
     }
 
+    /// What the calling thread must do before its hold passes, without a release, to another
+    /// task of the same context (a local handover of `Lock::acquire_async`, feature
+    /// `tokio`). Two critical sections of one thread with no release between them are one
+    /// critical section, so by default nothing; the strong lock runs its global fence, so
+    /// that its guarantee (every operation of the critical section complete before the next
+    /// holder enters) holds for a local successor too. An error means: release on the network
+    /// instead.
+    fn hand_over_locally(&self, ctx: &Ctx) -> Result<()> {
+        let _ = ctx;
+        Ok(())
+    }
+
     /// Releases the lock held by the calling thread, telling the next holder that the critical
     /// section did not finish (poisoning; used by a guard dropped during a panic).
     fn release_poisoned(&self, ctx: &Ctx) -> Result<()> {
@@ -243,6 +255,19 @@ impl<R: RawLock> Lock<R> {
     /// took rather than leaving the lock stuck. It gives up after the cluster's timeout, as
     /// [`Lock::acquire`] does.
     ///
+    /// **Local handover (a cohort of one context's tasks).** When a guard is released while
+    /// another task of the same context is queued for the lock, the network hold passes to
+    /// that task as it is: no network release, no network acquire, no round trip. At most
+    /// [`LOCAL_HANDOVERS`] times in a row; the next release is a network one, and the queued
+    /// task then takes a ticket behind the other threads' waiters, so they are not starved.
+    /// This keeps every lock's guarantee (docs/model.md §5.3-§5.5): the tasks of one context
+    /// are one thread of the model, and two critical sections of one thread with no release in
+    /// between are one longer critical section; other threads see the lock released, with
+    /// everything it publishes, only at the network release. [`LockGuard::ticket`] shows it:
+    /// the tasks of one local run share a ticket. A handover is not made to a task whose
+    /// acquire was cancelled: if the last queued task goes, the carried hold is released on
+    /// the network at once.
+    ///
     /// **Deadlock hazard** of the one-at-a-time rule: a task that holds lock A and awaits another
     /// blocking call on the same context (an SC operation, a global fence) waits behind a task
     /// of that context that is acquiring lock B; if B's holder, elsewhere, is waiting for A, the
@@ -253,37 +278,147 @@ impl<R: RawLock> Lock<R> {
         actx: &'a loco_rdmawait::aio::AsyncCtx,
     ) -> Result<LockGuard<'a, R>> {
         let key = Arc::as_ptr(&self.raw) as *const () as usize;
-        let local = local::queue(actx.ctx(), key)?.lock_owned().await;
         let ctx = actx.ctx();
+        let (mutex, cohort) = local::queue(ctx, key)?;
+        // Counted as queued until it holds the local mutex; if this future is dropped before,
+        // `Queued` makes sure a hold carried over for it does not stay stuck.
+        let queued = local::Queued::new(&cohort, &mutex, self.raw(), ctx);
+        let local = mutex.clone().lock_owned().await;
+        queued.entered();
+        if let Some(ticket) = cohort.carried.take() {
+            // The previous local holder left us its network hold.
+            if self.raw.held(ctx)? == Some(ticket) {
+                let mut guard = LockGuard::new(self.raw(), ctx, ticket);
+                guard.local = Some(local);
+                guard.cohort = Some(cohort);
+                return Ok(guard);
+            }
+        }
+        cohort.handovers.set(0);
         let mut guard = actx.run(move |_| self.acquire(ctx)).await?;
         guard.local = Some(local);
+        guard.cohort = Some(cohort);
         Ok(guard)
     }
 }
 
-/// The local queues of [`Lock::acquire_async`]: per context, a FIFO mutex per lock.
+/// Most local handovers in a row of one context's hold of a lock ([`Lock::acquire_async`]),
+/// before a network release lets other threads' waiters in.
+#[cfg(feature = "tokio")]
+pub const LOCAL_HANDOVERS: u32 = 8;
+
+/// The local queues of [`Lock::acquire_async`]: per context, a FIFO mutex per lock, and the
+/// state of its local handovers.
 #[cfg(feature = "tokio")]
 mod local {
-    use std::cell::RefCell;
+    use std::cell::{Cell, RefCell};
     use std::collections::HashMap;
+    use std::rc::Rc;
     use std::sync::Arc;
 
     use loco_rdmawait::Ctx;
 
-    use crate::Result;
+    use crate::{RawLock, Result};
+
+    /// Local handovers of one lock on one context (one thread: plain cells).
+    #[derive(Debug, Default)]
+    pub(super) struct Cohort {
+        /// The ticket of a network hold a released guard left for the next local task.
+        pub(super) carried: Cell<Option<u64>>,
+        /// Handovers in a row since the last network acquire.
+        pub(super) handovers: Cell<u32>,
+        /// Tasks queued for the local mutex.
+        pub(super) queued: Cell<usize>,
+    }
+
+    impl Cohort {
+        /// Whether a guard being released now may leave its hold to the next local task.
+        pub(super) fn may_hand_over(&self) -> bool {
+            self.queued.get() > 0 && self.handovers.get() < super::LOCAL_HANDOVERS
+        }
+
+        /// The hold with `ticket` is left to the next local task.
+        pub(super) fn carry(&self, ticket: u64) {
+            self.handovers.set(self.handovers.get() + 1);
+            self.carried.set(Some(ticket));
+        }
+    }
+
+    type Entry = (Arc<tokio::sync::Mutex<()>>, Rc<Cohort>);
 
     /// The local mutexes of one context, keyed by the lock's address (stable while any handle
     /// of the lock, or a guard borrowing it, lives).
     #[derive(Default)]
-    struct Queues(RefCell<HashMap<usize, Arc<tokio::sync::Mutex<()>>>>);
+    struct Queues(RefCell<HashMap<usize, Entry>>);
 
-    /// The local mutex of lock `key` on `ctx`.
-    pub(super) fn queue(ctx: &Ctx, key: usize) -> Result<Arc<tokio::sync::Mutex<()>>> {
+    /// The local mutex and handover state of lock `key` on `ctx`.
+    pub(super) fn queue(ctx: &Ctx, key: usize) -> Result<Entry> {
         let qs = ctx.extension::<Queues>(|_| Ok(Queues::default()))?;
         let mut map = qs.0.borrow_mut();
         // Mutexes nobody holds or waits for go: locks come and go in a long-running service.
-        map.retain(|_, m| Arc::strong_count(m) > 1 || m.try_lock().is_err());
-        Ok(map.entry(key).or_default().clone())
+        // (A carried hold always has a holder or a queued task: see `Queued`.)
+        map.retain(|_, (m, c)| {
+            Arc::strong_count(m) > 1 || m.try_lock().is_err() || c.carried.get().is_some()
+        });
+        let (m, c) = map.entry(key).or_default();
+        Ok((m.clone(), c.clone()))
+    }
+
+    /// A task queued for the local mutex. Dropped before [`Queued::entered`] (its acquire was
+    /// cancelled): if it was the last queued task and a hold was carried over for it, nobody
+    /// will take that hold, so it is released on the network here.
+    pub(super) struct Queued<'a, R: RawLock> {
+        cohort: &'a Cohort,
+        mutex: &'a tokio::sync::Mutex<()>,
+        raw: &'a R,
+        ctx: &'a Ctx,
+        entered: bool,
+    }
+
+    impl<'a, R: RawLock> Queued<'a, R> {
+        pub(super) fn new(
+            cohort: &'a Cohort,
+            mutex: &'a tokio::sync::Mutex<()>,
+            raw: &'a R,
+            ctx: &'a Ctx,
+        ) -> Self {
+            cohort.queued.set(cohort.queued.get() + 1);
+            Queued {
+                cohort,
+                mutex,
+                raw,
+                ctx,
+                entered: false,
+            }
+        }
+
+        /// The task holds the local mutex.
+        pub(super) fn entered(mut self) {
+            self.entered = true;
+        }
+    }
+
+    impl<R: RawLock> Drop for Queued<'_, R> {
+        fn drop(&mut self) {
+            self.cohort.queued.set(self.cohort.queued.get() - 1);
+            if self.entered || self.cohort.queued.get() > 0 {
+                return;
+            }
+            // Cancelled, and nobody else queued: a carried hold (if the mutex is free, so no
+            // task is about to take it) goes back to the network.
+            let Ok(_free) = self.mutex.try_lock() else {
+                return;
+            };
+            if let Some(ticket) = self.cohort.carried.take() {
+                self.cohort.handovers.set(0);
+                if self.raw.held(self.ctx).ok().flatten() == Some(ticket) {
+                    if let Err(e) = self.raw.release(self.ctx) {
+                        tracing::error!(target: "loco::locks", error = %e, ticket,
+                            "releasing a hold no queued task took failed");
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -315,6 +450,9 @@ pub struct LockGuard<'a, R: RawLock> {
     /// An awaited acquire's place in its context's local queue: dropped after the release.
     #[cfg(feature = "tokio")]
     local: Option<tokio::sync::OwnedMutexGuard<()>>,
+    /// An awaited acquire's local handovers (see [`Lock::acquire_async`]).
+    #[cfg(feature = "tokio")]
+    cohort: Option<std::rc::Rc<local::Cohort>>,
 }
 
 impl<'a, R: RawLock> LockGuard<'a, R> {
@@ -327,6 +465,8 @@ impl<'a, R: RawLock> LockGuard<'a, R> {
             poisoned: false,
             #[cfg(feature = "tokio")]
             local: None,
+            #[cfg(feature = "tokio")]
+            cohort: None,
         }
     }
 
@@ -365,10 +505,24 @@ impl<'a, R: RawLock> LockGuard<'a, R> {
         if std::thread::panicking() {
             tracing::warn!(target: "loco::locks", ticket = self.ticket, node = %self.ctx.node(),
                 "a lock guard was dropped during a panic: the next holder is told (poisoned)");
-            self.raw.release_poisoned(self.ctx)
-        } else {
-            self.raw.release(self.ctx)
+            return self.raw.release_poisoned(self.ctx);
         }
+        // A task of the same context is queued: it gets the hold (the local mutex, dropped after
+        // this, lets it in), after what the lock owes a local successor.
+        #[cfg(feature = "tokio")]
+        if let Some(c) = self.cohort.as_ref().filter(|c| c.may_hand_over()) {
+            match self.raw.hand_over_locally(self.ctx) {
+                Ok(()) => {
+                    c.carry(self.ticket);
+                    return Ok(());
+                }
+                Err(e) => {
+                    tracing::debug!(target: "loco::locks", error = %e,
+                        "no local handover: releasing on the network");
+                }
+            }
+        }
+        self.raw.release(self.ctx)
     }
 }
 

@@ -632,6 +632,20 @@ impl RawWLock {
         Ok(())
     }
 
+    /// The strong release's fence (`gf` over the live nodes) by the holding thread, without
+    /// releasing.
+    fn fence_held(&self, ctx: &Ctx) -> Result<()> {
+        let me = self.me(ctx)?;
+        me.held.get().ok_or(Error::NotHeld)?;
+        self.home.check_release(&self.cluster, &me)?;
+        let nodes = self.live_nodes();
+        let d = Deadline::after(self.cluster.timeout());
+        let fence = loco_sv::gf_words(ctx, &[])?;
+        let mut run = self.run(ctx, &me, &d);
+        loco_sv::protocol::gf(&mut run, &fence, &nodes)?;
+        Ok(())
+    }
+
     fn leave_now(&self, ctx: &Ctx) -> Result<()> {
         let me = self.me(ctx)?;
         Self::check_not_held(&me)?;
@@ -754,5 +768,10 @@ impl RawLock for RawSLock {
 
     fn leave(&self, ctx: &Ctx) -> Result<()> {
         self.w.leave(ctx)
+    }
+
+    /// The release's global fence, without the release (see [`RawLock::hand_over_locally`]).
+    fn hand_over_locally(&self, ctx: &Ctx) -> Result<()> {
+        self.w.fence_held(ctx)
     }
 }

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Duration;
 
-use loco_locks::{Error, LockGuard, NLock, Result, SLock, WLock};
+use loco_locks::{Error, LockGuard, NLock, RawLock, Result, SLock, WLock};
 use loco_rdmawait::aio::AsyncCtx;
 use loco_rdmawait::{testing, BackendKind, Cluster, Loc, NodeId, Schedule};
 use loco_sv::GlobalFence;
@@ -277,4 +277,155 @@ fn tasks_of_one_context_queue_for_the_lock() {
             t.await.expect("task panicked").expect("task failed");
         }
     }));
+}
+
+/// Tasks of one context queued for a lock get the hold handed over locally, without a network
+/// release and acquire (each critical section yields once, as one that awaits its operations
+/// does, so the other tasks are queued by its end): consecutive critical sections share a
+/// ticket, never more than
+/// `LOCAL_HANDOVERS + 1` of them, and the count stays exact. Two threads (contexts on n0 and
+/// n1) contend, so the bound is what lets each in: both finish.
+fn local_handovers(v: fn(&Cluster) -> Variant) {
+    const TASKS: usize = 6;
+    const ITERS: usize = 12;
+    let c = testing::cluster(3, 1 << 16, Schedule::Threaded).unwrap();
+    let counter = c.alloc_word(K).unwrap();
+    let v = v(&c);
+    let threads: Vec<_> = (0..2u16)
+        .map(|n| {
+            let (c, v) = (c.clone(), v.clone());
+            std::thread::spawn(move || {
+                let node = NodeId(n);
+                let actx = AsyncCtx::open(&c, node).unwrap();
+                let tickets = Rc::new(std::cell::RefCell::new(Vec::new()));
+                let local = tokio::task::LocalSet::new();
+                let mut handles = Vec::new();
+                for _ in 0..TASKS {
+                    let (actx, v, c, tickets) =
+                        (actx.clone(), v.clone(), c.clone(), tickets.clone());
+                    handles.push(local.spawn_local(async move {
+                        let tmp = c.alloc_word(node).unwrap();
+                        for _ in 0..ITERS {
+                            let t = match &v {
+                                Variant::Slock(l) => {
+                                    let g = l.acquire_async(&actx).await.unwrap();
+                                    increment(&actx, &tmp, &counter).await.unwrap();
+                                    // The others run meanwhile: they queue.
+                                    tokio::task::yield_now().await;
+                                    let t = LockGuard::ticket(&g);
+                                    LockGuard::release(g).unwrap();
+                                    t
+                                }
+                                Variant::Nlock(l) => {
+                                    let g = l.acquire_async(&actx).await.unwrap();
+                                    increment(&actx, &tmp, &counter).await.unwrap();
+                                    // The others run meanwhile: they queue.
+                                    tokio::task::yield_now().await;
+                                    let t = LockGuard::ticket(&g);
+                                    LockGuard::release(g).unwrap();
+                                    t
+                                }
+                                Variant::WlockGf(l) => {
+                                    let g = l.acquire_async(&actx).await.unwrap();
+                                    increment(&actx, &tmp, &counter).await.unwrap();
+                                    actx.run(|ctx| ctx.gf([K])).await.unwrap();
+                                    tokio::task::yield_now().await;
+                                    let t = LockGuard::ticket(&g);
+                                    LockGuard::release(g).unwrap();
+                                    t
+                                }
+                            };
+                            tickets.borrow_mut().push(t);
+                        }
+                    }));
+                }
+                local_rt().block_on(local.run_until(async {
+                    for h in handles {
+                        h.await.expect("task panicked");
+                    }
+                }));
+                let t = tickets.borrow().clone();
+                t
+            })
+        })
+        .collect();
+    let per_thread: Vec<Vec<u64>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    c.quiesce().unwrap();
+    let sections = 2 * TASKS * ITERS;
+    assert_eq!(
+        c.peek(&counter).unwrap(),
+        sections as u64,
+        "lost increments"
+    );
+    let mut per_ticket = std::collections::HashMap::<u64, usize>::new();
+    for t in per_thread.iter().flatten() {
+        *per_ticket.entry(*t).or_default() += 1;
+    }
+    let most = per_ticket.values().copied().max().unwrap_or(0);
+    eprintln!(
+        "{} network acquires for {sections} critical sections, at most {most} per hold",
+        per_ticket.len()
+    );
+    assert!(
+        most <= loco_locks::LOCAL_HANDOVERS as usize + 1,
+        "a hold served {most} critical sections: the bound is {}",
+        loco_locks::LOCAL_HANDOVERS + 1
+    );
+    assert!(
+        per_ticket.len() <= sections / 2,
+        "{} network acquires for {sections} critical sections: no local handover",
+        per_ticket.len()
+    );
+}
+
+#[test]
+fn nlock_hands_over_locally_within_the_bound() {
+    local_handovers(|c| Variant::Nlock(NLock::new(c, NodeId(1)).unwrap()));
+}
+
+#[test]
+fn slock_hands_over_locally_within_the_bound() {
+    local_handovers(|c| Variant::Slock(SLock::new(c, NodeId(1), 4).unwrap()));
+}
+
+#[test]
+fn wlock_hands_over_locally_within_the_bound() {
+    local_handovers(|c| Variant::WlockGf(WLock::new(c, NodeId(1), 4).unwrap()));
+}
+
+/// A hold handed over to a queued task whose acquire is then cancelled (before it ran) is not
+/// left stuck: it goes back to the network, and another thread takes the lock.
+#[test]
+fn a_hold_handed_to_a_cancelled_task_is_released() {
+    let (c, lock) = two_nodes();
+    let actx = AsyncCtx::open(&c, NodeId(0)).unwrap();
+    let local = tokio::task::LocalSet::new();
+    local_rt().block_on(local.run_until(async {
+        let g = lock.acquire_async(&actx).await.unwrap();
+        let ticket = LockGuard::ticket(&g);
+        let b = {
+            let (lock, actx) = (lock.clone(), actx.clone());
+            tokio::task::spawn_local(async move {
+                let g = lock.acquire_async(&actx).await.unwrap();
+                LockGuard::release(g).unwrap();
+            })
+        };
+        tokio::task::yield_now().await; // b queues for the local mutex
+        drop(g);
+        assert_eq!(
+            lock.raw().held(actx.ctx()).unwrap(),
+            Some(ticket),
+            "the hold was not handed over to the queued task"
+        );
+        b.abort();
+        assert!(b.await.unwrap_err().is_cancelled());
+        assert_eq!(
+            lock.raw().held(actx.ctx()).unwrap(),
+            None,
+            "the hold handed to a cancelled task stayed taken"
+        );
+    }));
+    let ctx = c.context(NodeId(1)).unwrap();
+    let g = lock.acquire_timeout(&ctx, Duration::from_secs(10)).unwrap();
+    LockGuard::release(g).unwrap();
 }
