@@ -184,28 +184,7 @@ mod verbs_main {
             return fuzz(addr);
         }
         if let Some(addr) = &args.cm_stranger {
-            let key = std::env::var("LOCO_CLUSTER_KEY").unwrap_or_default();
-            let nodes = args.member.peers.len() as u16;
-            let r = loco::rdmawait::backend::verbs::cm_stranger(
-                addr,
-                &key,
-                nodes,
-                args.member.node,
-                0,
-                Duration::from_secs(args.timeout),
-            );
-            return match r {
-                Ok(reasons) => {
-                    for r in reasons {
-                        println!("cm-stranger refused ({r})");
-                    }
-                    0
-                }
-                Err(e) => {
-                    println!("cm-stranger: {e}");
-                    2
-                }
-            };
+            return cm_stranger(&args, addr);
         }
         if let Some(addr) = &args.hello_and_leave {
             return hello_and_leave(&args, addr);
@@ -215,6 +194,27 @@ mod verbs_main {
             Ok(false) => 1,
             Err(e) => {
                 println!("n{}: error: {e}", args.member.node);
+                2
+            }
+        }
+    }
+
+    /// `--cm-stranger`: connect requests n0's rdma_cm listener at `addr` must refuse, as
+    /// `--node`. Exit 0 iff every one was refused.
+    fn cm_stranger(args: &Args, addr: &str) -> i32 {
+        let key = std::env::var("LOCO_CLUSTER_KEY").unwrap_or_default();
+        let nodes = args.member.peers.len() as u16;
+        let timeout = Duration::from_secs(args.timeout);
+        let me = args.member.node;
+        match loco::rdmawait::backend::verbs::cm_stranger(addr, &key, nodes, me, 0, timeout) {
+            Ok(reasons) => {
+                for r in reasons {
+                    println!("cm-stranger refused ({r})");
+                }
+                0
+            }
+            Err(e) => {
+                println!("cm-stranger: {e}");
                 2
             }
         }

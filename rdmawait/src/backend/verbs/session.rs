@@ -587,12 +587,9 @@ fn heartbeat(shared: &Shared, peer_timeout: Duration, stop: &AtomicBool) {
     }
 }
 
-/// Creates, connects and keeps a responder queue pair for a thread of `from`'s incarnation
-/// `inc`.
-fn responder(shared: &Shared, from: NodeId, inc: u64, remote: &Endpoint) -> Result<Endpoint> {
-    let me = shared
-        .me
-        .ok_or_else(|| verbs_error("a session needs this process's node id"))?;
+/// Whether `from` may have one more responder queue pair here (at most
+/// [`MAX_RESPONDERS_PER_PEER`]); the error says how many it holds.
+fn responder_room(shared: &Shared, from: NodeId) -> std::result::Result<(), String> {
     let held = shared
         .responders
         .lock()
@@ -600,10 +597,18 @@ fn responder(shared: &Shared, from: NodeId, inc: u64, remote: &Endpoint) -> Resu
         .filter(|(n, _, _)| *n == from.0)
         .count();
     if held >= MAX_RESPONDERS_PER_PEER {
-        return Err(verbs_error(format!(
-            "{from} already holds {held} queue pairs here"
-        )));
+        return Err(format!("{from} already holds {held} queue pairs here"));
     }
+    Ok(())
+}
+
+/// Creates, connects and keeps a responder queue pair for a thread of `from`'s incarnation
+/// `inc`.
+fn responder(shared: &Shared, from: NodeId, inc: u64, remote: &Endpoint) -> Result<Endpoint> {
+    let me = shared
+        .me
+        .ok_or_else(|| verbs_error("a session needs this process's node id"))?;
+    responder_room(shared, from).map_err(verbs_error)?;
     let home = shared
         .local(me)
         .ok_or_else(|| verbs_error("this process's node is not local"))?;
@@ -958,14 +963,8 @@ fn cm_request(
             req.seq
         );
     }
-    let held = shared
-        .responders
-        .lock()
-        .keys()
-        .filter(|(n, _, _)| *n == from.0)
-        .count();
-    if held >= MAX_RESPONDERS_PER_PEER {
-        refuse!("{from} already holds {held} queue pairs here");
+    if let Err(r) = responder_room(shared, from) {
+        refuse!("{r}");
     }
     let Some(home) = shared.local(me) else {
         refuse!("this process's node is not local");
