@@ -1,7 +1,10 @@
 //! Async against blocking, measured in one run (feature `tokio`): the latency of `put` + await
 //! against `put` + `wait`, and the throughput of many outstanding async puts per thread against
-//! the blocking one-at-a-time loop. The three measurements alternate in rounds (ABCABC...) and
-//! the medians of the per-round ratios are printed with their spread.
+//! the blocking one-at-a-time loop; and, for locks, many tasks of one context taking turns at a
+//! node lock on n1 (a put to n1 awaited in each critical section) with the local handover of
+//! `acquire_async` against the same with it turned off (`set_local_handovers(0)`: a network
+//! release and acquire per critical section). The measurements alternate in rounds and the
+//! medians of the per-round ratios are printed with their spread.
 //!
 //! ```sh
 //! cargo run --release --features tokio --example aio_bench
@@ -48,6 +51,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let c = Cluster::builder().nodes(2).backend_from_env()?.build()?;
     let src = c.alloc_words(NodeId(0), a.tasks)?;
     let dst = c.alloc_words(NodeId(1), a.tasks)?;
+    // Made by both processes, in the same order, so that its words agree.
+    let lock = loco::locks::NLock::new(&c, NodeId(1))?;
     // One process per host: n1's serves its memory until n0's is done.
     #[cfg(feature = "verbs")]
     let process = loco::rdmawait::backend::verbs::Process::of(&c)
@@ -63,7 +68,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let measured = AsyncCtx::open(&c, NodeId(0))
         .map_err(Into::into)
-        .and_then(|actx| measure(&a, &c, &actx, &src, &dst));
+        .and_then(|actx| measure(&a, &c, &actx, &src, &dst, &lock));
     #[cfg(feature = "verbs")]
     if let Some(p) = &process {
         // The closing barrier, even after a failure, so that n1's process does not hang.
@@ -79,6 +84,7 @@ fn measure(
     actx: &AsyncCtx,
     src: &Loc,
     dst: &Loc,
+    lock: &loco::locks::NLock,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -88,6 +94,34 @@ fn measure(
     let d = WorkId::new(1);
     let (mut lat_ratio, mut thr_ratio) = (Vec::new(), Vec::new());
     let (mut blocking_us, mut async_us, mut many_us) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut cs_off_us, mut cs_on_us, mut cs_ratio) = (Vec::new(), Vec::new(), Vec::new());
+    // `tasks` tasks taking turns at the lock, `iters` critical sections in all; the handover
+    // bound set first (0: off). The time per critical section.
+    let sections = |handovers: u32| {
+        lock.set_local_handovers(actx, handovers)?;
+        rt.block_on(local.run_until(async {
+            let t = Instant::now();
+            let per = (a.iters / a.tasks).max(1);
+            let hs: Vec<_> = (0..a.tasks)
+                .map(|i| {
+                    let (actx, lock) = (actx.clone(), lock.clone());
+                    let (s, dd) = (src.word(i).unwrap(), dst.word(i).unwrap());
+                    tokio::task::spawn_local(async move {
+                        for _ in 0..per {
+                            let g = lock.acquire_async(&actx).await?;
+                            actx.put(&dd, &s)?.await?;
+                            loco::locks::LockGuard::release(g)?;
+                        }
+                        Ok::<(), loco::locks::Error>(())
+                    })
+                })
+                .collect();
+            for h in hs {
+                h.await.expect("a task panicked")?;
+            }
+            Ok::<f64, loco::locks::Error>(t.elapsed().as_secs_f64() * 1e6 / (per * a.tasks) as f64)
+        }))
+    };
     for _ in 0..a.rounds {
         // Blocking: put + wait, one at a time.
         let ctx = actx.ctx();
@@ -134,6 +168,11 @@ fn measure(
         many_us.push(per_op(many));
         lat_ratio.push(one.as_secs_f64() / blocking.as_secs_f64());
         thr_ratio.push(blocking.as_secs_f64() / many.as_secs_f64());
+        let off = sections(0)?;
+        let on = sections(loco::locks::LOCAL_HANDOVERS)?;
+        cs_off_us.push(off);
+        cs_on_us.push(on);
+        cs_ratio.push(off / on);
     }
     let spread = |v: &[f64]| {
         let (lo, hi) = v
@@ -170,6 +209,17 @@ fn measure(
         a.tasks,
         median(thr_ratio.clone()),
         spread(&thr_ratio)
+    );
+    println!(
+        "  NLock on n1, {} tasks: {:8.2} us per critical section with local handover, {:8.2} without",
+        a.tasks,
+        median(cs_on_us.clone()),
+        median(cs_off_us.clone())
+    );
+    println!(
+        "  lock throughput ratio local handover/none  {:.2} ({})",
+        median(cs_ratio.clone()),
+        spread(&cs_ratio)
     );
     println!(
         "  waits that slept on the completion channel: {} (ended by the backstop: {})",

@@ -259,7 +259,8 @@ impl<R: RawLock> Lock<R> {
     /// another task of the same context is queued for the lock, the network hold passes to
     /// that task as it is: no network release, no network acquire, no round trip. At most
     /// [`LOCAL_HANDOVERS`] times in a row; the next release is a network one, and the queued
-    /// task then takes a ticket behind the other threads' waiters, so they are not starved.
+    /// task then takes a ticket behind the other threads' waiters, so they are not starved
+    /// ([`Lock::set_local_handovers`] changes the bound).
     /// This keeps every lock's guarantee (docs/model.md §5.3-§5.5): the tasks of one context
     /// are one thread of the model, and two critical sections of one thread with no release in
     /// between are one longer critical section; other threads see the lock released, with
@@ -302,8 +303,23 @@ impl<R: RawLock> Lock<R> {
     }
 }
 
-/// Most local handovers in a row of one context's hold of a lock ([`Lock::acquire_async`]),
-/// before a network release lets other threads' waiters in.
+#[cfg(feature = "tokio")]
+impl<R: RawLock> Lock<R> {
+    /// Sets the most local handovers in a row of this lock among the tasks of `actx` (see
+    /// [`Lock::acquire_async`]; default [`LOCAL_HANDOVERS`]). More favours throughput on this
+    /// context, fewer the other threads' waiting time; 0 turns local handover off (every
+    /// release is a network one).
+    pub fn set_local_handovers(&self, actx: &loco_rdmawait::aio::AsyncCtx, max: u32) -> Result<()> {
+        let key = Arc::as_ptr(&self.raw) as *const () as usize;
+        let (_, cohort) = local::queue(actx.ctx(), key)?;
+        cohort.limit.set(max);
+        Ok(())
+    }
+}
+
+/// Default of the most local handovers in a row of one context's hold of a lock
+/// ([`Lock::acquire_async`], [`Lock::set_local_handovers`]), before a network release lets
+/// other threads' waiters in.
 #[cfg(feature = "tokio")]
 pub const LOCAL_HANDOVERS: u32 = 8;
 
@@ -321,7 +337,7 @@ mod local {
     use crate::{RawLock, Result};
 
     /// Local handovers of one lock on one context (one thread: plain cells).
-    #[derive(Debug, Default)]
+    #[derive(Debug)]
     pub(super) struct Cohort {
         /// The ticket of a network hold a released guard left for the next local task.
         pub(super) carried: Cell<Option<u64>>,
@@ -329,12 +345,25 @@ mod local {
         pub(super) handovers: Cell<u32>,
         /// Tasks queued for the local mutex.
         pub(super) queued: Cell<usize>,
+        /// Most handovers in a row ([`super::Lock::set_local_handovers`]).
+        pub(super) limit: Cell<u32>,
+    }
+
+    impl Default for Cohort {
+        fn default() -> Cohort {
+            Cohort {
+                carried: Cell::new(None),
+                handovers: Cell::new(0),
+                queued: Cell::new(0),
+                limit: Cell::new(super::LOCAL_HANDOVERS),
+            }
+        }
     }
 
     impl Cohort {
         /// Whether a guard being released now may leave its hold to the next local task.
         pub(super) fn may_hand_over(&self) -> bool {
-            self.queued.get() > 0 && self.handovers.get() < super::LOCAL_HANDOVERS
+            self.queued.get() > 0 && self.handovers.get() < self.limit.get()
         }
 
         /// The hold with `ticket` is left to the next local task.
@@ -356,9 +385,13 @@ mod local {
         let qs = ctx.extension::<Queues>(|_| Ok(Queues::default()))?;
         let mut map = qs.0.borrow_mut();
         // Mutexes nobody holds or waits for go: locks come and go in a long-running service.
-        // (A carried hold always has a holder or a queued task: see `Queued`.)
+        // (A carried hold always has a holder or a queued task: see `Queued`.) A limit set by
+        // the user stays.
         map.retain(|_, (m, c)| {
-            Arc::strong_count(m) > 1 || m.try_lock().is_err() || c.carried.get().is_some()
+            Arc::strong_count(m) > 1
+                || m.try_lock().is_err()
+                || c.carried.get().is_some()
+                || c.limit.get() != super::LOCAL_HANDOVERS
         });
         let (m, c) = map.entry(key).or_default();
         Ok((m.clone(), c.clone()))

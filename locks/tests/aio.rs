@@ -285,7 +285,7 @@ fn tasks_of_one_context_queue_for_the_lock() {
 /// ticket, never more than
 /// `LOCAL_HANDOVERS + 1` of them, and the count stays exact. Two threads (contexts on n0 and
 /// n1) contend, so the bound is what lets each in: both finish.
-fn local_handovers(v: fn(&Cluster) -> Variant) {
+fn local_handovers(v: fn(&Cluster) -> Variant, limit: u32) {
     const TASKS: usize = 6;
     const ITERS: usize = 12;
     let c = testing::cluster(3, 1 << 16, Schedule::Threaded).unwrap();
@@ -297,6 +297,12 @@ fn local_handovers(v: fn(&Cluster) -> Variant) {
             std::thread::spawn(move || {
                 let node = NodeId(n);
                 let actx = AsyncCtx::open(&c, node).unwrap();
+                match &v {
+                    Variant::Slock(l) => l.set_local_handovers(&actx, limit),
+                    Variant::Nlock(l) => l.set_local_handovers(&actx, limit),
+                    Variant::WlockGf(l) => l.set_local_handovers(&actx, limit),
+                }
+                .unwrap();
                 let tickets = Rc::new(std::cell::RefCell::new(Vec::new()));
                 let local = tokio::task::LocalSet::new();
                 let mut handles = Vec::new();
@@ -367,30 +373,54 @@ fn local_handovers(v: fn(&Cluster) -> Variant) {
         per_ticket.len()
     );
     assert!(
-        most <= loco_locks::LOCAL_HANDOVERS as usize + 1,
+        most <= limit as usize + 1,
         "a hold served {most} critical sections: the bound is {}",
-        loco_locks::LOCAL_HANDOVERS + 1
+        limit + 1
     );
-    assert!(
-        per_ticket.len() <= sections / 2,
-        "{} network acquires for {sections} critical sections: no local handover",
-        per_ticket.len()
-    );
+    if limit == 0 {
+        assert_eq!(per_ticket.len(), sections, "handed over though turned off");
+    } else {
+        assert!(
+            per_ticket.len() <= sections / 2,
+            "{} network acquires for {sections} critical sections: no local handover",
+            per_ticket.len()
+        );
+    }
 }
 
 #[test]
 fn nlock_hands_over_locally_within_the_bound() {
-    local_handovers(|c| Variant::Nlock(NLock::new(c, NodeId(1)).unwrap()));
+    local_handovers(
+        |c| Variant::Nlock(NLock::new(c, NodeId(1)).unwrap()),
+        loco_locks::LOCAL_HANDOVERS,
+    );
+}
+
+#[test]
+fn the_local_handover_bound_can_be_set_or_turned_off() {
+    let nlock = |c: &Cluster| Variant::Nlock(NLock::new(c, NodeId(1)).unwrap());
+    local_handovers(nlock, 2);
+    local_handovers(nlock, 0);
+    local_handovers(
+        |c| Variant::WlockGf(WLock::new(c, NodeId(1), 4).unwrap()),
+        1,
+    );
 }
 
 #[test]
 fn slock_hands_over_locally_within_the_bound() {
-    local_handovers(|c| Variant::Slock(SLock::new(c, NodeId(1), 4).unwrap()));
+    local_handovers(
+        |c| Variant::Slock(SLock::new(c, NodeId(1), 4).unwrap()),
+        loco_locks::LOCAL_HANDOVERS,
+    );
 }
 
 #[test]
 fn wlock_hands_over_locally_within_the_bound() {
-    local_handovers(|c| Variant::WlockGf(WLock::new(c, NodeId(1), 4).unwrap()));
+    local_handovers(
+        |c| Variant::WlockGf(WLock::new(c, NodeId(1), 4).unwrap()),
+        loco_locks::LOCAL_HANDOVERS,
+    );
 }
 
 /// A hold handed over to a queued task whose acquire is then cancelled (before it ran) is not
