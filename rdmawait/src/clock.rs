@@ -21,14 +21,19 @@ pub fn now() -> Instant {
 /// threads run meanwhile).
 ///
 /// In an async task's blocking call (`aio::AsyncCtx::run`, feature `tokio`) the task is
-/// suspended until `d` has passed (the thread's other tasks run meanwhile).
+/// suspended until `d` has passed, on a tokio timer (the thread's other tasks run meanwhile,
+/// and nothing polls the task before its time; polled outside a tokio runtime, it is re-polled
+/// until then). A sleep of more than a year is one of a year.
 pub fn sleep(d: Duration) {
     match sched::current() {
         Some(s) => s.sleep(d),
         None if in_task() => {
-            let end = Instant::now().checked_add(d);
-            while end.is_none_or(|e| Instant::now() < e) {
-                suspend();
+            // A timer wakes the task at the end (a sleep longer than a year is one of a year).
+            let end = Instant::now()
+                .checked_add(d)
+                .or_else(|| Instant::now().checked_add(Duration::from_secs(365 * 24 * 3600)));
+            while let Some(e) = end.filter(|e| Instant::now() < *e) {
+                suspend_until(e);
             }
         }
         None => std::thread::sleep(d),
@@ -75,6 +80,11 @@ fn in_task() -> bool {
 fn suspend() {
     #[cfg(feature = "tokio")]
     crate::aio::suspend(crate::aio::Park::Yield, None);
+}
+
+fn suspend_until(_end: Instant) {
+    #[cfg(feature = "tokio")]
+    crate::aio::suspend(crate::aio::Park::Until(_end), None);
 }
 
 /// Whether durations on this thread say something about speed: true on an ordinary thread and

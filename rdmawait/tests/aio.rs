@@ -469,3 +469,47 @@ fn edge_values_of_the_knobs() {
         );
     }
 }
+
+/// A future that counts its polls.
+struct Counted<F> {
+    f: std::pin::Pin<Box<F>>,
+    polls: Rc<Cell<u32>>,
+}
+
+impl<F: std::future::Future> std::future::Future for Counted<F> {
+    type Output = F::Output;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        self.polls.set(self.polls.get() + 1);
+        self.f.as_mut().poll(cx)
+    }
+}
+
+/// A blocking call that sleeps (`clock::sleep`, as a paced lock waiter does between its reads)
+/// suspends its task on a timer: the task is woken once the time is up, not polled over and
+/// over meanwhile (which would keep the thread busy), and it does sleep the whole time.
+#[test]
+fn a_sleep_in_a_blocking_call_waits_on_a_timer() {
+    let c = Cluster::builder().nodes(1).build().unwrap();
+    let actx = AsyncCtx::open(&c, NodeId(0)).unwrap();
+    let polls = Rc::new(Cell::new(0));
+    let nap = Duration::from_millis(50);
+    let slept = rt().block_on(async {
+        let t = std::time::Instant::now();
+        Counted {
+            f: Box::pin(actx.run(|_| clock::sleep(nap))),
+            polls: polls.clone(),
+        }
+        .await;
+        t.elapsed()
+    });
+    assert!(slept >= nap, "woke after {slept:?}, before {nap:?}");
+    assert!(
+        polls.get() <= 5,
+        "polled {} times while it slept: it spun",
+        polls.get()
+    );
+}

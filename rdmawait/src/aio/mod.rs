@@ -326,11 +326,13 @@ impl Future for Op {
     }
 }
 
-/// How a pending future waits: its polls so far, and its sleep on the completion channel.
+/// How a pending future waits: its polls so far, its sleep on the completion channel, and the
+/// timer of a call's `clock::sleep`.
 #[derive(Default)]
 struct Waiting {
     polls: u32,
     sleep: Option<notify::Sleep>,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl Shared {
@@ -346,6 +348,25 @@ impl Shared {
     /// Arranges for the task to be woken; true if it should return `Pending`, false if it
     /// should look again now (the completion queue was just armed, or the channel signalled).
     fn park(&self, cx: &mut Context<'_>, park: Park, w: &mut Waiting) -> bool {
+        if let (Park::Until(end), Ok(_)) = (park, tokio::runtime::Handle::try_current()) {
+            // A sleep: a timer wakes the task, nothing polls meanwhile. (Polled outside a
+            // tokio runtime, there is no timer: it is re-polled like a yield.)
+            let deadline = tokio::time::Instant::from_std(end);
+            let timer = w
+                .timer
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+            if timer.deadline() != deadline {
+                timer.as_mut().reset(deadline);
+            }
+            return match timer.as_mut().poll(cx) {
+                Poll::Pending => true,
+                Poll::Ready(()) => {
+                    w.timer = None;
+                    false
+                }
+            };
+        }
+        w.timer = None;
         w.polls = w.polls.saturating_add(1);
         if park == Park::Completion && w.polls > self.spin_polls.get() {
             if let Some(n) = self.notify() {
@@ -478,6 +499,9 @@ impl<'a, T: 'a> Drop for Run<'a, T> {
             // suspension is resumed at once (a blocking wait, within the call's timeouts).
             while !task.done() {
                 match task.resume() {
+                    Step::Parked(Park::Until(end)) => {
+                        std::thread::sleep(end.saturating_duration_since(Instant::now()));
+                    }
                     Step::Parked(_) => std::thread::yield_now(),
                     Step::Done(Err(_)) => {
                         tracing::warn!(target: "loco::rdmawait", "a cancelled async call panicked while it was being finished");

@@ -31,6 +31,8 @@ pub(crate) enum Park {
     Completion,
     /// Anything else (a spin loop's pause, a back-off, a wait on another context): resume soon.
     Yield,
+    /// A sleep (`clock::sleep`): resume at this instant, not before (a timer wakes the task).
+    Until(std::time::Instant),
 }
 
 #[derive(Clone, Copy)]
@@ -58,9 +60,10 @@ pub(crate) fn suspend(park: Park, on: Option<&Ctx>) -> bool {
     let Some(r) = RUNNING.with(Cell::get) else {
         return false;
     };
-    let park = match on {
-        Some(ctx) if std::ptr::eq(ctx, r.ctx) => park,
-        _ => Park::Yield,
+    let park = match (park, on) {
+        (Park::Completion, Some(ctx)) if std::ptr::eq(ctx, r.ctx) => park,
+        (Park::Completion, _) => Park::Yield,
+        (other, _) => other,
     };
     // SAFETY: `RUNNING` is `Some` only while the coroutine that stored it runs (see `RUNNING`),
     // and this code runs in that coroutine, whose body holds the `&Yielder` for as long as it
