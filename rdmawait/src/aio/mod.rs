@@ -465,9 +465,22 @@ impl<'a, T: 'a> Future for Run<'a, T> {
         }
         if this.task.is_none() {
             let f = this.body.take().expect("Run polled after it finished");
-            match Task::new(&this.shared.ctx, f) {
+            // The coroutine takes ownership of `f` only once its stack exists: on failure the
+            // call runs here instead, blocking the thread (slower, never wrong).
+            let cell = Rc::new(std::cell::Cell::new(Some(f)));
+            let inner = cell.clone();
+            let body = move |ctx: &Ctx| (inner.take().expect("taken once"))(ctx);
+            match Task::new(&this.shared.ctx, body) {
                 Ok(t) => this.task = Some(t),
-                Err(e) => panic!("cannot map a coroutine stack for an async loco call: {e}"),
+                Err(e) => {
+                    tracing::warn!(target: "loco::rdmawait", error = %e,
+                        "no coroutine stack for an async call: it blocks the thread instead");
+                    let f = cell.take().expect("not taken: the coroutine never ran");
+                    let v = f(&this.shared.ctx);
+                    this.shared.leave(id);
+                    this.turn = None;
+                    return Poll::Ready(v);
+                }
             }
         }
         let task = this.task.as_mut().expect("set above");
