@@ -107,6 +107,26 @@ impl ProfileArg {
             ProfileArg::Rxe => Profile::rxe(),
         }
     }
+
+    /// The profile with every cost multiplied by `scale` (`--profile-scale`), named so
+    /// (`rxe*0.25`) unless the scale is 1.
+    pub(crate) fn scaled(self, scale: f64) -> Profile {
+        let p = self.profile();
+        if scale == 1.0 {
+            return p;
+        }
+        let mut p = p.scaled(scale);
+        p.name = format!("{}*{scale}", p.name);
+        p
+    }
+}
+
+/// `--profile-scale`: a factor more than 0 and at most 1000.
+pub(crate) fn profile_scale(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x > 0.0 && x <= 1000.0 => Ok(x),
+        _ => Err("expected a factor, more than 0 and at most 1000".to_string()),
+    }
 }
 
 /// `loco bench locks` options.
@@ -130,6 +150,10 @@ pub struct LocksArgs {
     /// Network profile (`--backend sim`).
     #[arg(long, value_enum, default_value = "connectx5")]
     profile: ProfileArg,
+    /// Multiplies every cost of the profile (`--backend sim`): fits `rxe` to another host, by
+    /// the ratio of that host's put + wait round trip to the profile's (docs/simulation.md §3).
+    #[arg(long, default_value_t = 1.0, value_parser = profile_scale)]
+    profile_scale: f64,
     /// Simulated microseconds per configuration (`--backend sim`, 1-1000000).
     #[arg(long, default_value_t = 200, value_parser = count::<1_000_000>)]
     sim_us: usize,
@@ -267,7 +291,7 @@ pub fn locks(args: &LocksArgs) -> Result<(), String> {
                 lock,
                 nodes,
                 threads,
-                args.profile.profile(),
+                args.profile.scaled(args.profile_scale),
                 Duration::from_micros(args.sim_us as u64),
                 args.seed,
             )
@@ -327,7 +351,7 @@ fn write_plot(rows: &[Row], args: &LocksArgs) -> Result<(), String> {
 
 /// The profile's name under `--backend sim`.
 fn profile_name(args: &LocksArgs) -> Option<String> {
-    (args.backend == BenchBackend::Sim).then(|| args.profile.profile().name)
+    (args.backend == BenchBackend::Sim).then(|| args.profile.scaled(args.profile_scale).name)
 }
 
 fn json_row(r: &Row, args: &LocksArgs) -> serde_json::Value {

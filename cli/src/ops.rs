@@ -97,6 +97,10 @@ pub struct OpsArgs {
     /// Network profile (`--backend sim`).
     #[arg(long, value_enum, default_value = "connectx5")]
     pub(crate) profile: ProfileArg,
+    /// Multiplies every cost of the profile (`--backend sim`): fits `rxe` to another host, by
+    /// the ratio of that host's put + wait round trip to the profile's (docs/simulation.md §3).
+    #[arg(long, default_value_t = 1.0, value_parser = crate::bench::profile_scale)]
+    pub(crate) profile_scale: f64,
     /// Seed of the simulated runs (`--backend sim`).
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
@@ -381,7 +385,7 @@ fn run_sim(configs: &[Config], args: &OpsArgs, bar: &ProgressBar) -> Result<Vec<
         .map_err(|e| e.to_string())
     };
     let config = sim::Config::new(2)
-        .profile(args.profile.profile())
+        .profile(args.profile.scaled(args.profile_scale))
         .memory_per_node(MEMORY)
         .timeout(Duration::from_secs(1))
         .max_steps(u64::MAX);
@@ -459,7 +463,7 @@ pub(crate) fn label(c: Config) -> String {
 
 /// The profile's name under `--backend sim`.
 fn profile_name(args: &OpsArgs) -> Option<String> {
-    (args.backend == BenchBackend::Sim).then(|| args.profile.profile().name)
+    (args.backend == BenchBackend::Sim).then(|| args.profile.scaled(args.profile_scale).name)
 }
 
 fn json_row(r: &Row, args: &OpsArgs) -> serde_json::Value {
