@@ -69,17 +69,19 @@ run_inside() {
     local passed=0 failed=0 ignored=0 bins=0 bad=() t0 t1 out rc line
     t0=$(now)
     echo "== verbs suite on ${LOCO_RDMA_DEVICE:-the first active RDMA device} ($(uname -r))"
-    while IFS= read -r bin; do
-        [ -n "$bin" ] || continue
+    # run_bin LABEL BIN [VAR=VALUE...]: one test binary (with ARGS), counted.
+    run_bin() {
+        local label=$1 bin=$2
+        shift 2
         bins=$((bins + 1))
-        echo "-- ${bin##*/}"
+        echo "-- $label"
         out=$(mktemp)
         t1=$(now)
         set +e
-        "$bin" --color=never "$@" 2>&1 | tee "$out"
+        env "$@" "$bin" --color=never "${test_args[@]+"${test_args[@]}"}" 2>&1 | tee "$out"
         rc=${PIPESTATUS[0]}
         set -e
-        echo "   (${bin##*/}: exit $rc in $(elapsed "$t1") s)"
+        echo "   ($label: exit $rc in $(elapsed "$t1") s)"
         line=$(grep -E '^test result:' "$out" | tail -n1 || true)
         if [ -n "$line" ]; then
             passed=$((passed + $(sed -n 's/.* \([0-9]*\) passed.*/\1/p' <<<"$line")))
@@ -87,10 +89,25 @@ run_inside() {
             ignored=$((ignored + $(sed -n 's/.* \([0-9]*\) ignored.*/\1/p' <<<"$line")))
         fi
         if [ "$rc" -ne 0 ]; then
-            bad+=("${bin##*/} (exit $rc)")
+            bad+=("$label (exit $rc)")
             [ -n "$line" ] || failed=$((failed + 1))
         fi
         rm -f "$out"
+    }
+    local test_args=("$@")
+    while IFS= read -r bin; do
+        [ -n "$bin" ] || continue
+        run_bin "${bin##*/}" "$bin"
+        # The multi-process tests again with rdma_cm connecting the queue pairs (peers on
+        # rxe's netdev address, which needs a cluster key).
+        case " ${LOCO_BOOTSTRAPS:-tcp rdma_cm} " in *" rdma_cm "*) ;; *) continue ;; esac
+        case ${bin##*/} in
+            verbs_distributed-*)
+                run_bin "${bin##*/} (LOCO_BOOTSTRAP=rdma_cm)" "$bin" LOCO_BOOTSTRAP=rdma_cm \
+                    LOCO_TEST_PEER_HOST="$(LOCO_BOOTSTRAP=rdma_cm peer_host)" \
+                    LOCO_CLUSTER_KEY=00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff
+                ;;
+        esac
     done <"$list"
     if [ "$example" != - ]; then
         # Once per bootstrap: queue pairs connected over the TCP rendezvous, then by rdma_cm.

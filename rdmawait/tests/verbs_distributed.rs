@@ -1,6 +1,9 @@
 //! Clusters spanning processes on the verbs backend: each node is a child process (this test
 //! binary run again, executing the ignored `child` test with a role in `LOCO_TEST_CHILD`), joined
-//! by the TCP rendezvous on localhost and talking RDMA over the one device.
+//! by the TCP rendezvous on localhost and talking RDMA over the one device. With
+//! `LOCO_BOOTSTRAP=rdma_cm`, `LOCO_TEST_PEER_HOST` (the device's interface address) and
+//! `LOCO_CLUSTER_KEY` set, the same tests run with rdma_cm connecting the queue pairs
+//! (`soft-roce-ci/run.sh` runs them both ways).
 //!
 //! - three processes doing remote FAAs and puts on each other get the exact totals;
 //! - a process killed mid-run makes the others fail with `PeerDead` within a bounded time;
@@ -27,10 +30,13 @@ const ROLE: &str = "LOCO_TEST_CHILD";
 const OPS: u64 = 200;
 const D: WorkId = WorkId::new(1);
 
-/// Free localhost ports for `n` rendezvous listeners.
+/// Free ports for `n` rendezvous listeners, on localhost or on `LOCO_TEST_PEER_HOST` (the
+/// address of an RDMA device's interface, for `LOCO_BOOTSTRAP=rdma_cm`, which cannot use
+/// loopback; the suite then needs `LOCO_CLUSTER_KEY` too, which the children inherit).
 fn peers(n: usize) -> String {
+    let host = std::env::var("LOCO_TEST_PEER_HOST").unwrap_or_else(|_| "127.0.0.1".to_string());
     let listeners: Vec<_> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .map(|_| TcpListener::bind((host.as_str(), 0)).unwrap())
         .collect();
     listeners
         .iter()
@@ -324,7 +330,10 @@ fn rendezvous_threads() -> Vec<String> {
     let mut names = Vec::new();
     for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
         if let Ok(n) = std::fs::read_to_string(t.path().join("comm")) {
-            if n.starts_with("loco-rendezvous") || n.starts_with("loco-heartbeat") {
+            if n.starts_with("loco-rendezvous")
+                || n.starts_with("loco-heartbeat")
+                || n.starts_with("loco-cm")
+            {
                 names.push(n.trim().to_string());
             }
         }
