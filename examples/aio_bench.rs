@@ -98,7 +98,7 @@ fn measure(
     // `tasks` tasks taking turns at the lock, `iters` critical sections in all; the handover
     // bound set first (0: off). The time per critical section.
     let sections = |handovers: u32| {
-        lock.set_local_handovers(actx, handovers)?;
+        lock.set_local_handovers(handovers);
         rt.block_on(local.run_until(async {
             let t = Instant::now();
             let per = (a.iters / a.tasks).max(1);

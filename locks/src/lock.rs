@@ -145,12 +145,17 @@ impl<R: RawLock + ?Sized> RawLockTimed for R {}
 #[derive(Debug)]
 pub struct Lock<R: RawLock> {
     raw: Arc<R>,
+    /// Most local handovers in a row ([`Lock::set_local_handovers`]), shared by the clones.
+    #[cfg(feature = "tokio")]
+    handovers: Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl<R: RawLock> Clone for Lock<R> {
     fn clone(&self) -> Self {
         Lock {
             raw: self.raw.clone(),
+            #[cfg(feature = "tokio")]
+            handovers: self.handovers.clone(),
         }
     }
 }
@@ -158,7 +163,11 @@ impl<R: RawLock> Clone for Lock<R> {
 impl<R: RawLock> Lock<R> {
     /// A handle over a raw lock.
     pub fn from_raw(raw: R) -> Self {
-        Lock { raw: Arc::new(raw) }
+        Lock {
+            raw: Arc::new(raw),
+            #[cfg(feature = "tokio")]
+            handovers: Arc::new(std::sync::atomic::AtomicU32::new(LOCAL_HANDOVERS)),
+        }
     }
 
     /// The raw protocol, for acquire and release without a guard (lock_api's naming: the
@@ -283,16 +292,29 @@ impl<R: RawLock> Lock<R> {
         let (mutex, cohort) = local::queue(ctx, key)?;
         // Counted as queued until it holds the local mutex; if this future is dropped before,
         // `Queued` makes sure a hold carried over for it does not stay stuck.
+        // (Declared before the wait for the mutex, so dropped after it: a cancelled wait that
+        // had been granted the mutex gives it back first, which `Queued::drop` relies on.)
         let queued = local::Queued::new(&cohort, &mutex, self.raw(), ctx);
         let local = mutex.clone().lock_owned().await;
         queued.entered();
+        cohort
+            .limit
+            .set(self.handovers.load(std::sync::atomic::Ordering::Relaxed));
         if let Some(ticket) = cohort.carried.take() {
             // The previous local holder left us its network hold.
-            if self.raw.held(ctx)? == Some(ticket) {
-                let mut guard = LockGuard::new(self.raw(), ctx, ticket);
-                guard.local = Some(local);
-                guard.cohort = Some(cohort);
-                return Ok(guard);
+            match self.raw.held(ctx) {
+                Ok(Some(t)) if t == ticket => {
+                    let mut guard = LockGuard::new(self.raw(), ctx, ticket);
+                    guard.local = Some(local);
+                    guard.cohort = Some(cohort);
+                    return Ok(guard);
+                }
+                Ok(_) => {} // released behind the guards' back: take it on the network
+                Err(e) => {
+                    // Nobody may be left to take it: give it back before failing.
+                    let _ = self.raw.release(ctx);
+                    return Err(e);
+                }
             }
         }
         cohort.handovers.set(0);
@@ -305,15 +327,14 @@ impl<R: RawLock> Lock<R> {
 
 #[cfg(feature = "tokio")]
 impl<R: RawLock> Lock<R> {
-    /// Sets the most local handovers in a row of this lock among the tasks of `actx` (see
-    /// [`Lock::acquire_async`]; default [`LOCAL_HANDOVERS`]). More favours throughput on this
-    /// context, fewer the other threads' waiting time; 0 turns local handover off (every
-    /// release is a network one).
-    pub fn set_local_handovers(&self, actx: &loco_rdmawait::aio::AsyncCtx, max: u32) -> Result<()> {
-        let key = Arc::as_ptr(&self.raw) as *const () as usize;
-        let (_, cohort) = local::queue(actx.ctx(), key)?;
-        cohort.limit.set(max);
-        Ok(())
+    /// Sets the most local handovers in a row of this lock among the tasks of any one context
+    /// (see [`Lock::acquire_async`]; default [`LOCAL_HANDOVERS`]), for this handle and its
+    /// clones, from the next acquire on. More favours throughput on a busy context, fewer the
+    /// other threads' waiting time; 0 turns local handover off (every release is a network
+    /// one).
+    pub fn set_local_handovers(&self, max: u32) {
+        self.handovers
+            .store(max, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -345,7 +366,8 @@ mod local {
         pub(super) handovers: Cell<u32>,
         /// Tasks queued for the local mutex.
         pub(super) queued: Cell<usize>,
-        /// Most handovers in a row ([`super::Lock::set_local_handovers`]).
+        /// Most handovers in a row (the lock's [`super::Lock::set_local_handovers`], read at
+        /// each acquire).
         pub(super) limit: Cell<u32>,
     }
 
@@ -385,13 +407,9 @@ mod local {
         let qs = ctx.extension::<Queues>(|_| Ok(Queues::default()))?;
         let mut map = qs.0.borrow_mut();
         // Mutexes nobody holds or waits for go: locks come and go in a long-running service.
-        // (A carried hold always has a holder or a queued task: see `Queued`.) A limit set by
-        // the user stays.
+        // (A carried hold always has a holder or a queued task: see `Queued`.)
         map.retain(|_, (m, c)| {
-            Arc::strong_count(m) > 1
-                || m.try_lock().is_err()
-                || c.carried.get().is_some()
-                || c.limit.get() != super::LOCAL_HANDOVERS
+            Arc::strong_count(m) > 1 || m.try_lock().is_err() || c.carried.get().is_some()
         });
         let (m, c) = map.entry(key).or_default();
         Ok((m.clone(), c.clone()))
@@ -549,7 +567,14 @@ impl<'a, R: RawLock> LockGuard<'a, R> {
                     c.carry(self.ticket);
                     return Ok(());
                 }
+                // A timeout would only come again in the release's own fence; a hold that is
+                // gone (its lock's node restarted) has nothing to release.
+                Err(e @ Error::Timeout { .. }) => return Err(e),
+                Err(e) if self.raw.held(self.ctx).ok().flatten() != Some(self.ticket) => {
+                    return Err(e)
+                }
                 Err(e) => {
+                    // A node died since the acquire: the release fences the live ones only.
                     tracing::debug!(target: "loco::locks", error = %e,
                         "no local handover: releasing on the network");
                 }

@@ -458,6 +458,15 @@ impl RawLock for RawNLock {
         crate::thread::forget(ctx, self.id);
         Ok(())
     }
+
+    /// The release's `rfence(n)` without the release (its CAS): the next local holder's
+    /// operations towards n (on the same queue pair) do not overtake this critical section's
+    /// reads there, as the network release's fence ensures for the next holder
+    /// (docs/model.md §5.5).
+    fn hand_over_locally(&self, ctx: &Ctx) -> Result<()> {
+        ctx.rfence(self.node())?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

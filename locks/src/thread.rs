@@ -734,7 +734,9 @@ impl Spin {
             return Ok(());
         }
         cluster.check_open()?;
-        if clock::simulated() {
+        // Simulated, or an async task's blocking call whose pause is long enough for a timer
+        // (tokio's are in milliseconds): sleep, the task suspended meanwhile.
+        if clock::simulated() || (clock::cooperative() && d >= Duration::from_millis(1)) {
             clock::sleep(d);
             return Ok(());
         }
@@ -757,8 +759,12 @@ impl Spin {
             }
         } else if clock::cooperative() {
             // An async task's blocking call: the holder may be another task of this thread,
-            // which runs only while this one is suspended.
-            clock::yield_now();
+            // which runs only while this one is suspended; a long wait sleeps on a timer.
+            if waited < Duration::from_millis(50) {
+                clock::yield_now();
+            } else {
+                clock::sleep(Duration::from_millis(1));
+            }
         } else if !self.backoff.is_completed() {
             self.backoff.snooze();
         } else if waited < Duration::from_millis(50) {

@@ -488,7 +488,7 @@ impl<F: std::future::Future> std::future::Future for Counted<F> {
     }
 }
 
-/// A blocking call that sleeps (`clock::sleep`, as a paced lock waiter does between its reads)
+/// A blocking call that sleeps (`clock::sleep`: a back-off, a lock waiter's long wait)
 /// suspends its task on a timer: the task is woken once the time is up, not polled over and
 /// over meanwhile (which would keep the thread busy), and it does sleep the whole time.
 #[test]

@@ -326,6 +326,13 @@ impl Future for Op {
     }
 }
 
+/// A tokio timer ending at `deadline`, if the task runs on a tokio runtime with timers (a
+/// runtime built without `enable_time` panics when one is made: that is caught).
+fn timer(deadline: tokio::time::Instant) -> Option<Pin<Box<tokio::time::Sleep>>> {
+    tokio::runtime::Handle::try_current().ok()?;
+    std::panic::catch_unwind(|| Box::pin(tokio::time::sleep_until(deadline))).ok()
+}
+
 /// How a pending future waits: its polls so far, its sleep on the completion channel, and the
 /// timer of a call's `clock::sleep`.
 #[derive(Default)]
@@ -348,23 +355,26 @@ impl Shared {
     /// Arranges for the task to be woken; true if it should return `Pending`, false if it
     /// should look again now (the completion queue was just armed, or the channel signalled).
     fn park(&self, cx: &mut Context<'_>, park: Park, w: &mut Waiting) -> bool {
-        if let (Park::Until(end), Ok(_)) = (park, tokio::runtime::Handle::try_current()) {
-            // A sleep: a timer wakes the task, nothing polls meanwhile. (Polled outside a
-            // tokio runtime, there is no timer: it is re-polled like a yield.)
+        if let Park::Until(end) = park {
+            // A sleep: a timer wakes the task, nothing polls meanwhile. (Without a tokio
+            // runtime with timers, it is re-polled like a yield.)
+            w.sleep = None;
             let deadline = tokio::time::Instant::from_std(end);
-            let timer = w
-                .timer
-                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-            if timer.deadline() != deadline {
-                timer.as_mut().reset(deadline);
+            if w.timer.is_none() {
+                w.timer = timer(deadline);
             }
-            return match timer.as_mut().poll(cx) {
-                Poll::Pending => true,
-                Poll::Ready(()) => {
-                    w.timer = None;
-                    false
+            if let Some(t) = w.timer.as_mut() {
+                if t.deadline() != deadline {
+                    t.as_mut().reset(deadline);
                 }
-            };
+                return match t.as_mut().poll(cx) {
+                    Poll::Pending => true,
+                    Poll::Ready(()) => {
+                        w.timer = None;
+                        false
+                    }
+                };
+            }
         }
         w.timer = None;
         w.polls = w.polls.saturating_add(1);
