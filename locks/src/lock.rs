@@ -276,7 +276,9 @@ impl<R: RawLock> Lock<R> {
     /// everything it publishes, only at the network release. [`LockGuard::ticket`] shows it:
     /// the tasks of one local run share a ticket. A handover is not made to a task whose
     /// acquire was cancelled: if the last queued task goes, the carried hold is released on
-    /// the network at once.
+    /// the network at once. But a future that was handed the hold and is then neither polled
+    /// nor dropped keeps it, and other threads' acquires wait for it (until their timeout), as
+    /// they would for a guard held and forgotten: drive or drop an acquire you start.
     ///
     /// **Deadlock hazard** of the one-at-a-time rule: a task that holds lock A and awaits another
     /// blocking call on the same context (an SC operation, a global fence) waits behind a task
