@@ -297,48 +297,29 @@ impl Link {
             None => {
                 // A dead process does not keep the thread from working with the others: its
                 // link is born failed, and every operation towards it reports the death.
-                let dead_now = shared.peers.dead(target).map(|reason| Error::PeerDead {
-                    node: target,
-                    reason,
-                });
-                if let Some(ch) = channel {
-                    // rdma_cm connects the queue pair; the reply carries the target's memory.
-                    let connected = match dead_now {
-                        Some(e) => Err(e),
-                        None => session::cm_connect(shared, target, incarnation, &qp, ch),
-                    };
-                    match connected {
-                        Ok((id, remote_info)) => {
+                let connected = if let Some(reason) = shared.peers.dead(target) {
+                    Err(Error::PeerDead {
+                        node: target,
+                        reason,
+                    })
+                } else if let Some(ch) = channel {
+                    // rdma_cm connects the queue pair; its reply carries the target's memory.
+                    session::cm_connect(shared, target, incarnation, &qp, ch).map(
+                        |(id, remote_info)| {
                             info = remote_info;
                             Far::Cm(CmLink(id))
-                        }
-                        Err(Error::PeerDead { reason, .. }) => {
-                            dead = Some(reason);
-                            Far::Dead
-                        }
-                        Err(e) => return Err(e),
-                    }
+                        },
+                    )
                 } else {
-                    let remote = match dead_now {
-                        Some(e) => Err(e),
-                        None => session::connect_qp(shared, target, incarnation, &local),
-                    };
-                    match remote {
-                        Ok(remote) => {
-                            if let Err(e) =
-                                qp::connect(device, &mut qp, &local, &remote, shared.transport)
-                            {
-                                session::release_qp(shared, target, incarnation, remote.qpn);
-                                return Err(e);
-                            }
-                            Far::Remote { qpn: remote.qpn }
-                        }
-                        Err(Error::PeerDead { reason, .. }) => {
-                            dead = Some(reason);
-                            Far::Dead
-                        }
-                        Err(e) => return Err(e),
+                    Link::connect_over_tcp(shared, target, incarnation, &mut qp, &local)
+                };
+                match connected {
+                    Ok(far) => far,
+                    Err(Error::PeerDead { reason, .. }) => {
+                        dead = Some(reason);
+                        Far::Dead
                     }
+                    Err(e) => return Err(e),
                 }
             }
         };
@@ -365,6 +346,24 @@ impl Link {
             remote_words: info.words as usize,
             next_state_check: None,
         })
+    }
+
+    /// Asks `target`'s process (incarnation `incarnation`) over the TCP session for a
+    /// responder connected to `local`, and connects `qp` to it; the responder is released
+    /// again if that fails.
+    fn connect_over_tcp(
+        shared: &Shared,
+        target: NodeId,
+        incarnation: u64,
+        qp: &mut qp::Qp,
+        local: &qp::Endpoint,
+    ) -> Result<Far> {
+        let remote = session::connect_qp(shared, target, incarnation, local)?;
+        if let Err(e) = qp::connect(&shared.device, qp, local, &remote, shared.transport) {
+            session::release_qp(shared, target, incarnation, remote.qpn);
+            return Err(e);
+        }
+        Ok(Far::Remote { qpn: remote.qpn })
     }
 
     /// The error an operation on this queue pair gets once it has failed.
