@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Duration;
 
-use loco_locks::{Error, LockGuard, NLock, RawLock, Result, SLock, WLock};
+use loco_locks::{Error, Lock, LockGuard, NLock, RawLock, Result, SLock, WLock};
 use loco_rdmawait::aio::AsyncCtx;
 use loco_rdmawait::{testing, BackendKind, Cluster, Loc, NodeId, Schedule};
 use loco_sv::GlobalFence;
@@ -21,6 +21,48 @@ enum Variant {
     Slock(SLock),
     Nlock(NLock),
     WlockGf(WLock),
+}
+
+impl Variant {
+    /// One critical section of a task: acquire, increment the counter on K (the weak lock
+    /// then publishes it with `gf`), yield first if `linger` (the context's other tasks run
+    /// and queue meanwhile), release. Returns the hold's ticket.
+    async fn section(&self, actx: &AsyncCtx, tmp: &Loc, counter: &Loc, linger: bool) -> u64 {
+        match self {
+            Variant::Slock(l) => section(l, actx, tmp, counter, false, linger).await,
+            Variant::Nlock(l) => section(l, actx, tmp, counter, false, linger).await,
+            Variant::WlockGf(l) => section(l, actx, tmp, counter, true, linger).await,
+        }
+    }
+
+    fn set_local_handovers(&self, max: u32) {
+        match self {
+            Variant::Slock(l) => l.set_local_handovers(max),
+            Variant::Nlock(l) => l.set_local_handovers(max),
+            Variant::WlockGf(l) => l.set_local_handovers(max),
+        }
+    }
+}
+
+async fn section<R: RawLock>(
+    l: &Lock<R>,
+    actx: &AsyncCtx,
+    tmp: &Loc,
+    counter: &Loc,
+    gf: bool,
+    linger: bool,
+) -> u64 {
+    let g = l.acquire_async(actx).await.unwrap();
+    increment(actx, tmp, counter).await.unwrap();
+    if gf {
+        actx.run(|ctx| ctx.gf([K])).await.unwrap();
+    }
+    if linger {
+        tokio::task::yield_now().await;
+    }
+    let t = LockGuard::ticket(&g);
+    LockGuard::release(g).unwrap();
+    t
 }
 
 fn local_rt() -> tokio::runtime::Runtime {
@@ -65,24 +107,7 @@ fn count(
                     handles.push(local.spawn_local(async move {
                         let tmp = c.alloc_word(node).unwrap();
                         for _ in 0..iters {
-                            match &v {
-                                Variant::Slock(l) => {
-                                    let g = l.acquire_async(&actx).await.unwrap();
-                                    increment(&actx, &tmp, &counter).await.unwrap();
-                                    LockGuard::release(g).unwrap();
-                                }
-                                Variant::Nlock(l) => {
-                                    let g = l.acquire_async(&actx).await.unwrap();
-                                    increment(&actx, &tmp, &counter).await.unwrap();
-                                    LockGuard::release(g).unwrap();
-                                }
-                                Variant::WlockGf(l) => {
-                                    let g = l.acquire_async(&actx).await.unwrap();
-                                    increment(&actx, &tmp, &counter).await.unwrap();
-                                    actx.run(|ctx| ctx.gf([K])).await.unwrap();
-                                    LockGuard::release(g).unwrap();
-                                }
-                            }
+                            v.section(&actx, &tmp, &counter, false).await;
                         }
                     }));
                 }
@@ -297,11 +322,7 @@ fn local_handovers(v: fn(&Cluster) -> Variant, limit: u32) {
             std::thread::spawn(move || {
                 let node = NodeId(n);
                 let actx = AsyncCtx::open(&c, node).unwrap();
-                match &v {
-                    Variant::Slock(l) => l.set_local_handovers(limit),
-                    Variant::Nlock(l) => l.set_local_handovers(limit),
-                    Variant::WlockGf(l) => l.set_local_handovers(limit),
-                }
+                v.set_local_handovers(limit);
                 let tickets = Rc::new(std::cell::RefCell::new(Vec::new()));
                 let local = tokio::task::LocalSet::new();
                 let mut handles = Vec::new();
@@ -311,35 +332,8 @@ fn local_handovers(v: fn(&Cluster) -> Variant, limit: u32) {
                     handles.push(local.spawn_local(async move {
                         let tmp = c.alloc_word(node).unwrap();
                         for _ in 0..ITERS {
-                            let t = match &v {
-                                Variant::Slock(l) => {
-                                    let g = l.acquire_async(&actx).await.unwrap();
-                                    increment(&actx, &tmp, &counter).await.unwrap();
-                                    // The others run meanwhile: they queue.
-                                    tokio::task::yield_now().await;
-                                    let t = LockGuard::ticket(&g);
-                                    LockGuard::release(g).unwrap();
-                                    t
-                                }
-                                Variant::Nlock(l) => {
-                                    let g = l.acquire_async(&actx).await.unwrap();
-                                    increment(&actx, &tmp, &counter).await.unwrap();
-                                    // The others run meanwhile: they queue.
-                                    tokio::task::yield_now().await;
-                                    let t = LockGuard::ticket(&g);
-                                    LockGuard::release(g).unwrap();
-                                    t
-                                }
-                                Variant::WlockGf(l) => {
-                                    let g = l.acquire_async(&actx).await.unwrap();
-                                    increment(&actx, &tmp, &counter).await.unwrap();
-                                    actx.run(|ctx| ctx.gf([K])).await.unwrap();
-                                    tokio::task::yield_now().await;
-                                    let t = LockGuard::ticket(&g);
-                                    LockGuard::release(g).unwrap();
-                                    t
-                                }
-                            };
+                            // The others run meanwhile: they queue.
+                            let t = v.section(&actx, &tmp, &counter, true).await;
                             tickets.borrow_mut().push(t);
                         }
                     }));

@@ -170,20 +170,26 @@ fn tasks_with_no_spin_polls_on_the_configured_backend() {
     eprintln!("{} sleeps on the completion channel", actx.channel_sleeps());
 }
 
-/// On the Threaded soft NIC, a task whose request is held back (its target stalled, as by a
-/// partition) sleeps on the completion channel, and the engine thread's signal, once the stall
-/// ends and the request executes, wakes it: not a re-poll (the backstop ended no sleep), and not
-/// the thread blocked (another task kept running meanwhile).
-#[test]
-fn a_stalled_request_sleeps_on_the_channel() {
-    use std::sync::Arc;
-    let soft = Arc::new(SoftBackend::try_new(2, 64, Schedule::Threaded).unwrap());
+/// Two nodes on the Threaded soft NIC whose backend the test can stall: the backend, the
+/// cluster, a word on n0 and one on n1, and an async context on n0.
+fn stallable() -> (std::sync::Arc<SoftBackend>, Cluster, Loc, Loc, AsyncCtx) {
+    let soft = std::sync::Arc::new(SoftBackend::try_new(2, 64, Schedule::Threaded).unwrap());
     let c = Cluster::with_backend(Box::new(soft.clone()), Duration::from_secs(20));
     let (x, y) = (
         c.alloc_word(NodeId(0)).unwrap(),
         c.alloc_word(NodeId(1)).unwrap(),
     );
     let actx = AsyncCtx::open(&c, NodeId(0)).unwrap();
+    (soft, c, x, y, actx)
+}
+
+/// On the Threaded soft NIC, a task whose request is held back (its target stalled, as by a
+/// partition) sleeps on the completion channel, and the engine thread's signal, once the stall
+/// ends and the request executes, wakes it: not a re-poll (the backstop ended no sleep), and not
+/// the thread blocked (another task kept running meanwhile).
+#[test]
+fn a_stalled_request_sleeps_on_the_channel() {
+    let (soft, c, x, y, actx) = stallable();
     // Only the engine's signal can end the sleep within the test (timers on a loaded machine
     // may stretch the ticker past the default backstop).
     actx.set_backstop(Duration::from_secs(10));
@@ -433,20 +439,13 @@ fn a_panic_in_run_reaches_the_task() {
 /// back by a stall still wakes its sleeping task.
 #[test]
 fn edge_values_of_the_knobs() {
-    use std::sync::Arc;
     for (polls, backstop) in [
         (0, Duration::ZERO),
         (0, Duration::MAX),
         (u32::MAX, Duration::MAX),
         (1, Duration::from_nanos(1)),
     ] {
-        let soft = Arc::new(SoftBackend::try_new(2, 64, Schedule::Threaded).unwrap());
-        let c = Cluster::with_backend(Box::new(soft.clone()), Duration::from_secs(20));
-        let (x, y) = (
-            c.alloc_word(NodeId(0)).unwrap(),
-            c.alloc_word(NodeId(1)).unwrap(),
-        );
-        let actx = AsyncCtx::open(&c, NodeId(0)).unwrap();
+        let (soft, _c, x, y, actx) = stallable();
         actx.set_spin_polls(polls);
         actx.set_backstop(backstop);
         actx.ctx().store(&x, 7).unwrap();
