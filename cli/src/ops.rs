@@ -97,8 +97,9 @@ pub struct OpsArgs {
     /// Network profile (`--backend sim`).
     #[arg(long, value_enum, default_value = "connectx5")]
     pub(crate) profile: ProfileArg,
-    /// Multiplies every cost of the profile (`--backend sim`): fits `rxe` to another host, by
-    /// the ratio of that host's put + wait round trip to the profile's (docs/simulation.md §3).
+    /// Multiplies every cost of the profile (`--backend sim`, 0.1-100): fits `rxe` to another
+    /// host, by the ratio of that host's put + wait round trip to the profile's
+    /// (docs/simulation.md §3).
     #[arg(long, default_value_t = 1.0, value_parser = crate::bench::profile_scale)]
     pub(crate) profile_scale: f64,
     /// Seed of the simulated runs (`--backend sim`).

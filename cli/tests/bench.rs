@@ -85,6 +85,22 @@ fn bench_locks_refuses_bad_options() {
             "infiniband9000",
         ],
         &["bench", "locks", "--backend", "sim", "--sim-us", "0"],
+        &[
+            "bench",
+            "locks",
+            "--backend",
+            "sim",
+            "--profile-scale",
+            "0.01",
+        ],
+        &[
+            "bench",
+            "locks",
+            "--backend",
+            "sim",
+            "--profile-scale",
+            "inf",
+        ],
     ] {
         let out = loco(args);
         assert_eq!(

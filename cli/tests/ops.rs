@@ -125,6 +125,12 @@ fn bench_ops_refuses_bad_options() {
         &["--rounds", "0"],
         &["--op", "swap"],
         &["--backend", "tcp"],
+        // Below 0.1 simulated time could stop moving; above 100 requests outlast timeouts.
+        &["--profile-scale", "0"],
+        &["--profile-scale", "0.05"],
+        &["--profile-scale", "1e-9"],
+        &["--profile-scale", "101"],
+        &["--profile-scale", "NaN"],
     ] {
         let mut args = vec!["bench", "ops", "--no-plot"];
         args.extend_from_slice(bad);
