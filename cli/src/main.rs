@@ -180,6 +180,11 @@ enum Litmus {
         /// Timeout of each wait and poll, in seconds.
         #[arg(long, default_value_t = 10)]
         timeout: u64,
+        /// On OS threads (chaos, threaded, verbs): before each statement a thread makes up to
+        /// this many extra CPU loads of a private word (a seeded number) and sometimes yields,
+        /// so that the threads interleave in more ways. Changes no outcome; 0 is off.
+        #[arg(long, default_value_t = loco_litmus::run::DEFAULT_NOISE)]
+        noise: u32,
         /// Test files (.litmus).
         #[arg(required = true)]
         files: Vec<PathBuf>,
@@ -316,6 +321,7 @@ fn litmus(cmd: Litmus) -> Status {
             seed,
             until_exists,
             timeout,
+            noise,
             files,
             json,
             budget,
@@ -330,6 +336,7 @@ fn litmus(cmd: Litmus) -> Status {
             let mut cfg = RunConfig::new(backend, runs, seed);
             cfg.until_exists = until_exists;
             cfg.timeout = Duration::from_secs(timeout);
+            cfg.noise = noise;
             run(&files, &cfg, json, budget, model)
         }
         Litmus::Show {

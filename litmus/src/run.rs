@@ -69,7 +69,9 @@ pub struct RunConfig {
     /// Before each statement a thread makes up to this many CPU loads of a private scratch word
     /// (a seeded random number of them), and sometimes yields the OS thread: calls into the
     /// NIC that let the `Chaos` schedule take steps between statements, and variety in how the
-    /// threads interleave. They change no outcome. Default [`DEFAULT_NOISE`]; 0 disables.
+    /// threads interleave; in half the runs a thread also starts only after a seeded number of
+    /// another thread's statements. They change no outcome. Ignored under the simulator, whose
+    /// scheduler interleaves at every operation. Default [`DEFAULT_NOISE`]; 0 disables.
     pub noise: u32,
     /// Stop as soon as a run shows an outcome satisfying the `exists` condition; `runs` is then
     /// a budget (default false).
@@ -77,7 +79,7 @@ pub struct RunConfig {
 }
 
 /// Default [`RunConfig::noise`].
-pub const DEFAULT_NOISE: u32 = 0;
+pub const DEFAULT_NOISE: u32 = 4;
 
 impl Default for RunConfig {
     fn default() -> Self {
@@ -346,6 +348,8 @@ impl LockHandle {
 struct Env {
     /// Per thread: a private word for the noise loads.
     scratch: Vec<Loc>,
+    /// Per thread: statements executed so far in this run (the noise's start stagger).
+    progress: Vec<std::sync::atomic::AtomicUsize>,
     noise: u32,
     seed: u64,
     locs: Vec<Loc>,
@@ -484,6 +488,7 @@ fn setup(test: &Test, cfg: &RunConfig, cluster: &Cluster, seed: u64) -> Result<E
             .map(|t| cluster.alloc_word(t.node))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Env {
+            progress: test.threads.iter().map(|_| Default::default()).collect(),
             scratch,
             noise: cfg.noise,
             seed,
@@ -636,7 +641,17 @@ fn thread_body(test: &Test, t: usize, ctx: &Ctx, env: &Env) -> Result<Vec<u64>, 
         z ^ (z >> 31)
     };
     // Each thread draws its noise level per run, so quiet runs (level 0) happen too.
-    let level = next() % (u64::from(env.noise) + 1);
+    // Under the simulator its scheduler already interleaves at every operation; extra loads
+    // there would only dilute the schedules (fig7a needs 8x the runs with them).
+    let noise = if loco_rdmawait::clock::simulated() {
+        0
+    } else {
+        env.noise
+    };
+    let level = next() % (u64::from(noise) + 1);
+    if level > 0 {
+        stagger(test, t, env, next());
+    }
     for s in &th.body {
         let fail = |source: OpError| RunError::Op {
             thread: th.name.clone(),
@@ -648,13 +663,40 @@ fn thread_body(test: &Test, t: usize, ctx: &Ctx, env: &Env) -> Result<Vec<u64>, 
             for _ in 0..r % (level + 1) {
                 ctx.load(&env.scratch[t]).map_err(|e| fail(e.into()))?;
             }
-            if (r >> 32) % 4 == 0 && !loco_rdmawait::clock::simulated() {
+            if (r >> 32) % 4 == 0 {
                 std::thread::yield_now();
             }
         }
         exec(ctx, env, &mut regs, &s.op).map_err(fail)?;
+        env.progress[t].fetch_add(1, std::sync::atomic::Ordering::Release);
     }
     Ok(regs)
+}
+
+/// How long a staggered thread waits at most for its lead (a lead may itself be waiting, or
+/// blocked on this thread; the bound keeps that from costing more).
+const STAGGER_MAX: Duration = Duration::from_micros(300);
+
+/// The noise's start stagger, on OS threads: in half the runs thread `t` starts only once a
+/// seeded other thread has executed a seeded number of its statements (or `STAGGER_MAX` has
+/// passed). Without it the OS nearly always starts the threads in the same order, and outcomes
+/// that need one thread to run between two statements of another (fig7a's load buffering: the
+/// reader runs between the put's remote write and the get's remote read) show up once in tens
+/// of thousands of runs; with it, a few thousand at most. (Not under the simulator, where a
+/// spin would never end.)
+fn stagger(test: &Test, t: usize, env: &Env, r: u64) {
+    let n = test.threads.len();
+    if n < 2 || r % 2 == 0 {
+        return;
+    }
+    let lead = (t + 1 + (r >> 8) as usize % (n - 1)) % n;
+    let after = (r >> 24) as usize % (test.threads[lead].body.len() + 1);
+    let start = std::time::Instant::now();
+    while env.progress[lead].load(std::sync::atomic::Ordering::Acquire) < after
+        && start.elapsed() < STAGGER_MAX
+    {
+        std::thread::yield_now();
+    }
 }
 
 fn wid(w: crate::ast::WidId) -> WorkId {
