@@ -135,16 +135,16 @@ pub(crate) fn profile_scale(s: &str) -> Result<f64, String> {
 #[derive(Args, Debug)]
 pub struct LocksArgs {
     /// Locks to measure.
-    #[arg(long, value_enum, value_delimiter = ',', default_values = ["nlock", "wlock", "slock", "rcas-spinlock"])]
+    #[arg(long, value_enum, num_args = 1.., value_delimiter = ',', default_values = ["nlock", "wlock", "slock", "rcas-spinlock"])]
     lock: Vec<LockArg>,
     /// Backend.
     #[arg(long, value_enum, default_value = "soft")]
     backend: BenchBackend,
     /// Thread counts (over all nodes, 1-256), e.g. `1,2,4,8`.
-    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 4], value_parser = count::<256>)]
+    #[arg(long, num_args = 1.., value_delimiter = ',', default_values_t = [1, 2, 4], value_parser = count::<256>)]
     threads: Vec<usize>,
     /// Node counts (1-64), e.g. `2,4`.
-    #[arg(long, value_delimiter = ',', default_values_t = [3], value_parser = count::<64>)]
+    #[arg(long, num_args = 1.., value_delimiter = ',', default_values_t = [3], value_parser = count::<64>)]
     nodes: Vec<usize>,
     /// Seconds per configuration (more than 0, at most 3600; real time, `--backend soft`).
     #[arg(long, default_value_t = 1.0, value_parser = seconds)]

@@ -75,18 +75,18 @@ impl OpArg {
 #[derive(Args, Debug)]
 pub struct OpsArgs {
     /// Operations to measure.
-    #[arg(long, value_enum, value_delimiter = ',', default_values = ["put", "get", "rfaa", "rcas"])]
+    #[arg(long, value_enum, num_args = 1.., value_delimiter = ',', default_values = ["put", "get", "rfaa", "rcas"])]
     pub(crate) op: Vec<OpArg>,
     /// Backend.
     #[arg(long, value_enum, default_value = "soft")]
     pub(crate) backend: BenchBackend,
     /// Transfer sizes of put and get, bytes: multiples of 8 from 8 to 1048576 (1 MiB, the
     /// benchmark's buffers). Atomics are 8 bytes only.
-    #[arg(long, value_delimiter = ',', default_values_t = [8, 64, 4096, 65536, 1048576], value_parser = size)]
+    #[arg(long, num_args = 1.., value_delimiter = ',', default_values_t = [8, 64, 4096, 65536, 1048576], value_parser = size)]
     pub(crate) sizes: Vec<u64>,
     /// Requests outstanding per sample (1-128): post N, then wait for all; the figures are per
     /// request.
-    #[arg(long, value_delimiter = ',', default_values_t = [1, 16], value_parser = count::<MAX_OUTSTANDING>)]
+    #[arg(long, num_args = 1.., value_delimiter = ',', default_values_t = [1, 16], value_parser = count::<MAX_OUTSTANDING>)]
     pub(crate) outstanding: Vec<usize>,
     /// Measured samples per configuration (1-10000000).
     #[arg(long, default_value_t = 1000, value_parser = count::<MAX_ITERS>)]

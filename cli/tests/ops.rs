@@ -79,6 +79,43 @@ fn bench_ops_prints_one_json_object_per_configuration() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// The help shows list defaults separated by spaces (`[default: put get rfaa rcas]`), so lists
+/// are taken either way: `--op put get` as `--op put,get`.
+#[test]
+fn bench_ops_takes_lists_with_spaces_or_commas() {
+    let rows = |args: &[&str]| {
+        let mut all = vec!["bench", "ops", "--backend", "sim", "--iters", "5", "--json"];
+        all.extend_from_slice(args);
+        all.push("--no-plot");
+        json_lines(&loco(&all))
+            .iter()
+            .map(|v| {
+                (
+                    v["op"].to_string(),
+                    v["size"].clone(),
+                    v["outstanding"].clone(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let spaces = rows(&[
+        "--op",
+        "put",
+        "get",
+        "--sizes",
+        "8",
+        "64",
+        "--outstanding",
+        "1",
+        "2",
+    ]);
+    assert_eq!(spaces.len(), 2 * 2 * 2);
+    assert_eq!(
+        spaces,
+        rows(&["--op", "put,get", "--sizes", "8,64", "--outstanding", "1,2"])
+    );
+}
+
 #[test]
 fn bench_ops_on_the_simulator_is_deterministic() {
     let args = [
