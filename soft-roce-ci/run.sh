@@ -37,7 +37,8 @@
 #     its node id; it rejoins as a new incarnation, the survivors' old context reports the
 #     restart, and all three complete lock-protected increments that n0 finds all counted.
 #     ~1.5 min. $LOCO_SCENARIOS (space-separated function names) runs only some of these
-#     scenarios; LOCO_LITMUS_RUNS=0 skips the litmus runs;
+#     scenarios; LOCO_LITMUS_RUNS=0 skips the litmus runs; LOCO_VS_SIM=0 skips
+#     `loco bench locks --vs-sim` (the rxe profile's predictions beside rxe0's figures);
 #   - on a host without a device (VM path), first the `smoke` test on the host itself: it must
 #     fail, with the backend's explanation of how to get a device, not pass silently; and (as
 #     root) again with libibverbs masked: it must say what to install.
@@ -141,6 +142,14 @@ run_inside() {
             bad+=("loco doctor")
         fi
     fi
+    if [ -n "${LOCO_LITMUS_BIN:-}" ] && [ "${LOCO_VS_SIM:-1}" != 0 ]; then
+        if sim_vs_device; then
+            passed=$((passed + 1))
+        else
+            failed=$((failed + 1))
+            bad+=("loco bench locks --vs-sim")
+        fi
+    fi
     case ${LOCO_NO_DEVICE_CHECK:-skipped} in
         ok) passed=$((passed + 1)); echo "-- no-device check (on the host, before the VM): ok" ;;
         failed) failed=$((failed + 1)); bad+=("no-device check (on the host)") ;;
@@ -161,6 +170,29 @@ run_inside() {
         return 1
     fi
     echo "   ok"
+}
+
+# The simulator beside the device: `loco bench locks --backend verbs --vs-sim --profile rxe`
+# measures each lock on rxe0 and sets the rxe profile's prediction beside it, the profile
+# fitted to put + wait timed around each configuration (docs/simulation.md §3). Prints the
+# table for the log; it checks that every row has a prediction, not how close it is (timing
+# on a shared emulated VM swings too much for an assertion; `LOCO_VS_SIM=0` skips it).
+sim_vs_device() {
+    local t0 out rc
+    t0=$(now)
+    echo "-- loco bench locks --backend verbs --vs-sim --profile rxe --nodes 3 --threads 1,2 --secs 1"
+    set +e
+    out=$("$LOCO_LITMUS_BIN" bench locks --backend verbs --vs-sim --profile rxe --nodes 3 \
+        --threads 1,2 --secs 1 --no-plot 2>&1)
+    rc=$?
+    set -e
+    printf '%s\n' "$out" | sed 's/^/     /'
+    if [ "$rc" -eq 0 ] && [ "$(grep -c '%  *[0-9.]*  *[0-9.]*$' <<<"$out")" -eq 8 ]; then
+        echo "   loco bench locks --vs-sim: ok in $(elapsed "$t0") s"
+        return 0
+    fi
+    echo "   loco bench locks --vs-sim: FAILED (exit $rc, or not 8 predictions) in $(elapsed "$t0") s"
+    return 1
 }
 
 # The litmus runner on the device: every test of tests/litmus/ run for real on the verbs

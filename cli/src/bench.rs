@@ -25,6 +25,12 @@
 //!   about 9% wide) into a table on n0; n0's process prints the figures, the others print
 //!   nothing. `soft-roce-ci/cluster.sh -- loco bench locks --backend verbs ...` runs it with
 //!   one process per VM.
+//!
+//! `--vs-sim` (verbs, one process) sets every configuration beside the simulator's prediction:
+//! put + wait is timed on the device just before and after it, `--profile` is scaled to predict
+//! that round trip, and the same configuration is simulated for as long as it ran. The host's
+//! speed drifts during a run (on the emulated VM a put's round trip doubles from one minute to
+//! the next), so the fit is made per configuration, not once.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -160,9 +166,16 @@ pub struct LocksArgs {
     /// Simulated microseconds per configuration (`--backend sim`, 1-1000000).
     #[arg(long, default_value_t = 200, value_parser = count::<1_000_000>)]
     sim_us: usize,
-    /// Seed of the simulated runs (`--backend sim`).
+    /// Seed of the simulated runs (`--backend sim`, `--vs-sim`).
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// With `--backend verbs` in one process: set each configuration beside the simulator's
+    /// prediction of it. Put + wait is timed on the device (n0 to n1, 200 samples) just before
+    /// and after the configuration; `--profile` (give `rxe` for Soft-RoCE) is scaled so that
+    /// it predicts that round trip (the mean of the two medians), and the same configuration is
+    /// simulated for as long as it ran (`--secs`). Prints both throughputs and the error.
+    #[arg(long)]
+    vs_sim: bool,
     /// One JSON object per line and configuration instead of the table.
     #[arg(long)]
     json: bool,
@@ -201,6 +214,26 @@ struct Row {
     p99_us: f64,
     fairness: f64,
     net_ops_per_acquire: f64,
+    /// `--vs-sim`: the simulator's prediction of this configuration.
+    sim: Option<Prediction>,
+}
+
+/// The simulator's prediction of a configuration measured on a device (`--vs-sim`).
+#[derive(Clone, Copy, Debug)]
+struct Prediction {
+    /// The device's put + wait round trip around the configuration (µs, mean of two medians).
+    put_us: f64,
+    /// The factor the profile was scaled by to predict that round trip.
+    scale: f64,
+    /// The simulated throughput.
+    ops_per_sec: f64,
+}
+
+impl Prediction {
+    /// The prediction's error relative to what was measured (0.1: 10% too high).
+    fn error(&self, measured: f64) -> f64 {
+        self.ops_per_sec / measured - 1.0
+    }
 }
 
 impl Row {
@@ -233,6 +266,7 @@ impl Row {
             } else {
                 net as f64 / count as f64
             },
+            sim: None,
         }
     }
 }
@@ -260,6 +294,27 @@ struct Words {
 /// Runs `loco bench locks`.
 pub fn locks(args: &LocksArgs) -> Result<(), String> {
     let secs = Duration::from_secs_f64(args.secs);
+    if args.vs_sim {
+        if args.backend != BenchBackend::Verbs {
+            return Err(format!(
+                "--vs-sim sets a device's figures beside the simulator's: it needs --backend \
+                 verbs, not {}",
+                args.backend.name()
+            ));
+        }
+        if std::env::var_os("LOCO_NODE_ID").is_some() {
+            return Err(
+                "--vs-sim runs every node in this process over one device: unset \
+                        LOCO_NODE_ID (and LOCO_PEERS)"
+                    .into(),
+            );
+        }
+        if args.nodes.contains(&1) {
+            return Err(
+                "--vs-sim times put + wait from n0 to n1: give --nodes of 2 or more".into(),
+            );
+        }
+    }
     let configs: Vec<(LockArg, usize, usize)> = args
         .lock
         .iter()
@@ -286,6 +341,9 @@ pub fn locks(args: &LocksArgs) -> Result<(), String> {
         // `None`: another process of a spanning run prints this configuration.
         let row = match (args.backend, &spanning) {
             (BenchBackend::Verbs, Some(sp)) => measure_spanning(sp, lock, threads, secs),
+            (BenchBackend::Verbs, None) if args.vs_sim => {
+                vs_sim(args, lock, nodes, threads, secs).map(Some)
+            }
             (BenchBackend::Verbs, None) => verbs_single(nodes, 1 << 20)
                 .and_then(|c| measure_with(c, lock, nodes, threads, secs))
                 .map(Some),
@@ -320,6 +378,47 @@ pub fn locks(args: &LocksArgs) -> Result<(), String> {
         write_plot(&rows, args)?;
     }
     Ok(())
+}
+
+/// One configuration on a device in this process, and its prediction by the simulator with
+/// `--profile` fitted to the device's put + wait round trip around it (`--vs-sim`).
+fn vs_sim(
+    args: &LocksArgs,
+    lock: LockArg,
+    nodes: usize,
+    threads: usize,
+    secs: Duration,
+) -> Result<Row, String> {
+    let cluster = verbs_single(nodes, 1 << 20)?;
+    let before = put_round_trip(&cluster)?;
+    let mut row = measure_with(cluster.clone(), lock, nodes, threads, secs)?;
+    let after = put_round_trip(&cluster)?;
+    let put_us = (before + after) / 2.0;
+    let profile = args.profile.profile();
+    let predicted = profile.predict_put().as_secs_f64() * 1e6;
+    let scale = put_us / predicted;
+    let mut fitted = profile.scaled(scale);
+    fitted.name = format!("{}*{scale:.3}", fitted.name);
+    let sim = measure_sim(lock, nodes, threads, fitted, secs, args.seed)?;
+    row.sim = Some(Prediction {
+        put_us,
+        scale,
+        ops_per_sec: sim.ops_per_sec,
+    });
+    Ok(row)
+}
+
+/// The median put + wait round trip (µs) of 8 bytes from n0 to n1 on `cluster`, over 200
+/// samples after 20 unmeasured ones.
+fn put_round_trip(cluster: &Cluster) -> Result<f64, String> {
+    let b = crate::ops::Buffers::alloc(cluster, loco_rdmawait::WORD)?;
+    let ctx = cluster.context(NodeId(0)).map_err(|e| e.to_string())?;
+    let config = crate::ops::Config {
+        op: crate::ops::OpArg::Put,
+        size: loco_rdmawait::WORD,
+        outstanding: 1,
+    };
+    Ok(crate::ops::measure(&ctx, &b, config, 200, 20)?.p50_us)
 }
 
 /// Throughput against threads, one line per lock and node count, as SVG at `args.plot`.
@@ -358,7 +457,7 @@ fn profile_name(args: &LocksArgs) -> Option<String> {
 }
 
 fn json_row(r: &Row, args: &LocksArgs) -> serde_json::Value {
-    json!({
+    let mut v = json!({
         "lock": r.lock,
         "backend": args.backend.name(),
         "profile": profile_name(args),
@@ -369,7 +468,15 @@ fn json_row(r: &Row, args: &LocksArgs) -> serde_json::Value {
         "p99_us": r.p99_us,
         "fairness": r.fairness,
         "net_ops_per_acquire": r.net_ops_per_acquire,
-    })
+    });
+    if let Some(p) = r.sim {
+        v["put_us"] = json!(p.put_us);
+        v["sim_profile"] = json!(args.profile.profile().name);
+        v["sim_profile_scale"] = json!(p.scale);
+        v["sim_ops_per_sec"] = json!(p.ops_per_sec);
+        v["sim_error"] = json!(p.error(r.ops_per_sec));
+    }
+    v
 }
 
 fn table(rows: &[Row], args: &LocksArgs) -> String {
@@ -392,6 +499,35 @@ fn table(rows: &[Row], args: &LocksArgs) -> String {
             r.fairness,
             r.net_ops_per_acquire
         );
+    }
+    if rows.iter().any(|r| r.sim.is_some()) {
+        let _ = writeln!(
+            s,
+            "\nthe simulator's prediction ({}, fitted to the device's put + wait around each \
+             configuration):",
+            args.profile.profile().name
+        );
+        let _ = writeln!(
+            s,
+            "{:<14} {:>5} {:>7} {:>12} {:>12} {:>8} {:>9} {:>7}",
+            "lock", "nodes", "threads", "ops/s", "sim ops/s", "error", "put us", "scale"
+        );
+        for r in rows {
+            if let Some(p) = r.sim {
+                let _ = writeln!(
+                    s,
+                    "{:<14} {:>5} {:>7} {:>12.0} {:>12.0} {:>+7.0}% {:>9.1} {:>7.3}",
+                    r.lock,
+                    r.nodes,
+                    r.threads,
+                    r.ops_per_sec,
+                    p.ops_per_sec,
+                    p.error(r.ops_per_sec) * 100.0,
+                    p.put_us,
+                    p.scale
+                );
+            }
+        }
     }
     let backend = match (args.backend, profile_name(args)) {
         (_, Some(p)) => format!(

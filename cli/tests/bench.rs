@@ -208,3 +208,27 @@ fn a_closed_stdout_ends_the_bench_quietly() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(out.status.code(), Some(141), "{stderr}");
 }
+
+/// `--vs-sim` sets a device's figures beside the simulator's: on another backend, with one
+/// node (it times put + wait from n0 to n1) or across processes it says what is wrong.
+#[test]
+fn bench_locks_vs_sim_refuses_what_it_cannot_compare() {
+    for (args, says) in [
+        (&["--vs-sim"][..], "needs --backend verbs, not soft"),
+        (
+            &["--vs-sim", "--backend", "sim"],
+            "needs --backend verbs, not sim",
+        ),
+        (
+            &["--vs-sim", "--backend", "verbs", "--nodes", "1,2"],
+            "give --nodes of 2 or more",
+        ),
+    ] {
+        let mut all = vec!["bench", "locks", "--secs", "0.01", "--no-plot"];
+        all.extend_from_slice(args);
+        let out = loco(&all);
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
