@@ -26,9 +26,14 @@ pub(crate) const PAGE: usize = 4096;
 /// An owned, zeroed, page-aligned block of words, seen by Rust only as `&[AtomicU64]`.
 #[derive(Debug)]
 pub(crate) struct Words {
+    /// The first word: the first page boundary in the allocation.
     ptr: NonNull<AtomicU64>,
     len: usize,
+    /// The allocation: one page more than the block, at the allocator's smallest alignment.
+    base: NonNull<u8>,
     layout: Layout,
+    /// The block's size, whole pages.
+    bytes: usize,
 }
 
 // SAFETY: `Words` owns its block exclusively (like `Box<[AtomicU64]>`), and every access through
@@ -40,27 +45,53 @@ unsafe impl Sync for Words {}
 
 impl Words {
     /// Allocates `len` zeroed words (at least one page, rounded up to whole pages).
+    ///
+    /// Allocated as one page more than asked at a small alignment and aligned by hand, because
+    /// a page-aligned `alloc_zeroed` is an allocation followed by a `memset` of every page,
+    /// where a small-aligned one is `calloc`, whose large blocks are fresh pages the OS zeroes
+    /// on first touch: a soft-NIC cluster with gigabytes of node memory costs only what it
+    /// uses (it used to write every byte before the first operation).
     pub(crate) fn zeroed(len: usize) -> Result<Words> {
         let bytes = len
             .checked_mul(WORD as usize)
             .and_then(|b| b.max(1).checked_next_multiple_of(PAGE))
             .ok_or_else(|| too_big(len))?;
-        let layout = Layout::from_size_align(bytes, PAGE).map_err(|_| too_big(len))?;
-        // SAFETY: `layout` has a non-zero size (at least one page) and a power-of-two alignment.
+        let layout = bytes
+            .checked_add(PAGE)
+            .and_then(|size| Layout::from_size_align(size, 16).ok())
+            .ok_or_else(|| too_big(len))?;
+        // SAFETY: `layout` has a non-zero size (at least two pages) and a power-of-two alignment.
         let raw = unsafe { alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw.cast::<AtomicU64>()).ok_or_else(|| Error::Backend {
+        let base = NonNull::new(raw).ok_or_else(|| Error::Backend {
             backend: "verbs",
             message: format!("cannot allocate {bytes} bytes of registered memory"),
             source: None,
         })?;
-        Ok(Words { ptr, len, layout })
+        let skip = raw.align_offset(PAGE);
+        // `align_offset` may give up (`usize::MAX`) in const contexts only; never at run time
+        // for a `u8` pointer, but a block that would not fit is refused rather than trusted.
+        if skip >= PAGE {
+            // SAFETY: `raw` was just returned by `alloc_zeroed(layout)`.
+            unsafe { alloc::dealloc(raw, layout) };
+            return Err(too_big(len));
+        }
+        // SAFETY: `skip < PAGE`, so `raw + skip .. raw + skip + bytes` lies within the
+        // allocation of `bytes + PAGE` bytes; the result is non-null (inside a live allocation).
+        let ptr = unsafe { NonNull::new_unchecked(raw.add(skip).cast::<AtomicU64>()) };
+        Ok(Words {
+            ptr,
+            len,
+            base,
+            layout,
+            bytes,
+        })
     }
 
     /// The words.
     pub(crate) fn as_slice(&self) -> &[AtomicU64] {
-        // SAFETY: `ptr` points to `layout.size() >= len * 8` bytes, allocated zeroed (a valid
-        // `AtomicU64` bit pattern), aligned to a page (more than `AtomicU64` needs), owned by
-        // `self` and freed only in `drop`; the slice borrows `self`. Concurrent writes by a NIC
+        // SAFETY: `ptr` points to `bytes >= len * 8` bytes inside the allocation, allocated
+        // zeroed (a valid `AtomicU64` bit pattern), aligned to a page (more than `AtomicU64`
+        // needs), owned by `self` and freed only in `drop`; the slice borrows `self`. Concurrent writes by a NIC
         // are like writes by another thread through atomics: no `&mut` to the block ever exists.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
@@ -72,7 +103,7 @@ impl Words {
 
     /// Size of the block in bytes, as registered: the words, rounded up to whole pages.
     pub(crate) fn len_bytes(&self) -> usize {
-        self.layout.size()
+        self.bytes
     }
 
     /// Number of words.
@@ -83,10 +114,10 @@ impl Words {
 
 impl Drop for Words {
     fn drop(&mut self) {
-        // SAFETY: `ptr` was returned by `alloc_zeroed(self.layout)` and is freed only here. A
+        // SAFETY: `base` was returned by `alloc_zeroed(self.layout)` and is freed only here. A
         // registered block is owned by a `Registered`, which drops it only once its memory
         // region is deregistered (and leaks it otherwise), so no NIC accesses it afterwards.
-        unsafe { alloc::dealloc(self.ptr.as_ptr().cast(), self.layout) }
+        unsafe { alloc::dealloc(self.base.as_ptr(), self.layout) }
     }
 }
 

@@ -31,7 +31,21 @@ struct Placement(AtomicUsize);
 impl Object {
     /// Allocates `words` words and a node lock on `node` (or on the next node round-robin).
     pub(crate) fn new(cluster: &Cluster, node: Option<NodeId>, words: usize) -> Result<Object> {
-        let node = match node {
+        let node = Self::place(cluster, node)?;
+        let lock = NLock::new(cluster, node)?;
+        let words = cluster.alloc_words(node, words as u64)?;
+        Ok(Object {
+            id: NEXT_OBJECT.fetch_add(1, Ordering::Relaxed),
+            cluster: cluster.id(),
+            words,
+            lock,
+        })
+    }
+
+    /// The node an object goes on: `node` if given (it must exist), else the next one
+    /// round-robin.
+    pub(crate) fn place(cluster: &Cluster, node: Option<NodeId>) -> Result<NodeId> {
+        Ok(match node {
             Some(n) => {
                 cluster.check_node(n)?;
                 n
@@ -41,14 +55,6 @@ impl Object {
                 let i = p.0.fetch_add(1, Ordering::Relaxed);
                 NodeId((i % cluster.nodes()) as u16)
             }
-        };
-        let lock = NLock::new(cluster, node)?;
-        let words = cluster.alloc_words(node, words as u64)?;
-        Ok(Object {
-            id: NEXT_OBJECT.fetch_add(1, Ordering::Relaxed),
-            cluster: cluster.id(),
-            words,
-            lock,
         })
     }
 

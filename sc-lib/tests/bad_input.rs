@@ -208,3 +208,30 @@ fn words_outside_the_layout_are_refused() {
     c.quiesce().unwrap();
     assert!(map.peek(&c).unwrap().is_empty());
 }
+
+/// Edge sizes of the local structures: a map of no buckets holds nothing (and does not divide
+/// by zero), layout sizes saturate instead of overflowing, and a structure far larger than its
+/// node is refused with `OutOfMemory` before its layout is built in host memory (a queue of
+/// 2^40 slots used to abort the process allocating it).
+#[test]
+fn edge_sizes_are_refused_or_held() {
+    let mut empty = FixedHashMap::with_buckets(0);
+    assert_eq!(empty.apply(MapOp::Insert(1, 2)), loco_sc::MapRet::Full);
+    assert_eq!(empty.apply(MapOp::Get(1)), loco_sc::MapRet::Value(None));
+    assert_eq!(empty.apply(MapOp::Remove(1)), loco_sc::MapRet::Value(None));
+    assert_eq!(empty.apply(MapOp::Len), loco_sc::MapRet::Len(0));
+    assert_eq!(FixedHashMap::words_for(usize::MAX), usize::MAX);
+    assert_eq!(BoundedQueue::words_for(usize::MAX), usize::MAX);
+    let c = common::cluster(2, Schedule::Immediate);
+    let free = c.free_bytes(NodeId(1)).unwrap();
+    let e = PortedQueue::new_on(&c, NodeId(1), &BoundedQueue::new(1 << 40)).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Rdma(loco_rdmawait::Error::OutOfMemory { node: NodeId(1), free: f, .. }) if f == free
+        ),
+        "{e:?}"
+    );
+    // Nothing was taken from the node.
+    assert_eq!(c.free_bytes(NodeId(1)).unwrap(), free);
+}

@@ -130,9 +130,18 @@ impl SharedVar {
         &self.copies
     }
 
-    /// The copy on the calling thread's node.
+    /// The copy on the calling thread's node (a context of another cluster: `ForeignLocation`).
     pub fn local(&self, ctx: &Ctx) -> Result<Loc> {
+        self.check_cluster(ctx)?;
         self.copy(ctx.node())
+    }
+
+    /// Refuses a context of another cluster (the copies' indices are this cluster's nodes).
+    fn check_cluster(&self, ctx: &Ctx) -> Result<()> {
+        if let Some(c) = self.copies.first() {
+            ctx.cluster().check(c)?;
+        }
+        Ok(())
     }
 
     /// `load(s)`: CPU load of the local copy.
@@ -158,7 +167,10 @@ impl SharedVar {
         nodes: impl IntoIterator<Item = NodeId>,
         wid: WorkId,
     ) -> Result<()> {
+        // The own node's copy is the source: `local` checks that the context is of this
+        // cluster and its node has a copy.
         let me = ctx.node();
+        self.local(ctx)?;
         let nodes = nodes.into_iter().collect::<Vec<_>>();
         for &n in nodes.iter().filter(|&&n| n != me) {
             self.copy(n)?;

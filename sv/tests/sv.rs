@@ -35,6 +35,38 @@ fn smoke() -> Result<()> {
     Ok(())
 }
 
+/// A context of another cluster is refused with `ForeignLocation` (the copies are indexed by
+/// this cluster's nodes: a bigger cluster's node used to index past them and panic).
+#[test]
+fn a_context_of_another_cluster_is_refused() -> Result<()> {
+    let small = Cluster::builder()
+        .nodes(2)
+        .soft(Schedule::Threaded)
+        .build()?;
+    let big = Cluster::builder()
+        .nodes(3)
+        .soft(Schedule::Threaded)
+        .build()?;
+    let s = SharedVar::new(&small)?;
+    for node in [NodeId(0), NodeId(2)] {
+        let ctx = big.context(node)?;
+        let foreign = |r: Result<()>| {
+            let e = r.expect_err("a foreign context");
+            assert!(
+                matches!(
+                    e,
+                    loco_sv::Error::Rdma(loco_rdmawait::Error::ForeignLocation { .. })
+                ),
+                "{e}"
+            );
+        };
+        foreign(s.bcast(&ctx, big.node_ids(), D));
+        foreign(s.store(&ctx, 1));
+        foreign(s.load(&ctx).map(drop));
+    }
+    Ok(())
+}
+
 /// After `gf(N)` every earlier put and broadcast towards N has landed, under every schedule the
 /// chaos NIC picks, and on a device (no quiesce: memory is read directly).
 #[test]

@@ -74,7 +74,9 @@ pub enum MapRet {
 }
 
 impl FixedHashMap {
-    /// An empty map with `buckets` buckets (at most `buckets` entries).
+    /// An empty map with `buckets` buckets (at most `buckets` entries). A map of 0 buckets holds
+    /// nothing (every insert of a new key is [`MapRet::Full`]) and cannot be ported (its layout
+    /// has no words). The buckets are allocated at once, as `vec![None; buckets]` would.
     pub fn with_buckets(buckets: usize) -> Self {
         FixedHashMap {
             slots: vec![None; buckets],
@@ -82,9 +84,10 @@ impl FixedHashMap {
         }
     }
 
-    /// The layout size of a map with `buckets` buckets, in words.
+    /// The layout size of a map with `buckets` buckets, in words (`usize::MAX` if that does
+    /// not fit a `usize`: no node has that much memory).
     pub fn words_for(buckets: usize) -> usize {
-        buckets * BUCKET
+        buckets.saturating_mul(BUCKET)
     }
 
     /// The number of buckets.
@@ -119,8 +122,12 @@ impl FixedHashMap {
     }
 }
 
-/// The home bucket of `key` (Fibonacci hashing: the same in every process).
+/// The home bucket of `key` (Fibonacci hashing: the same in every process); 0 in a map of no
+/// buckets, where every probe sequence is empty (a new key is [`MapRet::Full`]).
 fn home(key: u64, buckets: usize) -> usize {
+    if buckets == 0 {
+        return 0;
+    }
     let h = key.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     ((h >> 32) % buckets as u64) as usize
 }

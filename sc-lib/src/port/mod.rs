@@ -471,10 +471,23 @@ impl<S: Sequential> Ported<S> {
         if n == 0 {
             return Err(LayoutError::Empty.into());
         }
+        // The node's memory is checked before the layout is built in host memory: a layout far
+        // larger than the node would otherwise cost its size in this process first.
+        let node = Object::place(cluster, node)?;
+        let free = cluster.free_bytes(node)?;
+        let bytes = (n as u64).saturating_mul(loco_rdmawait::WORD);
+        if bytes > free {
+            return Err(loco_rdmawait::Error::OutOfMemory {
+                node,
+                requested: bytes,
+                free,
+            }
+            .into());
+        }
         let mut words = vec![0; n];
         initial.encode(&mut words)?;
         S::decode(&words)?; // a layout the structure cannot read back is no layout
-        let obj = Object::new(cluster, node, n)?;
+        let obj = Object::new(cluster, Some(node), n)?;
         for (i, w) in words.iter().enumerate() {
             if *w != 0 {
                 cluster.poke(&obj.words.word(i as u64)?, *w)?;

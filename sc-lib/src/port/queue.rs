@@ -65,13 +65,16 @@ impl BoundedQueue {
     pub fn new(capacity: usize) -> Self {
         BoundedQueue {
             capacity,
-            items: VecDeque::with_capacity(capacity),
+            // Grown as values are pushed: a large capacity costs nothing until it is used (a
+            // queue made only to be ported, say, whose memory check must come first).
+            items: VecDeque::with_capacity(capacity.min(64)),
         }
     }
 
-    /// The layout size of a queue of `capacity` slots, in words.
+    /// The layout size of a queue of `capacity` slots, in words (`usize::MAX` if that does not
+    /// fit a `usize`: no node has that much memory).
     pub fn words_for(capacity: usize) -> usize {
-        HEADER + capacity
+        capacity.saturating_add(HEADER)
     }
 
     /// The number of slots.
