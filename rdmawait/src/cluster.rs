@@ -43,6 +43,16 @@ pub struct Cluster {
     inner: Arc<Inner>,
 }
 
+/// A cluster's private memory ([`Cluster::alloc_private`]): the blocks handed out, and those
+/// given back for reuse.
+#[derive(Debug, Default)]
+struct Private {
+    /// Blocks handed out and not given back: length by (node, offset).
+    live: HashMap<(NodeId, u64), u64>,
+    /// Blocks given back: offsets by (node, length).
+    free: HashMap<(NodeId, u64), Vec<u64>>,
+}
+
 #[derive(Debug)]
 struct Inner {
     id: u32,
@@ -53,8 +63,9 @@ struct Inner {
     /// Per node: (next free byte from the bottom, first used byte of the private region at the
     /// top).
     next: Mutex<Vec<(u64, u64)>>,
-    /// Private memory given back ([`Cluster::free_private`]): offsets by (node, length).
-    free_private: Mutex<HashMap<(NodeId, u64), Vec<u64>>>,
+    /// Private memory handed out and given back ([`Cluster::alloc_private`],
+    /// [`Cluster::free_private`]).
+    private: Mutex<Private>,
     timeout: Duration,
     extensions: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
     /// Set by [`Cluster::shutdown`]: loops of the layers above (lock spins) check it.
@@ -323,7 +334,7 @@ impl Cluster {
                 backend,
                 sizes,
                 next: Mutex::new(sizes_for_next),
-                free_private: Mutex::new(HashMap::new()),
+                private: Mutex::new(Private::default()),
                 timeout,
                 extensions: Mutex::new(HashMap::new()),
                 shut_down: std::sync::atomic::AtomicBool::new(false),
@@ -400,19 +411,33 @@ impl Cluster {
         if let Some(len) = bytes.div_ceil(WORD).checked_mul(WORD).filter(|&l| l > 0) {
             let reused = self
                 .inner
-                .free_private
+                .private
                 .lock()
+                .free
                 .get_mut(&(node, len))
                 .and_then(Vec::pop);
             if let Some(at) = reused {
                 let loc = Loc::new(self.inner.id, node, at, len);
-                for k in 0..len / WORD {
-                    self.poke(&loc.word(k)?, 0)?;
+                let zeroed = (0..len / WORD).try_for_each(|k| self.poke(&loc.word(k)?, 0));
+                let mut private = self.inner.private.lock();
+                if let Err(e) = zeroed {
+                    // Not handed out: back on the free list for a later try.
+                    private.free.entry((node, len)).or_default().push(at);
+                    return Err(e);
                 }
+                private.live.insert((node, at), len);
                 return Ok(loc);
             }
         }
-        self.alloc_in(node, bytes, true)
+        let loc = self.alloc_in(node, bytes, true)?;
+        if !loc.is_empty() {
+            self.inner
+                .private
+                .lock()
+                .live
+                .insert((node, loc.offset()), loc.len());
+        }
+        Ok(loc)
     }
 
     /// Gives private memory (from [`Cluster::alloc_private`]) back, for a later `alloc_private`
@@ -421,6 +446,10 @@ impl Cluster {
     /// dropped with nothing in flight. Only private memory of this process's own nodes is
     /// reused (it is zeroed on reuse, which needs local access); other memory given back (shared
     /// memory from [`Cluster::alloc`], another process's node) is ignored.
+    ///
+    /// A private location that is not a whole block `alloc_private` handed out and not yet given
+    /// back (a second free of it, or a part of a block) is refused with
+    /// [`Error::NotAPrivateBlock`]: taking it back would hand the same words out twice.
     pub fn free_private(&self, loc: Loc) -> Result<()> {
         self.check(&loc)?;
         let private_from = self.inner.next.lock()[loc.node().index()].1;
@@ -428,9 +457,18 @@ impl Cluster {
             && !loc.is_empty()
             && self.inner.backend.is_local(loc.node())
         {
-            self.inner
-                .free_private
-                .lock()
+            let mut private = self.inner.private.lock();
+            let key = (loc.node(), loc.offset());
+            if private.live.get(&key) != Some(&loc.len()) {
+                return Err(Error::NotAPrivateBlock {
+                    node: loc.node(),
+                    offset: loc.offset(),
+                    len: loc.len(),
+                });
+            }
+            private.live.remove(&key);
+            private
+                .free
                 .entry((loc.node(), loc.len()))
                 .or_default()
                 .push(loc.offset());

@@ -71,6 +71,20 @@ pub enum Error {
         /// Cluster it was used with.
         cluster: u32,
     },
+    /// [`Cluster::free_private`](crate::Cluster::free_private) was given private memory that is
+    /// not a whole block handed out by `alloc_private` and not given back yet.
+    #[error(
+        "free_private: {len} bytes at offset {offset} of {node} are not a block alloc_private \
+         handed out and not given back yet (a second free, or a part of a block)"
+    )]
+    NotAPrivateBlock {
+        /// Node of the location.
+        node: NodeId,
+        /// Its offset.
+        offset: u64,
+        /// Its length in bytes.
+        len: u64,
+    },
     /// A node's registered memory is exhausted.
     #[error("out of registered memory on {node}: asked for {requested} bytes, {free} free")]
     OutOfMemory {

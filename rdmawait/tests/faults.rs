@@ -467,3 +467,35 @@ fn free_private_ignores_what_is_not_private() {
     c.free_private(p).unwrap();
     assert_eq!(c.alloc_private(N0, 8).unwrap(), p);
 }
+
+/// A private location that is not a live block is refused, and nothing is handed out twice: a
+/// second free of a block, and a word of a live block, used to go on the free list, and the next
+/// two allocations then shared a word.
+#[test]
+fn free_private_refuses_a_second_free_and_a_part_of_a_block() {
+    let c = Cluster::builder()
+        .nodes(2)
+        .memory_per_node(256)
+        .build()
+        .unwrap();
+    let refused = |r: Result<(), Error>| {
+        assert!(matches!(r, Err(Error::NotAPrivateBlock { .. })), "{r:?}");
+    };
+    let p = c.alloc_private(N0, 8).unwrap();
+    c.free_private(p).unwrap();
+    refused(c.free_private(p));
+    let (a, b) = (
+        c.alloc_private(N0, 8).unwrap(),
+        c.alloc_private(N0, 8).unwrap(),
+    );
+    assert_ne!(a, b, "one word handed out twice");
+    let big = c.alloc_private(N0, 16).unwrap();
+    refused(c.free_private(big.word(1).unwrap()));
+    refused(c.free_private(big.word(0).unwrap()));
+    let next = c.alloc_private(N0, 8).unwrap();
+    assert!(next.offset() + 8 <= big.offset() || next.offset() >= big.offset() + 16);
+    // The whole block goes back, once.
+    c.free_private(big).unwrap();
+    refused(c.free_private(big));
+    assert_eq!(c.alloc_private(N0, 16).unwrap(), big);
+}
