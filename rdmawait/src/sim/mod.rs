@@ -570,8 +570,9 @@ where
             .context(node)
             .map_err(|e| format!("opening a context on {node}: {e}"))
             .and_then(|ctx| f(&ctx).map_err(|e| e.to_string()));
-        // An error after the thread's own node crashed is the crash, not a failure.
-        let crashed = r.is_err() && !cluster.is_alive(node);
+        // An error after the thread's own node crashed is the crash, not a failure (a node
+        // that does not exist did not crash: that is the thread's error).
+        let crashed = r.is_err() && cluster.check_node(node).is_ok() && !cluster.is_alive(node);
         let (end, r) = match r {
             Ok(()) => (Ok(()), Ok(())),
             Err(message) if crashed => (
@@ -777,6 +778,14 @@ where
     .map(Arc::new)
     .map_err(|e| setup(e.to_string()))?;
     let cluster = Cluster::with_backend(Box::new(soft.clone()), config.timeout);
+    for fault in &config.faults {
+        let node = match *fault {
+            Fault::Crash { node, .. } | Fault::Partition { node, .. } => node,
+        };
+        cluster
+            .check_node(node)
+            .map_err(|e| setup(format!("a fault of the plan: {e}")))?;
+    }
     let sched = Arc::new(Sched::new(
         seed,
         config.strategy,
