@@ -168,8 +168,8 @@ enum Litmus {
         /// Soft NIC schedule (with `--backend soft`).
         #[arg(long, value_enum, default_value_t = ScheduleArg::Chaos)]
         schedule: ScheduleArg,
-        /// Runs per test.
-        #[arg(long, default_value_t = 1000)]
+        /// Runs per test (at least 1).
+        #[arg(long, default_value_t = 1000, value_parser = at_least_one)]
         runs: usize,
         /// Seed of the first run (run i uses seed + i).
         #[arg(long, default_value_t = 0)]
@@ -183,7 +183,8 @@ enum Litmus {
         /// On OS threads (chaos, threaded, verbs): before each statement a thread makes up to
         /// this many extra CPU loads of a private word (a seeded number) and sometimes yields,
         /// so that the threads interleave in more ways. Changes no outcome; 0 is off.
-        #[arg(long, default_value_t = loco_litmus::run::DEFAULT_NOISE)]
+        #[arg(long, default_value_t = loco_litmus::run::DEFAULT_NOISE,
+              value_parser = clap::value_parser!(u32).range(0..=loco_litmus::run::MAX_NOISE as i64))]
         noise: u32,
         /// Test files (.litmus).
         #[arg(required = true)]
@@ -283,6 +284,15 @@ enum ScheduleArg {
     Sim,
 }
 
+/// A count of at least 1 (command-line parser): `--runs 0` would run nothing and report that
+/// no forbidden outcome was seen.
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err("expected a whole number of at least 1".into()),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -351,10 +361,16 @@ fn litmus(cmd: Litmus) -> Status {
 
 /// Prints an error with its chain of causes.
 fn report(e: &dyn std::error::Error) {
-    eprint!("error: {e}");
+    let mut said = e.to_string();
+    eprint!("error: {said}");
     let mut src = e.source();
     while let Some(s) = src {
-        eprint!(": {s}");
+        // An error that shows its source in its own message is not repeated.
+        let text = s.to_string();
+        if !said.contains(&text) {
+            eprint!(": {text}");
+            said.push_str(&text);
+        }
         src = s.source();
     }
     eprintln!();

@@ -1,3 +1,5 @@
+// A lock that cannot be taken within 0 ns (deterministic under the simulator): an error
+// of the run, reported once, and not as a panic.
 //! The `loco litmus` command over the project's litmus tests (`tests/litmus/*.litmus` at the
 //! repository root: a new file there is a new test).
 
@@ -413,4 +415,47 @@ fn run_on_soft_long() {
         assert_eq!(r["exists_seen"], r["expect"] == "allowed", "{r:#}");
     }
     assert!(out.status.success());
+}
+
+/// `loco litmus run` refuses counts that cannot work (`--runs 0` ran nothing and reported no
+/// forbidden outcome; `--noise` beyond 1000 made a run unstoppable), and its errors say what
+/// happened once: an error is not called a panic, and a message is not repeated by its cause.
+#[test]
+fn run_refuses_bad_counts_and_reports_errors_once() {
+    let file = |name: &str| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/litmus/{name}.litmus"))
+    };
+    for args in [
+        &["litmus", "run", "--runs", "0"][..],
+        &["litmus", "run", "--noise", "1001"],
+        &["litmus", "run", "--noise", "4294967295"],
+    ] {
+        let out = loco(args, &[file("fig5-sb-put-gf")]);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
+    // A lock that cannot be taken within 0 ns: an error of the run, reported once.
+    let out = loco(
+        &["litmus", "run", "--runs", "2", "--timeout", "0"],
+        &[file("fig8e-slock")],
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches("not acquired within").count(), 1, "{err}");
+    let out = loco(
+        &[
+            "litmus",
+            "run",
+            "--schedule",
+            "sim",
+            "--runs",
+            "2",
+            "--timeout",
+            "0",
+        ],
+        &[file("nlock-giveup-two")],
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches("not acquired within").count(), 1, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
 }

@@ -80,6 +80,10 @@ pub struct RunConfig {
 
 /// Default [`RunConfig::noise`].
 pub const DEFAULT_NOISE: u32 = 4;
+/// Largest [`RunConfig::noise`] that has an effect (larger values are taken as this): more
+/// extra loads per statement would only slow a run down, and a run's deadline cannot stop a
+/// thread in the middle of its noise.
+pub const MAX_NOISE: u32 = 1000;
 
 impl Default for RunConfig {
     fn default() -> Self {
@@ -139,6 +143,10 @@ pub enum RunError {
     /// A test thread panicked.
     #[error("thread {0} panicked")]
     Panicked(String),
+    /// A simulated run failed other than by a panic (`--schedule sim`): an error of a thread,
+    /// a deadlock, the step budget; the simulator's report, with the seed to replay it.
+    #[error("{0}")]
+    Simulation(String),
     /// The OS refused a thread.
     #[error("cannot spawn a thread")]
     Spawn(#[source] std::io::Error),
@@ -414,7 +422,7 @@ fn sim_once(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Outcome, RunError
             }
             let mut regs = Vec::new();
             for (h, r) in handles {
-                h.join().map_err(|e| RunError::Panicked(e.to_string()))?;
+                h.join().map_err(|e| RunError::Simulation(e.to_string()))?;
                 regs.push(std::mem::take(
                     &mut *r.lock().unwrap_or_else(|p| p.into_inner()),
                 ));
@@ -438,14 +446,15 @@ fn sim_once(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Outcome, RunError
         }
     }
     match res {
-        Ok(_) => Err(RunError::Panicked(
+        Ok(_) => Err(RunError::Simulation(
             "the simulated run ended without an outcome".into(),
         )),
         Err(f) if f.kind() == sim::FailureKind::Budget => Err(RunError::Stalled {
             seed,
             after: SIM_TIMEOUT,
         }),
-        Err(f) => Err(RunError::Panicked(f.report())),
+        Err(f) if f.kind() == sim::FailureKind::Panic => Err(RunError::Panicked(f.report())),
+        Err(f) => Err(RunError::Simulation(f.report())),
     }
 }
 
@@ -646,7 +655,7 @@ fn thread_body(test: &Test, t: usize, ctx: &Ctx, env: &Env) -> Result<Vec<u64>, 
     let noise = if loco_rdmawait::clock::simulated() {
         0
     } else {
-        env.noise
+        env.noise.min(MAX_NOISE)
     };
     let level = next() % (u64::from(noise) + 1);
     if level > 0 {
