@@ -294,6 +294,7 @@ struct Words {
 /// Runs `loco bench locks`.
 pub fn locks(args: &LocksArgs) -> Result<(), String> {
     let secs = Duration::from_secs_f64(args.secs);
+    crate::plot::check_target(&args.plot, args.no_plot)?;
     if args.vs_sim {
         if args.backend != BenchBackend::Verbs {
             return Err(format!(
@@ -816,9 +817,12 @@ fn locked<R: RawLock + 'static>(
 pub(crate) fn progress(len: usize) -> ProgressBar {
     let bar = ProgressBar::new(len as u64);
     bar.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
+        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed}]")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
+    // Redrawn every second, so that a long configuration (hundreds of simulated threads over
+    // dozens of nodes can take minutes) still shows it is running.
+    bar.enable_steady_tick(Duration::from_secs(1));
     bar
 }
 

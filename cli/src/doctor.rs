@@ -17,10 +17,11 @@ use serde_json::{json, Value};
 #[derive(Args, Debug)]
 pub struct DoctorArgs {
     /// Peers whose rendezvous ports to try, `host:port` comma-separated (default: LOCO_PEERS).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = peer)]
     peers: Vec<String>,
-    /// Nodes this process hosts, for the locked-memory check (default: 1 with peers, else 2).
-    #[arg(long)]
+    /// Nodes this process hosts, for the locked-memory check (1-65535; default: 1 with peers,
+    /// else 2).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=65535))]
     nodes: Option<u64>,
     /// Registered memory per node in bytes, for the locked-memory check (default: 1 MiB, the
     /// cluster builder's default).
@@ -32,6 +33,15 @@ pub struct DoctorArgs {
     /// One JSON object: the checks and the devices found.
     #[arg(long)]
     json: bool,
+}
+
+/// A peer of `--peers` (command-line parser): not empty (`--peers a:1,,b:2` has a hole).
+fn peer(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Err("an empty peer: expected host:port entries separated by commas".into());
+    }
+    Ok(s.to_string())
 }
 
 /// A check's verdict.

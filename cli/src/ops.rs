@@ -301,6 +301,7 @@ pub fn ops(args: &OpsArgs) -> Result<(), String> {
             args.backend.name()
         ));
     }
+    crate::plot::check_target(&args.plot, args.no_plot)?;
     let configs = configs(args);
     let bar = crate::bench::progress(configs.len());
     let rows = match args.backend {

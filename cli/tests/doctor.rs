@@ -100,3 +100,23 @@ fn text_output_names_every_check_and_the_fixes() {
         "{text}"
     );
 }
+
+/// Options that describe no cluster are command-line errors (exit 2), not a passing check: no
+/// nodes, more than a cluster can have, an empty entry in the peer list.
+#[test]
+fn impossible_options_are_refused() {
+    for args in [
+        &["--nodes", "0"][..],
+        &["--nodes", "65536"],
+        &["--peers", ",,,"],
+        &["--peers", "127.0.0.1:1,,127.0.0.1:2"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_loco"))
+            .arg("doctor")
+            .args(args)
+            .output()
+            .expect("runs loco");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(!out.stderr.is_empty(), "{args:?}");
+    }
+}

@@ -433,14 +433,8 @@ fn run_refuses_bad_counts_and_reports_errors_once() {
         let out = loco(args, &[file("fig5-sb-put-gf")]);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
     }
-    // A lock that cannot be taken within 0 ns: an error of the run, reported once.
-    let out = loco(
-        &["litmus", "run", "--runs", "2", "--timeout", "0"],
-        &[file("fig8e-slock")],
-    );
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.matches("not acquired within").count(), 1, "{err}");
+    // A lock that cannot be taken within 0 ns (deterministic under the simulator): an error
+    // of the run, reported once, and not as a panic.
     let out = loco(
         &[
             "litmus",

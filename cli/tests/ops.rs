@@ -228,3 +228,21 @@ fn vs_perftest_across_hosts_wants_two_processes() {
     assert!(err.contains(want) && !err.contains("panicked"), "{err}");
     assert!(out.stdout.is_empty());
 }
+
+/// A plot that cannot be written is reported before anything is measured (it used to be found
+/// out after every configuration had run).
+#[test]
+fn an_unwritable_plot_is_refused_at_once() {
+    for bench in ["ops", "locks"] {
+        for plot in ["/nonexistent-loco-dir/x.svg", "/"] {
+            let out = loco(&["bench", bench, "--plot", plot]);
+            assert!(!out.status.success(), "{bench} {plot}");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains("cannot write the plot"),
+                "{bench} {plot}: {err}"
+            );
+            assert!(out.stdout.is_empty(), "{bench} {plot}: measured first");
+        }
+    }
+}
