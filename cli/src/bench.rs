@@ -27,10 +27,11 @@
 //!   one process per VM.
 //!
 //! `--vs-sim` (verbs, one process) sets every configuration beside the simulator's prediction:
-//! put + wait is timed on the device just before and after it, `--profile` is scaled to predict
-//! that round trip, and the same configuration is simulated for as long as it ran. The host's
-//! speed drifts during a run (on the emulated VM a put's round trip doubles from one minute to
-//! the next), so the fit is made per configuration, not once.
+//! the requests of an uncontended lock cycle are timed on the device just before and after it
+//! (the yardstick, [`mix`]), `--profile` is scaled so that the simulator takes as long for the
+//! same requests, and the same configuration is simulated for as long as it ran. The host's
+//! speed drifts during a run (on the emulated VM by half from one minute to the next), so the
+//! fit is made per configuration, not once.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -170,10 +171,11 @@ pub struct LocksArgs {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// With `--backend verbs` in one process: set each configuration beside the simulator's
-    /// prediction of it. Put + wait is timed on the device (n0 to n1, 200 samples) just before
-    /// and after the configuration; `--profile` (give `rxe` for Soft-RoCE) is scaled so that
-    /// it predicts that round trip (the mean of the two medians), and the same configuration is
-    /// simulated for as long as it ran (`--secs`). Prints both throughputs and the error.
+    /// prediction of it. The requests of an uncontended lock cycle (put, rFAA, get, wait; two
+    /// puts, rCAS, wait; n0 to n1, 100 times) are timed on the device just before and after
+    /// the configuration; `--profile` (give `rxe` for Soft-RoCE) is scaled so that the
+    /// simulator takes as long for them, and the same configuration is simulated for as long
+    /// as it ran (`--secs`). Prints both throughputs and the error.
     #[arg(long)]
     vs_sim: bool,
     /// One JSON object per line and configuration instead of the table.
@@ -221,9 +223,10 @@ struct Row {
 /// The simulator's prediction of a configuration measured on a device (`--vs-sim`).
 #[derive(Clone, Copy, Debug)]
 struct Prediction {
-    /// The device's put + wait round trip around the configuration (µs, mean of two medians).
-    put_us: f64,
-    /// The factor the profile was scaled by to predict that round trip.
+    /// The yardstick's time on the device around the configuration (µs, mean of the two
+    /// means; see [`mix`]).
+    mix_us: f64,
+    /// The factor the profile was scaled by to predict the yardstick's time.
     scale: f64,
     /// The simulated throughput.
     ops_per_sec: f64,
@@ -311,9 +314,7 @@ pub fn locks(args: &LocksArgs) -> Result<(), String> {
             );
         }
         if args.nodes.contains(&1) {
-            return Err(
-                "--vs-sim times put + wait from n0 to n1: give --nodes of 2 or more".into(),
-            );
+            return Err("--vs-sim times requests from n0 to n1: give --nodes of 2 or more".into());
         }
     }
     let configs: Vec<(LockArg, usize, usize)> = args
@@ -382,7 +383,8 @@ pub fn locks(args: &LocksArgs) -> Result<(), String> {
 }
 
 /// One configuration on a device in this process, and its prediction by the simulator with
-/// `--profile` fitted to the device's put + wait round trip around it (`--vs-sim`).
+/// `--profile` fitted to the time of a lock cycle's requests ([`mix`]) on the device around it
+/// (`--vs-sim`).
 fn vs_sim(
     args: &LocksArgs,
     lock: LockArg,
@@ -391,35 +393,87 @@ fn vs_sim(
     secs: Duration,
 ) -> Result<Row, String> {
     let cluster = verbs_single(nodes, 1 << 20)?;
-    let before = put_round_trip(&cluster)?;
+    let before = mix_time(&cluster)?;
     let mut row = measure_with(cluster.clone(), lock, nodes, threads, secs)?;
-    let after = put_round_trip(&cluster)?;
-    let put_us = (before + after) / 2.0;
+    let after = mix_time(&cluster)?;
+    let mix_us = (before + after) / 2.0;
     let profile = args.profile.profile();
-    let predicted = profile.predict_put().as_secs_f64() * 1e6;
-    let scale = put_us / predicted;
+    let simulated = simulated_mix_time(&profile, nodes, args.seed)?;
+    let scale = mix_us / simulated;
     let mut fitted = profile.scaled(scale);
     fitted.name = format!("{}*{scale:.3}", fitted.name);
     let sim = measure_sim(lock, nodes, threads, fitted, secs, args.seed)?;
     row.sim = Some(Prediction {
-        put_us,
+        mix_us,
         scale,
         ops_per_sec: sim.ops_per_sec,
     });
     Ok(row)
 }
 
-/// The median put + wait round trip (µs) of 8 bytes from n0 to n1 on `cluster`, over 200
-/// samples after 20 unmeasured ones.
-fn put_round_trip(cluster: &Cluster) -> Result<f64, String> {
-    let b = crate::ops::Buffers::alloc(cluster, loco_rdmawait::WORD)?;
+/// Samples of the yardstick timed by [`mix_time`] (after [`MIX_WARMUP`] unmeasured ones).
+const MIX_SAMPLES: usize = 100;
+const MIX_WARMUP: usize = 10;
+
+/// The yardstick `--vs-sim` fits a profile with, from n0 to n1: the requests of an uncontended
+/// lock cycle (a put, an rFAA and a get, then a wait; two puts and an rCAS, then a wait).
+/// Not a single put + wait: on the emulated VM a lone round trip swings between two speeds
+/// (24 and 42 µs, minutes apart) that requests in a row do not follow.
+fn mix(ctx: &Ctx, remote: &[Loc; 3], local: &[Loc; 2]) -> Result<(), loco_rdmawait::Error> {
+    ctx.put(&remote[0], &local[0], D)?;
+    ctx.rfaa(&remote[1], 1, &local[1], D)?;
+    ctx.get(&local[1], &remote[2], D)?;
+    ctx.wait(D)?;
+    ctx.put(&remote[0], &local[0], D)?;
+    ctx.put(&remote[2], &local[0], D)?;
+    ctx.rcas(&remote[1], 0, 0, &local[1], D)?;
+    ctx.wait(D)
+}
+
+/// The mean time of [`mix`] on `cluster` (µs), from a new context on n0.
+fn mix_time(cluster: &Cluster) -> Result<f64, String> {
     let ctx = cluster.context(NodeId(0)).map_err(|e| e.to_string())?;
-    let config = crate::ops::Config {
-        op: crate::ops::OpArg::Put,
-        size: loco_rdmawait::WORD,
-        outstanding: 1,
-    };
-    Ok(crate::ops::measure(&ctx, &b, config, 200, 20)?.p50_us)
+    mix_time_on(cluster, &ctx)
+}
+
+/// The mean time of [`mix`] from `ctx` (on n0), real or simulated ([`loco_rdmawait::clock`]).
+fn mix_time_on(cluster: &Cluster, ctx: &Ctx) -> Result<f64, String> {
+    let s = |e: loco_rdmawait::Error| e.to_string();
+    let word = |n: u16| cluster.alloc_word(NodeId(n)).map_err(s);
+    let remote = [word(1)?, word(1)?, word(1)?];
+    let local = [word(0)?, word(0)?];
+    for _ in 0..MIX_WARMUP {
+        mix(ctx, &remote, &local).map_err(s)?;
+    }
+    let t0 = loco_rdmawait::clock::now();
+    for _ in 0..MIX_SAMPLES {
+        mix(ctx, &remote, &local).map_err(s)?;
+    }
+    let t = loco_rdmawait::clock::now().saturating_duration_since(t0);
+    Ok(t.as_secs_f64() * 1e6 / MIX_SAMPLES as f64)
+}
+
+/// [`mix_time`] under the simulator with `profile` (µs of simulated time).
+fn simulated_mix_time(profile: &Profile, nodes: usize, seed: u64) -> Result<f64, String> {
+    let out: Arc<Mutex<Option<f64>>> = Arc::default();
+    let o = out.clone();
+    let config = sim::Config::new(nodes)
+        .profile(profile.clone())
+        .memory_per_node(1 << 20)
+        .max_steps(u64::MAX);
+    sim::replay(config, seed, move |c: &Cluster| {
+        let (o, c2) = (o.clone(), c.clone());
+        sim::spawn(c, NodeId(0), move |ctx: &Ctx| -> Result<(), String> {
+            *o.lock().unwrap_or_else(|p| p.into_inner()) = Some(mix_time_on(&c2, ctx)?);
+            Ok(())
+        })
+        .join()
+        .map_err(|e| e.to_string())
+    })
+    .map_err(|e| e.report())?;
+    let t = out.lock().unwrap_or_else(|p| p.into_inner()).take();
+    t.filter(|&t| t > 0.0)
+        .ok_or_else(|| "the simulated yardstick took no time".to_string())
 }
 
 /// Throughput against threads, one line per lock and node count, as SVG at `args.plot`.
@@ -471,7 +525,7 @@ fn json_row(r: &Row, args: &LocksArgs) -> serde_json::Value {
         "net_ops_per_acquire": r.net_ops_per_acquire,
     });
     if let Some(p) = r.sim {
-        v["put_us"] = json!(p.put_us);
+        v["mix_us"] = json!(p.mix_us);
         v["sim_profile"] = json!(args.profile.profile().name);
         v["sim_profile_scale"] = json!(p.scale);
         v["sim_ops_per_sec"] = json!(p.ops_per_sec);
@@ -504,14 +558,14 @@ fn table(rows: &[Row], args: &LocksArgs) -> String {
     if rows.iter().any(|r| r.sim.is_some()) {
         let _ = writeln!(
             s,
-            "\nthe simulator's prediction ({}, fitted to the device's put + wait around each \
-             configuration):",
+            "\nthe simulator's prediction ({}, fitted to the time of a lock cycle's requests on the \
+             device around each configuration):",
             args.profile.profile().name
         );
         let _ = writeln!(
             s,
             "{:<14} {:>5} {:>7} {:>12} {:>12} {:>8} {:>9} {:>7}",
-            "lock", "nodes", "threads", "ops/s", "sim ops/s", "error", "put us", "scale"
+            "lock", "nodes", "threads", "ops/s", "sim ops/s", "error", "mix us", "scale"
         );
         for r in rows {
             if let Some(p) = r.sim {
@@ -524,7 +578,7 @@ fn table(rows: &[Row], args: &LocksArgs) -> String {
                     r.ops_per_sec,
                     p.ops_per_sec,
                     p.error(r.ops_per_sec) * 100.0,
-                    p.put_us,
+                    p.mix_us,
                     p.scale
                 );
             }
