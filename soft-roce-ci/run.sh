@@ -110,6 +110,17 @@ run_inside() {
                 ;;
         esac
     done <"$list"
+    # One step of the suite: runs "$@", counted as passed or failed under the name $1.
+    step() {
+        local name=$1
+        shift
+        if "$@"; then
+            passed=$((passed + 1))
+        else
+            failed=$((failed + 1))
+            bad+=("$name")
+        fi
+    }
     if [ "$example" != - ]; then
         # Once per bootstrap: queue pairs connected over the TCP rendezvous, then by rdma_cm.
         local bootstrap
@@ -117,38 +128,18 @@ run_inside() {
             echo "== multi-process scenarios with LOCO_BOOTSTRAP=$bootstrap"
             for scenario in ${LOCO_SCENARIOS:-example_totals example_killed_peer example_kv_service \
                 fault_faa_wait fault_critical_section fault_gf fault_silent fault_rejoin}; do
-                if LOCO_BOOTSTRAP=$bootstrap "$scenario" "$example"; then
-                    passed=$((passed + 1))
-                else
-                    failed=$((failed + 1))
-                    bad+=("$scenario ($bootstrap)")
-                fi
+                LOCO_BOOTSTRAP=$bootstrap step "$scenario ($bootstrap)" "$scenario" "$example"
             done
         done
     fi
     if [ -n "${LOCO_LITMUS_BIN:-}" ] && [ "${LOCO_LITMUS_RUNS:-20}" != 0 ]; then
-        if litmus_on_device; then
-            passed=$((passed + 1))
-        else
-            failed=$((failed + 1))
-            bad+=("loco litmus run --backend verbs")
-        fi
+        step "loco litmus run --backend verbs" litmus_on_device
     fi
     if [ -n "${LOCO_LITMUS_BIN:-}" ] && [ "${LOCO_DOCTOR:-1}" != 0 ]; then
-        if doctor_on_device; then
-            passed=$((passed + 1))
-        else
-            failed=$((failed + 1))
-            bad+=("loco doctor")
-        fi
+        step "loco doctor" doctor_on_device
     fi
     if [ -n "${LOCO_LITMUS_BIN:-}" ] && [ "${LOCO_VS_SIM:-1}" != 0 ]; then
-        if sim_vs_device; then
-            passed=$((passed + 1))
-        else
-            failed=$((failed + 1))
-            bad+=("loco bench locks --vs-sim")
-        fi
+        step "loco bench locks --vs-sim" sim_vs_device
     fi
     case ${LOCO_NO_DEVICE_CHECK:-skipped} in
         ok) passed=$((passed + 1)); echo "-- no-device check (on the host, before the VM): ok" ;;
