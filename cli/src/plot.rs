@@ -167,6 +167,34 @@ pub fn svg(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> Stri
     s
 }
 
+/// Checks, before a benchmark runs, that its plot can be written at `path` (its directory
+/// exists and is a directory), so that a typo in `--plot` is reported at once, not after every
+/// configuration was measured. Skipped with `--no-plot`.
+pub(crate) fn check_target(path: &std::path::Path, no_plot: bool) -> Result<(), String> {
+    if no_plot {
+        return Ok(());
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(format!(
+            "cannot write the plot to {}: {} is not a directory (give another --plot, or \
+             --no-plot)",
+            path.display(),
+            dir.display()
+        ));
+    }
+    if path.is_dir() {
+        return Err(format!(
+            "cannot write the plot to {}: it is a directory (give a file name, or --no-plot)",
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,32 +238,4 @@ mod tests {
             assert!(!s.contains("NaN") && !s.contains("inf"), "{s}");
         }
     }
-}
-
-/// Checks, before a benchmark runs, that its plot can be written at `path` (its directory
-/// exists and is a directory), so that a typo in `--plot` is reported at once, not after every
-/// configuration was measured. Skipped with `--no-plot`.
-pub(crate) fn check_target(path: &std::path::Path, no_plot: bool) -> Result<(), String> {
-    if no_plot {
-        return Ok(());
-    }
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => std::path::Path::new("."),
-    };
-    if !dir.is_dir() {
-        return Err(format!(
-            "cannot write the plot to {}: {} is not a directory (give another --plot, or \
-             --no-plot)",
-            path.display(),
-            dir.display()
-        ));
-    }
-    if path.is_dir() {
-        return Err(format!(
-            "cannot write the plot to {}: it is a directory (give a file name, or --no-plot)",
-            path.display()
-        ));
-    }
-    Ok(())
 }
