@@ -756,3 +756,65 @@ fn a_one_at_a_time_device_serialises_requests() {
     };
     assert!(elapsed(none, 2) > Duration::ZERO);
 }
+
+/// Under a profile whose device runs on the threads' CPUs (`spin_share`, rxe), a thread
+/// spinning on local memory slows other threads' requests: it holds a lane. Without the share
+/// (hardware NICs), it does not. Simulated time, no jitter: exact comparisons.
+#[test]
+fn a_thread_spinning_on_local_memory_takes_device_time_under_spin_share() {
+    use std::sync::{Arc, Mutex};
+    let run = |spin_share: f64, spin: bool| -> Duration {
+        let p = sim::Profile {
+            jitter: 0.0,
+            spin_share,
+            ..sim::Profile::rxe()
+        };
+        let out = Arc::new(Mutex::new(Duration::ZERO));
+        let o = out.clone();
+        sim::replay(Config::new(3).profile(p), 1, move |c: &Cluster| {
+            let flag = c.alloc_word(NodeId(0))?;
+            let (src, one) = (c.alloc_word(NodeId(1))?, c.alloc_word(NodeId(1))?);
+            let dst = c.alloc_word(NodeId(2))?;
+            c.poke(&one, 1)?;
+            let spinner = spin.then(|| {
+                sim::spawn(c, NodeId(0), move |ctx: &Ctx| -> Result<(), BoxError> {
+                    while ctx.load(&flag)? == 0 {
+                        loco_rdmawait::clock::pause();
+                    }
+                    Ok(())
+                })
+            });
+            let o = o.clone();
+            let worker = sim::spawn(c, NodeId(1), move |ctx: &Ctx| -> Result<(), BoxError> {
+                let d = WorkId::new(1);
+                let t0 = sim::now();
+                for _ in 0..10 {
+                    ctx.put(&dst, &src, d)?;
+                    ctx.wait(d)?;
+                }
+                *o.lock().unwrap() = sim::now() - t0;
+                ctx.put(&flag, &one, d)?;
+                ctx.wait(d)?;
+                Ok(())
+            });
+            worker.join()?;
+            if let Some(s) = spinner {
+                s.join()?;
+            }
+            Ok::<(), BoxError>(())
+        })
+        .unwrap_or_else(|f| panic!("{}", f.report()));
+        let t = *out.lock().unwrap();
+        t
+    };
+    let (alone, beside) = (run(1.0, false), run(1.0, true));
+    assert!(
+        beside > alone,
+        "{beside:?} beside a spinner, {alone:?} alone"
+    );
+    assert_eq!(
+        run(0.0, true),
+        run(0.0, false),
+        "no share: the spinner costs nothing"
+    );
+}

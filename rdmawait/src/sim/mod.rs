@@ -798,6 +798,9 @@ where
     if config.profile.is_some() {
         let s = soft.clone();
         sched.set_nic(Box::new(move |node| s.next_write_due(node)));
+        if let Some(n) = soft.spinners() {
+            sched.set_spinners(n);
+        }
     }
     if explorer.is_some() {
         let s = soft.clone();

@@ -98,6 +98,16 @@ pub struct Profile {
     /// thread's one after the other (the VM's CPUs, for rxe); 1 to 1024 (other values are
     /// taken as the nearest).
     pub device_lanes: usize,
+    /// The share of a device lane that a thread spinning on local memory takes (0 to 1; other
+    /// values are taken as the nearest). Where the NIC is software on the same CPUs as the
+    /// threads (rxe in a VM: its lanes are the VM's vCPUs), a waiter spinning on its node's
+    /// memory (a weak or strong lock's waiter) occupies a CPU the device needs, where one
+    /// waiting in remote reads or CASes (a node lock's, a spinlock's) runs device work itself.
+    /// With `s` threads spinning when a request starts, the device has
+    /// `max(1, lanes - spin_share × s)` lanes' worth of time, and the request holds it
+    /// `lanes / that` times longer. `rxe`: 1 (a spinning thread takes a whole vCPU;
+    /// docs/simulation.md §3 has the figures); 0 (no effect) for hardware NICs.
+    pub spin_share: f64,
 }
 
 impl Profile {
@@ -136,6 +146,7 @@ impl Profile {
             device_get: Duration::ZERO,
             device_rmw: Duration::ZERO,
             device_lanes: 1,
+            spin_share: 0.0,
         }
     }
 
@@ -167,6 +178,7 @@ impl Profile {
             device_get: Duration::from_micros(160),
             device_rmw: Duration::from_micros(89),
             device_lanes: 2,
+            spin_share: 1.0,
         }
     }
 
@@ -198,6 +210,7 @@ impl Profile {
             device_get: f(self.device_get),
             device_rmw: f(self.device_rmw),
             device_lanes: self.device_lanes,
+            spin_share: self.spin_share,
         }
     }
 

@@ -202,6 +202,9 @@ struct Thread {
     /// Whether the thread posted since its last pause (then its spin polls remote memory, and
     /// its pause is not stretched).
     posted: bool,
+    /// Under a profile: the thread is in a spin loop on local memory (its last pause was a
+    /// local one and it has only loaded since), counted for [`super::Profile::spin_share`].
+    local_spin: bool,
 }
 
 /// The scheduler's state.
@@ -235,6 +238,27 @@ struct State {
     explore: Option<Arc<Explorer>>,
     /// [`Sched::pick_among`]'s buffer of runnable threads.
     runnable: Vec<usize>,
+    /// Under a profile: how many threads spin on local memory now (their `local_spin`), for
+    /// the NIC's device model ([`super::Profile::spin_share`]).
+    spinners: Option<Arc<std::sync::atomic::AtomicUsize>>,
+}
+
+impl State {
+    /// Sets whether thread `i` is in a spin loop on local memory, keeping the count of them.
+    fn set_local_spin(&mut self, i: usize, on: bool) {
+        let th = &mut self.threads[i];
+        if th.local_spin == on {
+            return;
+        }
+        th.local_spin = on;
+        if let Some(n) = &self.spinners {
+            if on {
+                n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            } else {
+                n.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 /// What injects a fault into the simulated cluster.
@@ -347,6 +371,7 @@ impl Sched {
                 profile,
                 explore,
                 runnable: Vec::new(),
+                spinners: None,
             }),
             cv: Condvar::new(),
             base: Instant::now(),
@@ -414,6 +439,11 @@ impl Sched {
         *self.nic.lock().unwrap_or_else(|p| p.into_inner()) = Some(next);
     }
 
+    /// Where a timed run counts the threads spinning on local memory (the NIC reads it).
+    pub(super) fn set_spinners(&self, n: Arc<std::sync::atomic::AtomicUsize>) {
+        self.lock().spinners = Some(n);
+    }
+
     /// What an exhaustive search calls at a spin loop's pause to let the NIC catch up.
     pub(super) fn set_drain(&self, drain: Drain) {
         *self.drain.lock().unwrap_or_else(|p| p.into_inner()) = Some(drain);
@@ -434,6 +464,7 @@ impl Sched {
             prio,
             clock,
             spinning: false,
+            local_spin: false,
             posted: false,
         });
         st.threads.len() - 1
@@ -802,6 +833,13 @@ impl Handle {
             if let Some(u) = until {
                 th.clock = th.clock.max(u);
             }
+            // A spin loop is loads and pauses: it goes on through its loads.
+            let spin = match op {
+                Op::Pause => until.is_some(),
+                Op::Load { .. } => th.local_spin,
+                _ => false,
+            };
+            st.set_local_spin(self.me, spin);
         }
         if st.plan.front().is_some_and(|&(at, _)| at <= st.steps) {
             drop(st);
@@ -953,6 +991,7 @@ impl Handle {
         if st.aborted.is_none() {
             Sched::record(&mut st, self.me, Op::End);
         }
+        st.set_local_spin(self.me, false);
         st.threads[self.me].status = Status::Done;
         let me = self.me;
         let now = st.now;

@@ -579,6 +579,9 @@ struct Timing {
     /// its next request.
     /// One entry per lane ([`Profile::device_lanes`]).
     device_free: Vec<Duration>,
+    /// Threads spinning on local memory now (counted by the simulator's scheduler), which take
+    /// device time under [`Profile::spin_share`].
+    spinners: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// `d` multiplied by a factor drawn uniformly from `1 ± j` (`j` capped at 1; none when it is
@@ -610,6 +613,19 @@ impl Timing {
             .enumerate()
             .min_by_key(|&(_, t)| t)
             .unwrap_or((0, Duration::ZERO))
+    }
+
+    /// A request's device time, stretched by the lane time spinning threads take
+    /// ([`Profile::spin_share`]).
+    fn stretched(&self, busy: Duration) -> Duration {
+        let share = self.profile.spin_share;
+        if busy.is_zero() || share.is_nan() || share <= 0.0 {
+            return busy;
+        }
+        let spinners = self.spinners.load(std::sync::atomic::Ordering::Relaxed) as f64;
+        let lanes = self.device_free.len() as f64;
+        let left = (lanes - share.min(1.0) * spinners).max(1.0);
+        crate::sim::profile::mul_saturating(busy, lanes / left)
     }
 
     /// One-way latency from `from` to `to`.
@@ -690,6 +706,7 @@ impl Timing {
                     WorkRequest::Read { .. } => p.device_get,
                     WorkRequest::CompareSwap { .. } | WorkRequest::FetchAdd { .. } => p.device_rmw,
                 };
+                let busy = self.stretched(busy);
                 if !busy.is_zero() {
                     let (lane, _) = self.device_lane();
                     self.device_free[lane] = at.saturating_add(busy);
@@ -908,8 +925,15 @@ impl Chaos {
             inbound_free: vec![Duration::ZERO; nodes],
             outbound_free: vec![Duration::ZERO; nodes],
             device_free: vec![Duration::ZERO; lanes],
+            spinners: Arc::default(),
         });
         c
+    }
+
+    /// Under a profile: the count of threads spinning on local memory, for the scheduler to
+    /// keep.
+    pub(super) fn spinners(&self) -> Option<Arc<std::sync::atomic::AtomicUsize>> {
+        self.lock().timing.as_ref().map(|t| t.spinners.clone())
     }
 
     pub(super) fn open(this: &Arc<Chaos>, node: usize) -> ChaosNic {

@@ -432,6 +432,15 @@ impl SoftBackend {
         }
     }
 
+    /// Under a profile: the count of threads spinning on local memory the device model reads
+    /// ([`crate::sim::Profile::spin_share`]), kept by the simulator's scheduler.
+    pub(crate) fn spinners(&self) -> Option<Arc<std::sync::atomic::AtomicUsize>> {
+        match &self.engine {
+            Engine::Chaos(c) => c.spinners(),
+            _ => None,
+        }
+    }
+
     /// A `Chaos`-like cluster whose NIC steps are timed by `profile` and taken in the order they
     /// fall due ([`crate::sim::Profile`]); only for simulated runs, whose clock it reads.
     pub(crate) fn timed(
