@@ -338,13 +338,15 @@ pub fn locks(args: &LocksArgs) -> Result<(), String> {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
     let mut rows = Vec::new();
+    // `--vs-sim`: the yardstick's simulated time, per node count (deterministic: once each).
+    let mut yardsticks = std::collections::HashMap::new();
     for (lock, nodes, threads) in configs {
         bar.set_message(format!("{} n={nodes} t={threads}", lock.name()));
         // `None`: another process of a spanning run prints this configuration.
         let row = match (args.backend, &spanning) {
             (BenchBackend::Verbs, Some(sp)) => measure_spanning(sp, lock, threads, secs),
             (BenchBackend::Verbs, None) if args.vs_sim => {
-                vs_sim(args, lock, nodes, threads, secs).map(Some)
+                vs_sim(args, lock, nodes, threads, secs, &mut yardsticks).map(Some)
             }
             (BenchBackend::Verbs, None) => verbs_single(nodes, 1 << 20)
                 .and_then(|c| measure_with(c, lock, nodes, threads, secs))
@@ -384,25 +386,37 @@ pub fn locks(args: &LocksArgs) -> Result<(), String> {
 
 /// One configuration on a device in this process, and its prediction by the simulator with
 /// `--profile` fitted to the time of a lock cycle's requests ([`mix`]) on the device around it
-/// (`--vs-sim`).
+/// (`--vs-sim`). `yardsticks` keeps the yardstick's simulated time per node count.
 fn vs_sim(
     args: &LocksArgs,
     lock: LockArg,
     nodes: usize,
     threads: usize,
     secs: Duration,
+    yardsticks: &mut std::collections::HashMap<usize, f64>,
 ) -> Result<Row, String> {
     let cluster = verbs_single(nodes, 1 << 20)?;
     let before = mix_time(&cluster)?;
     let mut row = measure_with(cluster.clone(), lock, nodes, threads, secs)?;
     let after = mix_time(&cluster)?;
     let mix_us = (before + after) / 2.0;
-    let profile = args.profile.profile();
-    let simulated = simulated_mix_time(&profile, nodes, args.seed)?;
+    let simulated = match yardsticks.get(&nodes) {
+        Some(&t) => t,
+        None => {
+            let t = simulated_mix_time(&args.profile.profile(), nodes, args.seed)?;
+            yardsticks.insert(nodes, t);
+            t
+        }
+    };
     let scale = mix_us / simulated;
-    let mut fitted = profile.scaled(scale);
-    fitted.name = format!("{}*{scale:.3}", fitted.name);
-    let sim = measure_sim(lock, nodes, threads, fitted, secs, args.seed)?;
+    let sim = measure_sim(
+        lock,
+        nodes,
+        threads,
+        args.profile.scaled(scale),
+        secs,
+        args.seed,
+    )?;
     row.sim = Some(Prediction {
         mix_us,
         scale,
