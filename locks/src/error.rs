@@ -49,6 +49,13 @@ pub enum Error {
         /// The ticket that was skipped.
         ticket: u64,
     },
+    /// The calling thread handed its hold to another thread of its node (a local handover,
+    /// [`Lock::set_cohort`](crate::Lock::set_cohort)), which still holds it: its `waiting` slot
+    /// names that hold until it is released on the network, so the thread cannot take a ticket
+    /// of its own through the raw lock meanwhile. Acquire through the [`Lock`](crate::Lock)
+    /// handle, which queues it behind its node's holder.
+    #[error("this thread's hold was handed to another thread of its node, which still holds it")]
+    HandedOff,
     /// A lock was created with room for no thread.
     #[error("a lock needs room for at least one thread")]
     NoThreads,

@@ -22,7 +22,7 @@ use crate::run::{Run, Spinner};
 use crate::thread::{
     next_lock_id, thread_lock, Deadline, Home, Pace, Spin, ThreadLock, WaitSlots, WAIT_SLOTS,
 };
-use crate::{Error, RawLock, Result};
+use crate::{Error, Hold, RawLock, Result};
 
 /// How often a stalled waiter looks for an abandoned or dead ticket (a round trip to n, plus one
 /// per dead node).
@@ -396,13 +396,36 @@ impl RawNLock {
         let w = self.words(&me)?;
         let d = Deadline::after(self.cluster.timeout());
         // The value of `rel` that let this hold in: the ticket, and the poison bit it came with.
-        let raw = if me.poisoned.get() { t | POISON } else { t };
+        let raw = if me.poisoned.get() || me.carried_poison.get() {
+            t | POISON
+        } else {
+            t
+        };
         protocol::nlock_release(&mut self.run(ctx, &me, &d), &w, t, raw, poison)?;
-        me.held.set(None);
-        me.poisoned.set(false);
+        me.end_hold();
         me.unreaped.set(true);
         tracing::trace!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = t, poison, "nlock released");
         Ok(())
+    }
+
+    /// A local handover ([`protocol::nlock_hand_off`]: `gf([n])`).
+    fn hand_off_now(&self, ctx: &Ctx) -> Result<Option<Hold>> {
+        let me = self.me(ctx)?;
+        let t = me.held.get().ok_or(Error::NotHeld)?;
+        self.home.check_release(&self.cluster, &me)?;
+        let d = Deadline::after(self.cluster.timeout());
+        let fence = loco_sv::gf_words(ctx, &[])?;
+        protocol::nlock_hand_off(&mut self.run(ctx, &me, &d), &fence, self.node())?;
+        let poison = me.poisoned.get() || me.carried_poison.get();
+        let pin = me.hand_off();
+        tracing::trace!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = t, "nlock handed off");
+        Ok(Some(Hold {
+            lock: self.id,
+            node: ctx.node(),
+            ticket: t,
+            poison,
+            pin,
+        }))
     }
 
     /// Reaps this thread's release CAS, so that its words can be recycled.
@@ -466,6 +489,26 @@ impl RawLock for RawNLock {
     fn hand_over_locally(&self, ctx: &Ctx) -> Result<()> {
         ctx.rfence(self.node())?;
         Ok(())
+    }
+
+    fn prepare(&self, ctx: &Ctx) -> Result<()> {
+        Self::check_not_held(&*self.me(ctx)?)
+    }
+
+    fn hand_off(&self, ctx: &Ctx) -> Result<Option<Hold>> {
+        self.hand_off_now(ctx)
+    }
+
+    fn take_over(&self, ctx: &Ctx, hold: Hold) -> Result<u64> {
+        let me = self.me(ctx)?;
+        if hold.lock != self.id || hold.node != ctx.node() {
+            return Err(Error::NotHeld);
+        }
+        Self::check_not_held(&me)?;
+        self.home.check(&self.cluster)?;
+        me.take_over(hold.ticket, hold.pin, hold.poison);
+        tracing::trace!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = hold.ticket, "nlock taken over");
+        Ok(hold.ticket)
     }
 }
 

@@ -339,6 +339,40 @@ pub fn slock_release<M: Machine>(
     wlock_release(m, mine, nodes, t, poison)
 }
 
+/// The weak lock's **local handover**: the holder passes its hold, unreleased, to another
+/// thread of its node (a cohort, `Lock::set_cohort`), which enters without a network acquire.
+/// `wait(WL_REL)` retires the hold's announcement. A weak release publishes only the CPU
+/// accesses of the critical section (Fig. 8a); between threads of one node they travel through
+/// the node's memory, and the crate fences the CPU (`mfence`) before the next thread is let in.
+pub fn wlock_hand_off<M: Machine>(m: &mut M) -> Result<(), M::Error> {
+    m.wait(WL_REL)
+}
+
+/// The strong lock's local handover: `gf(nodes)`, then [`wlock_hand_off`]. The next holder's
+/// operations travel on its own queue pairs, which nothing orders after the holder's, so every
+/// operation of the critical section must have completed first (Fig. 8e), as at a release.
+pub fn slock_hand_off<M: Machine>(
+    m: &mut M,
+    fence: &GfWords<M::Word>,
+    nodes: &[NodeId],
+) -> Result<(), M::Error> {
+    gf(m, fence, nodes)?;
+    wlock_hand_off(m)
+}
+
+/// The node lock's local handover on node `n`: `gf([n])`, then `wait(NL_REL)` (the hold's
+/// announcement). The network release needs only `rfence(n)`, because its CAS and the next
+/// holder's read of `rel` order the rest; a local successor reads n on its own queue pairs, so
+/// the critical section's operations towards n must have completed before it enters (Fig. 8f).
+pub fn nlock_hand_off<M: Machine>(
+    m: &mut M,
+    fence: &GfWords<M::Word>,
+    n: NodeId,
+) -> Result<(), M::Error> {
+    gf(m, fence, &[n])?;
+    m.wait(NL_REL)
+}
+
 /// A node lock's words as one thread uses them.
 #[derive(Clone, Copy, Debug)]
 pub struct NLockWords<W> {

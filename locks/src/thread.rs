@@ -40,10 +40,7 @@ impl Home {
     /// [`Home::check`] before a release by `me`: if the home restarted, the hold went with its
     /// words, so it ends here (writing the release now would corrupt the fresh lock).
     pub(crate) fn check_release(&self, cluster: &Cluster, me: &ThreadLock) -> Result<()> {
-        self.check(cluster).inspect_err(|_| {
-            me.held.set(None);
-            me.poisoned.set(false);
-        })
+        self.check(cluster).inspect_err(|_| me.end_hold())
     }
 
     /// `PeerDead` naming the home if it restarted since the lock was made.
@@ -147,6 +144,71 @@ impl WaitSlots {
     }
 }
 
+/// A `waiting` slot that announces a hold its owner handed to another context of its node (a
+/// local handover, [`Lock::set_cohort`](crate::Lock::set_cohort)). The hold's ticket stays
+/// named there until the hold is released on the network, even if the owner's context goes
+/// first: a waiter that finds no live slot claiming the ticket it is stalled at would skip it
+/// while a thread of the cohort is inside.
+#[derive(Debug)]
+pub(crate) struct Pin {
+    node: NodeId,
+    slot: u64,
+    slots: Arc<WaitSlots>,
+    state: Mutex<PinState>,
+}
+
+#[derive(Debug, Default)]
+struct PinState {
+    /// The hold was released on the network (or is gone): the slot may change.
+    released: bool,
+    /// The owner's context went, its writes into the slot landed: the slot goes back to the
+    /// pool at the release.
+    orphaned: bool,
+}
+
+impl Pin {
+    fn state(&self) -> std::sync::MutexGuard<'_, PinState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the hold the slot names has been released.
+    pub(crate) fn is_released(&self) -> bool {
+        self.state().released
+    }
+
+    /// The hold was released on the network: if its owner's context went meanwhile, the slot
+    /// goes back to the pool now.
+    fn release(&self) {
+        let mut s = self.state();
+        s.released = true;
+        if s.orphaned {
+            self.slots.give(self.node, self.slot);
+        }
+    }
+
+    /// The owner's context goes, with its writes into the slot landed: the slot goes back at
+    /// the release (now, if that has happened).
+    fn orphan(&self) {
+        let mut s = self.state();
+        if s.released {
+            self.slots.give(self.node, self.slot);
+        } else {
+            s.orphaned = true;
+        }
+    }
+}
+
+/// The hold's end of a [`Pin`], carried from context to context with the hold: dropped when
+/// the hold is released on the network (or lost with its node), which unpins the slot.
+#[derive(Debug)]
+pub(crate) struct PinRef(Arc<Pin>);
+
+impl Drop for PinRef {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
 /// What a lock does with a thread's state when its context is dropped (the weak lock hands its
 /// `rel` slot back).
 pub(crate) trait OnDrop: std::fmt::Debug {
@@ -208,6 +270,15 @@ pub(crate) struct ThreadLock {
     /// A buffer for reading every node's `waiting` slots ([`ThreadLock::claims`]), made when
     /// needed.
     scan: Cell<Option<Loc>>,
+    /// The thread's slot announces a hold it handed to another context of its node, until
+    /// that hold is released on the network.
+    pin: RefCell<Option<Arc<Pin>>>,
+    /// The pin of the hold this thread took over from another context of its node (its
+    /// announcement is that context's slot): released with the hold, passed on with it.
+    carried: RefCell<Option<PinRef>>,
+    /// A node lock's hold taken over: whether the value of `rel` it entered on had the poison
+    /// bit (the release's CAS expects it; the holder is not told, its predecessor finished).
+    pub(crate) carried_poison: Cell<bool>,
     cluster: loco_rdmawait::Cluster,
 }
 
@@ -253,8 +324,55 @@ impl ThreadLock {
             slot_landed: Cell::new(true),
             wait_slots: None,
             scan: Cell::new(None),
+            pin: RefCell::new(None),
+            carried: RefCell::new(None),
+            carried_poison: Cell::new(false),
             cluster: ctx.cluster().clone(),
         })
+    }
+
+    /// The thread's hold ends (released, or gone with its lock's node): what it carried goes.
+    pub(crate) fn end_hold(&self) {
+        self.held.set(None);
+        self.poisoned.set(false);
+        self.carried_poison.set(false);
+        drop(self.carried.borrow_mut().take());
+    }
+
+    /// The thread hands its hold to another context of its node: the pin that keeps the
+    /// hold's announcement in place goes with it (the one it carried, or a new one on its own
+    /// slot; none for the shared slot, whose claims count as live anyway). Its own hold ends.
+    pub(crate) fn hand_off(&self) -> Option<PinRef> {
+        let carried = self.carried.borrow_mut().take();
+        let pin = carried.or_else(|| {
+            let slots = self.wait_slots.as_ref()?;
+            let slot = self.wait_slot.get().filter(|s| *s < WAIT_SLOTS - 1)?;
+            let pin = Arc::new(Pin {
+                node: self.word.node(),
+                slot,
+                slots: slots.clone(),
+                state: Mutex::default(),
+            });
+            *self.pin.borrow_mut() = Some(pin.clone());
+            Some(PinRef(pin))
+        });
+        self.held.set(None);
+        self.poisoned.set(false);
+        self.carried_poison.set(false);
+        pin
+    }
+
+    /// The thread takes over a hold of ticket `t` from another context of its node.
+    pub(crate) fn take_over(&self, t: u64, pin: Option<PinRef>, poison: bool) {
+        self.held.set(Some(t));
+        self.poisoned.set(false);
+        self.carried_poison.set(poison);
+        *self.carried.borrow_mut() = pin;
+    }
+
+    /// Whether the thread's slot still announces a hold it handed over.
+    fn pinned(&self) -> bool {
+        self.pin.borrow().as_ref().is_some_and(|p| !p.is_released())
     }
 
     /// This thread announces its waits in a slot of its own, taken from `slots`.
@@ -334,8 +452,10 @@ impl ThreadLock {
         let Some(w) = self.slot_word.get() else {
             return true;
         };
+        // A pinned slot keeps naming the hold it announced: only read back.
+        let pinned = self.pinned();
         let landed = || -> Result<()> {
-            if self.wait_slot.get().is_some_and(|s| s < WAIT_SLOTS - 1) {
+            if !pinned && self.wait_slot.get().is_some_and(|s| s < WAIT_SLOTS - 1) {
                 self.put_slot(ctx, &w, IDLE, LAND)?;
             }
             // The read's value is not used: `scratch` goes back only if the context settles.
@@ -361,6 +481,10 @@ impl ThreadLock {
     /// [`TAKING`] or names the ticket it took (waiting or holding); see [`ThreadLock::claims`].
     /// `wid` is the acquire's work id: the ticket's wait reaps the put.
     pub(crate) fn claim(&self, ctx: &Ctx, waiting: &Loc, wid: WorkId) -> Result<()> {
+        if self.pinned() {
+            return Err(Error::HandedOff);
+        }
+        *self.pin.borrow_mut() = None;
         let w = self.waiting_word(waiting)?;
         self.put_slot(ctx, &w, TAKING, wid)?;
         // In flight until the ticket's wait: the slot and words are not recycled before.
@@ -515,8 +639,15 @@ impl Drop for ThreadLock {
         if !settled && (dirty || self.unreaped.get()) {
             return; // leaked, which is safe
         }
+        let pin = self.pin.borrow_mut().take();
         if let (Some(slot), Some(slots)) = (self.wait_slot.get(), &self.wait_slots) {
-            if self.slot_landed.get() {
+            if let Some(pin) = pin.filter(|p| !p.is_released()) {
+                // It names a hold another context of this node holds now: it goes back when
+                // that hold is released (kept for good if our last write may not have landed).
+                if self.slot_landed.get() {
+                    pin.orphan();
+                }
+            } else if self.slot_landed.get() {
                 slots.give(self.word.node(), slot);
             } else {
                 // A write of ours into it may still be on its way: kept (leaked), which is safe.

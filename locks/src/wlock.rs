@@ -24,7 +24,7 @@ use crate::run::{Run, Spinner};
 use crate::thread::{
     next_lock_id, thread_lock, Deadline, Home, OnDrop, Spin, ThreadLock, WaitSlots, WAIT_SLOTS,
 };
-use crate::{Error, RawLock, Result};
+use crate::{Error, Hold, RawLock, Result};
 
 /// How often a stalled waiter looks for an abandoned ticket (a round trip to the ticket node).
 const LOOK_EVERY: Duration = Duration::from_millis(1);
@@ -626,10 +626,47 @@ impl RawWLock {
         } else {
             protocol::wlock_release(&mut run, mine, &nodes, t, poison)?;
         }
-        me.held.set(None);
-        me.poisoned.set(false);
+        me.end_hold();
         tracing::trace!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = t, poison, strong, "wlock released");
         Ok(())
+    }
+
+    /// A local handover ([`protocol::wlock_hand_off`], or with `strong`
+    /// [`protocol::slock_hand_off`]: a global fence over the live nodes first).
+    fn hand_off_with(&self, ctx: &Ctx, strong: bool) -> Result<Option<Hold>> {
+        let me = self.me(ctx)?;
+        let t = me.held.get().ok_or(Error::NotHeld)?;
+        self.home.check_release(&self.cluster, &me)?;
+        let d = Deadline::after(self.cluster.timeout());
+        let mut run = self.run(ctx, &me, &d);
+        if strong {
+            let fence = loco_sv::gf_words(ctx, &[])?;
+            protocol::slock_hand_off(&mut run, &fence, &self.live_nodes())?;
+        } else {
+            protocol::wlock_hand_off(&mut run)?;
+        }
+        let pin = me.hand_off();
+        tracing::trace!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = t, strong, "wlock handed off");
+        Ok(Some(Hold {
+            lock: self.id,
+            node: ctx.node(),
+            ticket: t,
+            poison: false,
+            pin,
+        }))
+    }
+
+    /// Takes over a hold handed off by another thread of this node.
+    fn take_over_hold(&self, ctx: &Ctx, hold: Hold) -> Result<u64> {
+        let me = self.me(ctx)?;
+        if hold.lock != self.id || hold.node != ctx.node() {
+            return Err(Error::NotHeld);
+        }
+        Self::check_not_held(&me)?;
+        self.home.check(&self.cluster)?;
+        me.take_over(hold.ticket, hold.pin, hold.poison);
+        tracing::trace!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = hold.ticket, "wlock taken over");
+        Ok(hold.ticket)
     }
 
     /// The strong release's fence (`gf` over the live nodes) by the holding thread, without
@@ -697,6 +734,18 @@ impl RawLock for RawWLock {
 
     fn leave(&self, ctx: &Ctx) -> Result<()> {
         self.leave_now(ctx)
+    }
+
+    fn prepare(&self, ctx: &Ctx) -> Result<()> {
+        Self::check_not_held(&*self.me(ctx)?)
+    }
+
+    fn hand_off(&self, ctx: &Ctx) -> Result<Option<Hold>> {
+        self.hand_off_with(ctx, false)
+    }
+
+    fn take_over(&self, ctx: &Ctx, hold: Hold) -> Result<u64> {
+        self.take_over_hold(ctx, hold)
     }
 }
 
@@ -773,5 +822,17 @@ impl RawLock for RawSLock {
     /// The release's global fence, without the release (see [`RawLock::hand_over_locally`]).
     fn hand_over_locally(&self, ctx: &Ctx) -> Result<()> {
         self.w.fence_held(ctx)
+    }
+
+    fn prepare(&self, ctx: &Ctx) -> Result<()> {
+        self.w.prepare(ctx)
+    }
+
+    fn hand_off(&self, ctx: &Ctx) -> Result<Option<Hold>> {
+        self.w.hand_off_with(ctx, true)
+    }
+
+    fn take_over(&self, ctx: &Ctx, hold: Hold) -> Result<u64> {
+        self.w.take_over_hold(ctx, hold)
     }
 }
