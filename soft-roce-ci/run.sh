@@ -171,12 +171,12 @@ run_inside() {
 sim_vs_device() {
     local t0 out rc
     t0=$(now)
-    echo "-- loco bench locks --backend verbs --vs-sim --profile rxe --nodes 3 --threads 1,2 --secs 0.5"
+    echo "-- loco bench locks --backend verbs --vs-sim --profile rxe --nodes 3 --lock nlock,wlock,slock,rcas-spinlock --threads 1,2 --secs 0.5"
     echo "   (a debug build: the lock code runs unoptimised under emulation, so the device's figures"
     echo "   are below a release build's and the errors larger; release figures: docs/simulation.md §3)"
     set +e
     out=$("$LOCO_LITMUS_BIN" bench locks --backend verbs --vs-sim --profile rxe --nodes 3 \
-        --threads 1,2 --secs 0.5 --no-plot 2>&1)
+        --lock nlock,wlock,slock,rcas-spinlock --threads 1,2 --secs 0.5 --no-plot 2>&1)
     rc=$?
     set -e
     printf '%s\n' "$out" | sed 's/^/     /'

@@ -59,6 +59,14 @@ pub enum LockArg {
     Wlock,
     /// The strong lock (docs/model.md §5.4), ticket node 0.
     Slock,
+    /// The node lock with cohorts (`Lock::set_cohort`, `COHORT_HANDOVERS` in a row): the threads
+    /// of a node queue locally and hand the lock over with `gf` towards its node.
+    NlockCohort,
+    /// The weak lock (with `gf` towards the data node) with cohorts: a local handover costs
+    /// no network operation.
+    WlockCohort,
+    /// The strong lock with cohorts: a local handover costs its global fence.
+    SlockCohort,
     /// Baseline: a remote-CAS spinlock on the data node, with backoff, released by an rCAS.
     RcasSpinlock,
 }
@@ -79,6 +87,9 @@ impl LockArg {
             LockArg::Nlock => "nlock",
             LockArg::Wlock => "wlock",
             LockArg::Slock => "slock",
+            LockArg::NlockCohort => "nlock-cohort",
+            LockArg::WlockCohort => "wlock-cohort",
+            LockArg::SlockCohort => "slock-cohort",
             LockArg::RcasSpinlock => "rcas-spinlock",
         }
     }
@@ -142,7 +153,7 @@ pub(crate) fn profile_scale(s: &str) -> Result<f64, String> {
 #[derive(Args, Debug)]
 pub struct LocksArgs {
     /// Locks to measure.
-    #[arg(long, value_enum, num_args = 1.., value_delimiter = ',', default_values = ["nlock", "wlock", "slock", "rcas-spinlock"])]
+    #[arg(long, value_enum, num_args = 1.., value_delimiter = ',', default_values = ["nlock", "wlock", "slock", "nlock-cohort", "wlock-cohort", "slock-cohort", "rcas-spinlock"])]
     lock: Vec<LockArg>,
     /// Backend.
     #[arg(long, value_enum, default_value = "soft")]
@@ -763,6 +774,12 @@ fn new_lock(
         LockArg::Nlock => NLock::new(cluster, data_node).map(AnyLock::N),
         LockArg::Wlock => WLock::new(cluster, NodeId(0), threads).map(AnyLock::W),
         LockArg::Slock => SLock::new(cluster, NodeId(0), threads).map(AnyLock::S),
+        LockArg::NlockCohort => NLock::new(cluster, data_node)
+            .map(|l| AnyLock::N(l.with_cohort(loco_locks::COHORT_HANDOVERS))),
+        LockArg::WlockCohort => WLock::new(cluster, NodeId(0), threads)
+            .map(|l| AnyLock::W(l.with_cohort(loco_locks::COHORT_HANDOVERS))),
+        LockArg::SlockCohort => SLock::new(cluster, NodeId(0), threads)
+            .map(|l| AnyLock::S(l.with_cohort(loco_locks::COHORT_HANDOVERS))),
         LockArg::RcasSpinlock => {
             return cluster
                 .alloc_word(data_node)

@@ -36,7 +36,7 @@ fn bench_locks_prints_one_json_object_per_configuration() {
         .lines()
         .map(|l| serde_json::from_str(l).expect("a JSON object per line"))
         .collect();
-    assert_eq!(lines.len(), 4 * 2, "4 locks x 2 thread counts");
+    assert_eq!(lines.len(), 7 * 2, "7 locks x 2 thread counts");
     for v in &lines {
         for field in [
             "lock",
@@ -58,12 +58,20 @@ fn bench_locks_prints_one_json_object_per_configuration() {
         assert!(v["net_ops_per_acquire"].as_f64().unwrap() >= 2.0, "{v}");
     }
     let locks: Vec<&str> = lines.iter().map(|v| v["lock"].as_str().unwrap()).collect();
-    for l in ["nlock", "wlock", "slock", "rcas-spinlock"] {
+    for l in [
+        "nlock",
+        "wlock",
+        "slock",
+        "nlock-cohort",
+        "wlock-cohort",
+        "slock-cohort",
+        "rcas-spinlock",
+    ] {
         assert!(locks.contains(&l), "{l} missing");
     }
     // The plot: one line per lock (one node count here).
     let svg = std::fs::read_to_string(&plot).expect("the plot was written");
-    assert_eq!(svg.matches("<polyline").count(), 4, "{svg}");
+    assert_eq!(svg.matches("<polyline").count(), 7, "{svg}");
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -190,6 +190,11 @@ mod wlock;
 
 use loco_rdmawait::{Cluster, NodeId};
 
+/// A good bound on local handovers in a row for [`Lock::set_cohort`]: enough for a node's
+/// threads to pass the lock round a few times, few enough that another node's waiter is
+/// passed by at most this many critical sections.
+pub const COHORT_HANDOVERS: u32 = 8;
+
 /// Words in a lock's ring of abandon marks (see [Failures](crate#failures)).
 pub const MARKS: u64 = marks::MARKS;
 

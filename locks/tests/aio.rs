@@ -151,6 +151,25 @@ fn exact(v: fn(&Cluster) -> Variant) {
     }
 }
 
+/// Cohorts of threads (`Lock::set_cohort`) under the tasks' local handovers: two threads per
+/// node, so a hold goes from task to task of one context and from context to context of one
+/// node; the node's turn goes with it.
+#[test]
+fn awaited_cohort_locks_exclude_tasks_and_threads() {
+    let variants: [fn(&Cluster) -> Variant; 3] = [
+        |c| Variant::Nlock(NLock::new(c, K).unwrap().with_cohort(4)),
+        |c| Variant::Slock(SLock::new(c, NodeId(0), 6).unwrap().with_cohort(4)),
+        |c| Variant::WlockGf(WLock::new(c, NodeId(1), 6).unwrap().with_cohort(4)),
+    ];
+    let want = 6 * 3 * 10;
+    for v in variants {
+        assert_eq!(count(Schedule::Threaded, v, 6, 3, 10), want, "threaded");
+        if testing::backend() == BackendKind::Soft {
+            assert_eq!(count(Schedule::Chaos { seed: 1 }, v, 6, 3, 10), want, "chaos");
+        }
+    }
+}
+
 #[test]
 fn awaited_nlock_excludes_tasks_and_threads() {
     exact(|c| Variant::Nlock(NLock::new(c, K).unwrap()));
