@@ -53,20 +53,20 @@ const D: WorkId = WorkId::new(1);
 /// The locks `loco bench locks` measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LockArg {
-    /// The node lock (Fig. 13) on the data node.
+    /// The node lock (Fig. 13) on the data node, with cohorts (the default).
     Nlock,
-    /// The weak lock (Fig. 10), ticket node 0, with `gf` towards the data node before release.
+    /// The weak lock (Fig. 10), ticket node 0, with `gf` towards the data node before release,
+    /// with cohorts (the default).
     Wlock,
-    /// The strong lock (docs/model.md §5.4), ticket node 0.
+    /// The strong lock (docs/model.md §5.4), ticket node 0, with cohorts (the default).
     Slock,
-    /// The node lock with cohorts (`Lock::set_cohort`, `COHORT_HANDOVERS` in a row): the threads
-    /// of a node queue locally and hand the lock over with `gf` towards its node.
-    NlockCohort,
-    /// The weak lock (with `gf` towards the data node) with cohorts: a local handover costs
-    /// no network operation.
-    WlockCohort,
-    /// The strong lock with cohorts: a local handover costs its global fence.
-    SlockCohort,
+    /// Baseline: the node lock without cohorts (`Lock::set_cohort(0)`): every acquire takes a
+    /// ticket on the network (the protocol before cohorts).
+    NlockNoCohort,
+    /// Baseline: the weak lock (with `gf`) without cohorts.
+    WlockNoCohort,
+    /// Baseline: the strong lock without cohorts.
+    SlockNoCohort,
     /// Baseline: a remote-CAS spinlock on the data node, with backoff, released by an rCAS.
     RcasSpinlock,
 }
@@ -87,9 +87,9 @@ impl LockArg {
             LockArg::Nlock => "nlock",
             LockArg::Wlock => "wlock",
             LockArg::Slock => "slock",
-            LockArg::NlockCohort => "nlock-cohort",
-            LockArg::WlockCohort => "wlock-cohort",
-            LockArg::SlockCohort => "slock-cohort",
+            LockArg::NlockNoCohort => "nlock-no-cohort",
+            LockArg::WlockNoCohort => "wlock-no-cohort",
+            LockArg::SlockNoCohort => "slock-no-cohort",
             LockArg::RcasSpinlock => "rcas-spinlock",
         }
     }
@@ -153,7 +153,7 @@ pub(crate) fn profile_scale(s: &str) -> Result<f64, String> {
 #[derive(Args, Debug)]
 pub struct LocksArgs {
     /// Locks to measure.
-    #[arg(long, value_enum, num_args = 1.., value_delimiter = ',', default_values = ["nlock", "wlock", "slock", "nlock-cohort", "wlock-cohort", "slock-cohort", "rcas-spinlock"])]
+    #[arg(long, value_enum, num_args = 1.., value_delimiter = ',', default_values = ["nlock", "wlock", "slock", "nlock-no-cohort", "wlock-no-cohort", "slock-no-cohort", "rcas-spinlock"])]
     lock: Vec<LockArg>,
     /// Backend.
     #[arg(long, value_enum, default_value = "soft")]
@@ -774,12 +774,15 @@ fn new_lock(
         LockArg::Nlock => NLock::new(cluster, data_node).map(AnyLock::N),
         LockArg::Wlock => WLock::new(cluster, NodeId(0), threads).map(AnyLock::W),
         LockArg::Slock => SLock::new(cluster, NodeId(0), threads).map(AnyLock::S),
-        LockArg::NlockCohort => NLock::new(cluster, data_node)
-            .map(|l| AnyLock::N(l.with_cohort(loco_locks::COHORT_HANDOVERS))),
-        LockArg::WlockCohort => WLock::new(cluster, NodeId(0), threads)
-            .map(|l| AnyLock::W(l.with_cohort(loco_locks::COHORT_HANDOVERS))),
-        LockArg::SlockCohort => SLock::new(cluster, NodeId(0), threads)
-            .map(|l| AnyLock::S(l.with_cohort(loco_locks::COHORT_HANDOVERS))),
+        LockArg::NlockNoCohort => {
+            NLock::new(cluster, data_node).map(|l| AnyLock::N(l.with_cohort(0)))
+        }
+        LockArg::WlockNoCohort => {
+            WLock::new(cluster, NodeId(0), threads).map(|l| AnyLock::W(l.with_cohort(0)))
+        }
+        LockArg::SlockNoCohort => {
+            SLock::new(cluster, NodeId(0), threads).map(|l| AnyLock::S(l.with_cohort(0)))
+        }
         LockArg::RcasSpinlock => {
             return cluster
                 .alloc_word(data_node)

@@ -62,9 +62,9 @@ fn bench_locks_prints_one_json_object_per_configuration() {
         "nlock",
         "wlock",
         "slock",
-        "nlock-cohort",
-        "wlock-cohort",
-        "slock-cohort",
+        "nlock-no-cohort",
+        "wlock-no-cohort",
+        "slock-no-cohort",
         "rcas-spinlock",
     ] {
         assert!(locks.contains(&l), "{l} missing");

@@ -1,36 +1,75 @@
 //! Cohorts: the threads of one node queue for a lock locally, and a holder hands the lock,
-//! unreleased, to the next thread of its node (see [`Lock::set_cohort`](crate::Lock::set_cohort)).
+//! unreleased, to the next thread of its node (see the crate's [Cohorts](crate#cohorts)).
 //!
 //! Only the thread at the front of its node's queue touches the network: it takes over a hold
 //! parked by its predecessor, or acquires the lock on the network. A holder with local waiters
-//! parks its hold ([`RawLock::hand_off`]: what the lock owes its next holder, then `mfence`),
+//! parks its hold ([`NetLock::hand_off`]: what the lock owes its next holder, then `mfence`),
 //! at most `limit` times in a row; then it releases on the network, and the next local thread
 //! queues on the network behind the other nodes' waiters.
 //!
 //! The queue is process memory (a mutex per node and lock): the threads of one node are the
 //! threads of one process. No `Ctx` operation runs under its mutex, so a simulated thread is
 //! never stopped while holding it; a waiter spins with [`Spin`] (a scheduling point under the
-//! simulator) and stops at its deadline, at a shutdown, or when its node is reported dead.
+//! simulator) and stops at its deadline, at a shutdown, or when its node is reported dead. A
+//! front left by an earlier incarnation of the node (a thread that died holding, its node
+//! restarted since) is cleared by the first waiter of the new incarnation.
 
 use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use loco_rdmawait::{Ctx, NodeId};
 
-use crate::lock::Hold;
-use crate::thread::{Deadline, Spin};
-use crate::{Error, RawLock, Result};
+use crate::thread::{Deadline, PinRef, Spin, ThreadLock};
+use crate::{Error, Result};
+
+/// A hold on its way from one thread to another thread of the same node, unreleased.
+#[derive(Debug)]
+pub(crate) struct Hold {
+    pub(crate) ticket: u64,
+    /// A node lock's: whether the value of `rel` the hold entered on had the poison bit.
+    pub(crate) poison: bool,
+    /// Keeps the hold's announcement (its first holder's `waiting` slot) in place.
+    pub(crate) pin: Option<PinRef>,
+}
+
+/// A lock's protocol on the network, as the cohort layer uses it.
+pub(crate) trait NetLock {
+    /// The calling thread's state (made on first use); [`Error::AlreadyHeld`] if it holds the
+    /// lock.
+    fn prepare(&self, ctx: &Ctx, d: &Deadline) -> Result<Rc<ThreadLock>>;
+    /// The network acquire.
+    fn acquire(&self, ctx: &Ctx, d: &Deadline) -> Result<u64>;
+    /// The network try-acquire.
+    fn try_acquire(&self, ctx: &Ctx, d: &Deadline) -> Result<Option<u64>>;
+    /// The network release.
+    fn release(&self, ctx: &Ctx, poison: bool) -> Result<()>;
+    /// The local handover: what the lock owes its next holder; the calling thread's hold ends
+    /// and goes into the returned [`Hold`]. An error leaves the hold with the thread.
+    fn hand_off(&self, ctx: &Ctx) -> Result<Hold>;
+    /// The calling thread (which does not hold the lock) takes over `hold`.
+    fn take_over(&self, ctx: &Ctx, hold: Hold) -> Result<u64>;
+}
 
 /// No thread of the node is at the front of its queue.
 const NOBODY: u64 = u64::MAX;
 
 /// The node queues of one lock, and its bound on local handovers in a row.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Cohorts {
     /// Most local handovers in a row; 0: no cohort (every acquire goes to the network).
     limit: AtomicU32,
     nodes: Mutex<HashMap<NodeId, Arc<NodeQueue>>>,
+}
+
+impl Default for Cohorts {
+    fn default() -> Self {
+        Cohorts {
+            limit: AtomicU32::new(crate::COHORT_HANDOVERS),
+            nodes: Mutex::default(),
+        }
+    }
 }
 
 impl Cohorts {
@@ -43,18 +82,127 @@ impl Cohorts {
     }
 
     /// The queue of `node`.
-    pub(crate) fn queue(&self, node: NodeId) -> Arc<NodeQueue> {
+    fn queue(&self, node: NodeId) -> Arc<NodeQueue> {
         let mut m = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
         m.entry(node).or_default().clone()
+    }
+
+    /// Acquire through the calling thread's node queue (without cohorts: on the network).
+    pub(crate) fn acquire(&self, net: &dyn NetLock, ctx: &Ctx, d: &Deadline) -> Result<u64> {
+        if self.limit() == 0 {
+            return net.acquire(ctx, d);
+        }
+        let me = net.prepare(ctx, d)?;
+        let q = self.queue(ctx.node());
+        let inc = ctx.cluster().incarnation(ctx.node())?;
+        let n = q.enter(inc);
+        if let Err(e) = q.wait_turn(ctx, n, inc, d) {
+            if q.withdraw(n) {
+                leave(net, ctx, &q, n);
+            }
+            return Err(e);
+        }
+        let taken = match q.take_parked() {
+            Some(hold) => net.take_over(ctx, hold),
+            None => net.acquire(ctx, d),
+        };
+        match taken {
+            Ok(t) => {
+                me.turn.set(Some(n));
+                Ok(t)
+            }
+            Err(e) => {
+                leave(net, ctx, &q, n);
+                Err(e)
+            }
+        }
+    }
+
+    /// Try-acquire through the calling thread's node queue: `None` at once if a thread of the
+    /// node holds or waits, else the network try-acquire.
+    pub(crate) fn try_acquire(
+        &self,
+        net: &dyn NetLock,
+        ctx: &Ctx,
+        d: &Deadline,
+    ) -> Result<Option<u64>> {
+        if self.limit() == 0 {
+            return net.try_acquire(ctx, d);
+        }
+        let me = net.prepare(ctx, d)?;
+        let q = self.queue(ctx.node());
+        let inc = ctx.cluster().incarnation(ctx.node())?;
+        let Some(n) = q.try_enter(inc) else {
+            return Ok(None);
+        };
+        // Nobody of the node was at the front, so nothing is parked.
+        match net.try_acquire(ctx, d) {
+            Ok(Some(t)) => {
+                me.turn.set(Some(n));
+                Ok(Some(t))
+            }
+            r => {
+                leave(net, ctx, &q, n);
+                r
+            }
+        }
+    }
+
+    /// Release by the calling thread (`me`): if it came through its node's queue, hands the
+    /// hold to the next thread of the node when one waits and the run allows it, else
+    /// releases on the network; then lets the next thread to the front.
+    pub(crate) fn release(
+        &self,
+        net: &dyn NetLock,
+        ctx: &Ctx,
+        me: &ThreadLock,
+        poison: bool,
+    ) -> Result<()> {
+        let Some(n) = me.turn.get() else {
+            return net.release(ctx, poison);
+        };
+        if me.held.get().is_none() {
+            // The hold ended without a release (its lock's node restarted): only the turn goes.
+            me.turn.set(None);
+            leave(net, ctx, &self.queue(ctx.node()), n);
+            return Err(Error::NotHeld);
+        }
+        let q = self.queue(ctx.node());
+        let r = if !poison && q.wants(self.limit()) {
+            match net.hand_off(ctx) {
+                Ok(hold) => {
+                    // The critical section's CPU stores reach the node's memory before the
+                    // next thread is let in (the weak lock's whole guarantee, Fig. 8a).
+                    let fenced = ctx.mfence();
+                    q.park(hold);
+                    fenced.map_err(Error::from)
+                }
+                Err(e) if me.held.get().is_some() => {
+                    tracing::debug!(target: "loco::locks", error = %e,
+                        "no local handover: releasing on the network");
+                    net.release(ctx, poison)
+                }
+                Err(e) => Err(e),
+            }
+        } else {
+            net.release(ctx, poison)
+        };
+        // Whatever the release's outcome: a thread still holding after a failed release has
+        // its hold but no turn, and the next thread of the node queues on the network.
+        me.turn.set(None);
+        leave(net, ctx, &q, n);
+        r
     }
 }
 
 /// One node's queue for one lock.
 #[derive(Debug)]
-pub(crate) struct NodeQueue {
+struct NodeQueue {
     state: Mutex<State>,
-    /// The number at the front (`state.front`, or [`NOBODY`]), for the waiters' spin.
+    /// The number at the front (`state.front`), or [`NOBODY`], for the waiters' spin.
     front: AtomicU64,
+    /// The node's incarnation when the front's thread joined the queue.
+    front_inc: AtomicU64,
 }
 
 impl Default for NodeQueue {
@@ -62,6 +210,7 @@ impl Default for NodeQueue {
         NodeQueue {
             state: Mutex::default(),
             front: AtomicU64::new(NOBODY),
+            front_inc: AtomicU64::new(0),
         }
     }
 }
@@ -70,10 +219,12 @@ impl Default for NodeQueue {
 struct State {
     /// The next number to hand out.
     next: u64,
-    /// Numbers waiting behind the front, in order.
-    waiting: VecDeque<u64>,
-    /// The number at the front: its thread holds the lock, or is taking it.
-    front: Option<u64>,
+    /// Numbers waiting behind the front, in order, with the node's incarnation when they
+    /// joined.
+    waiting: VecDeque<(u64, u64)>,
+    /// The number at the front (its thread holds the lock, or is taking it), and its
+    /// incarnation.
+    front: Option<(u64, u64)>,
     /// A hold the previous front left for the current one.
     parked: Option<Hold>,
     /// Local handovers since the last network acquire.
@@ -85,67 +236,104 @@ impl NodeQueue {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn set_front(&self, s: &mut State, n: Option<u64>) {
-        s.front = n;
-        self.front.store(n.unwrap_or(NOBODY), Ordering::Release);
+    fn set_front(&self, s: &mut State, f: Option<(u64, u64)>) {
+        s.front = f;
+        if let Some((_, inc)) = f {
+            self.front_inc.store(inc, Ordering::Release);
+        }
+        self.front
+            .store(f.map_or(NOBODY, |(n, _)| n), Ordering::Release);
     }
 
-    /// Joins the queue; returns the thread's number.
-    pub(crate) fn enter(&self) -> u64 {
+    /// Joins the queue (the node's incarnation is `inc`); returns the thread's number.
+    fn enter(&self, inc: u64) -> u64 {
         let mut s = self.state();
         let n = s.next;
         s.next += 1;
         if s.front.is_none() && s.waiting.is_empty() {
-            self.set_front(&mut s, Some(n));
+            self.set_front(&mut s, Some((n, inc)));
         } else {
-            s.waiting.push_back(n);
+            s.waiting.push_back((n, inc));
         }
         n
     }
 
     /// Joins the queue only at its front (nobody of the node holds or waits).
-    pub(crate) fn try_enter(&self) -> Option<u64> {
+    fn try_enter(&self, inc: u64) -> Option<u64> {
         let mut s = self.state();
         if s.front.is_some() || !s.waiting.is_empty() {
             return None;
         }
         let n = s.next;
         s.next += 1;
-        self.set_front(&mut s, Some(n));
+        self.set_front(&mut s, Some((n, inc)));
         Some(n)
     }
 
-    /// Spins until number `n` is at the front, bounded by `d`; stops with `Shutdown` after
-    /// [`Cluster::shutdown`](loco_rdmawait::Cluster::shutdown) and with `PeerDead` once the
-    /// thread's own node is reported dead. On an error the caller withdraws `n`.
-    pub(crate) fn wait_turn(&self, ctx: &Ctx, n: u64, d: &Deadline) -> Result<()> {
+    /// Spins until number `n` (of incarnation `inc`) is at the front, bounded by `d`; stops
+    /// with `Shutdown` after [`Cluster::shutdown`](loco_rdmawait::Cluster::shutdown) and with
+    /// `PeerDead` once the thread's own node is reported dead or has restarted. On an error the
+    /// caller withdraws `n`.
+    fn wait_turn(&self, ctx: &Ctx, n: u64, inc: u64, d: &Deadline) -> Result<()> {
         let mut spin = Spin::new();
+        let cluster = ctx.cluster();
         loop {
             if self.front.load(Ordering::Acquire) == n {
                 return Ok(());
             }
-            ctx.cluster().check_alive(ctx.node())?;
+            cluster.check_alive(ctx.node())?;
+            let now = cluster.incarnation(ctx.node())?;
+            if now != inc {
+                return Err(Error::Rdma(loco_rdmawait::Error::PeerDead {
+                    node: ctx.node(),
+                    reason: format!(
+                        "this node restarted while the thread waited (incarnation {inc}, now {now})"
+                    ),
+                }));
+            }
+            if self.front.load(Ordering::Acquire) != NOBODY
+                && self.front_inc.load(Ordering::Acquire) != now
+            {
+                self.clear_stale(now);
+                continue;
+            }
             if d.expired() {
                 return Err(d.timeout());
             }
-            spin.wait(ctx.cluster())?;
+            spin.wait(cluster)?;
+        }
+    }
+
+    /// The front (and any waiter) is of an earlier incarnation of the node: its thread died
+    /// with the node (holding, or with its guard forgotten), and its hold went with it (the
+    /// other nodes skip a dead node's tickets). The queue goes on with incarnation `now`.
+    fn clear_stale(&self, now: u64) {
+        let mut s = self.state();
+        if s.front.is_some_and(|(_, i)| i != now) {
+            tracing::debug!(target: "loco::locks",
+                "a node's lock queue was left by an earlier incarnation: cleared");
+            s.parked = None;
+            s.handovers = 0;
+            s.waiting.retain(|&(_, i)| i == now);
+            let next = s.waiting.pop_front();
+            self.set_front(&mut s, next);
         }
     }
 
     /// Number `n` stops waiting: `true` if it had reached the front (then the caller must
     /// [`leave`] it).
-    pub(crate) fn withdraw(&self, n: u64) -> bool {
+    fn withdraw(&self, n: u64) -> bool {
         let mut s = self.state();
-        if s.front == Some(n) {
+        if s.front.is_some_and(|(f, _)| f == n) {
             return true;
         }
-        s.waiting.retain(|&w| w != n);
+        s.waiting.retain(|&(w, _)| w != n);
         false
     }
 
     /// The hold the previous front parked, if any; if none, the front acquires on the network
     /// and a new run of handovers starts.
-    pub(crate) fn take_parked(&self) -> Option<Hold> {
+    fn take_parked(&self) -> Option<Hold> {
         let mut s = self.state();
         let h = s.parked.take();
         if h.is_none() {
@@ -168,58 +356,16 @@ impl NodeQueue {
     }
 }
 
-/// A guard's place at the front of its node's queue.
-#[derive(Debug)]
-pub(crate) struct NodeTurn {
-    pub(crate) q: Arc<NodeQueue>,
-    pub(crate) n: u64,
-    /// The lock's bound on handovers in a row, when the hold was taken.
-    pub(crate) limit: u32,
-}
-
-impl NodeTurn {
-    /// Releases the hold of the front thread: hands it to the next thread of the node if one
-    /// waits and the run allows it, else releases it on the network; then lets the next thread
-    /// to the front.
-    pub(crate) fn release<R: RawLock + ?Sized>(self, raw: &R, ctx: &Ctx) -> Result<()> {
-        let r = if self.q.wants(self.limit) {
-            match raw.hand_off(ctx) {
-                Ok(Some(hold)) => {
-                    // The critical section's CPU stores reach the node's memory before the
-                    // next thread is let in (the weak lock's whole guarantee, Fig. 8a).
-                    let fenced = ctx.mfence();
-                    self.q.park(hold);
-                    fenced.map_err(Error::from)
-                }
-                Ok(None) => raw.release(ctx),
-                Err(e) if matches!(raw.held(ctx), Ok(Some(_))) => {
-                    tracing::debug!(target: "loco::locks", error = %e,
-                        "no local handover: releasing on the network");
-                    raw.release(ctx)
-                }
-                Err(e) => Err(e),
-            }
-        } else {
-            raw.release(ctx)
-        };
-        self.leave(raw, ctx);
-        r
-    }
-
-    /// Lets the next thread of the node to the front (without releasing anything: the caller
-    /// has released or handed off, or never held).
-    pub(crate) fn leave<R: RawLock + ?Sized>(self, raw: &R, ctx: &Ctx) {
-        leave(raw, ctx, &self.q, self.n);
-    }
-}
-
 /// Number `n`, at the front, leaves: the next waiter comes to the front; if none waits, a hold
-/// parked for it (its waiter gave up) is released on the network here first.
-pub(crate) fn leave<R: RawLock + ?Sized>(raw: &R, ctx: &Ctx, q: &NodeQueue, n: u64) {
+/// parked for it (its waiter gave up) is released on the network here first (the caller does
+/// not hold the lock).
+fn leave(net: &dyn NetLock, ctx: &Ctx, q: &NodeQueue, n: u64) {
     loop {
         let orphan = {
             let mut s = q.state();
-            debug_assert_eq!(s.front, Some(n), "only the front leaves the front");
+            if s.front.is_none_or(|(f, _)| f != n) {
+                return; // cleared as stale meanwhile
+            }
             if let Some(next) = s.waiting.pop_front() {
                 q.set_front(&mut s, Some(next));
                 return;
@@ -233,7 +379,9 @@ pub(crate) fn leave<R: RawLock + ?Sized>(raw: &R, ctx: &Ctx, q: &NodeQueue, n: u
             }
         };
         // Still at the front, so newcomers queue behind: nobody takes this hold now.
-        let released = raw.take_over(ctx, orphan).and_then(|_| raw.release(ctx));
+        let released = net
+            .take_over(ctx, orphan)
+            .and_then(|_| net.release(ctx, false));
         if let Err(e) = released {
             tracing::error!(target: "loco::locks", error = %e, node = %ctx.node(),
                 "releasing a hold no thread of the node took failed");

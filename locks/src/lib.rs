@@ -201,7 +201,7 @@ pub const MARKS: u64 = marks::MARKS;
 pub use error::{Error, Result};
 #[cfg(feature = "tokio")]
 pub use lock::LOCAL_HANDOVERS;
-pub use lock::{Hold, Lock, LockGuard, RawLock, RawLockTimed};
+pub use lock::{Lock, LockGuard, RawLock, RawLockTimed};
 pub use nlock::RawNLock;
 pub use wlock::{RawSLock, RawWLock};
 

@@ -4,33 +4,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use loco_rdmawait::{Ctx, NodeId};
+use loco_rdmawait::Ctx;
 
-use crate::cohort::{Cohorts, NodeTurn};
-use crate::thread::{Deadline, PinRef, Spin};
+use crate::thread::{Deadline, Spin};
 use crate::{Error, Result};
-
-/// A hold on its way from one thread to another thread of the same node, unreleased (a local
-/// handover of a cohort, [`Lock::set_cohort`]): made by [`RawLock::hand_off`], taken by
-/// [`RawLock::take_over`]. Only this crate's locks make them.
-#[derive(Debug)]
-pub struct Hold {
-    /// The raw lock's id.
-    pub(crate) lock: u64,
-    pub(crate) node: NodeId,
-    pub(crate) ticket: u64,
-    /// A node lock's: whether the value of `rel` the hold entered on had the poison bit.
-    pub(crate) poison: bool,
-    /// Keeps the hold's announcement (its first holder's `waiting` slot) in place.
-    pub(crate) pin: Option<PinRef>,
-}
-
-impl Hold {
-    /// The ticket of the hold.
-    pub fn ticket(&self) -> u64 {
-        self.ticket
-    }
-}
 
 /// The protocol of a lock: its words on the network and its per-thread state, nothing else.
 ///
@@ -103,33 +80,16 @@ pub trait RawLock: Send + Sync + fmt::Debug {
         Ok(())
     }
 
-    /// Gets the calling thread ready to queue for the lock on its node ([`Lock::set_cohort`]):
-    /// its per-thread state is made, and a thread that holds the lock is refused
-    /// ([`Error::AlreadyHeld`]). Nothing is posted.
-    fn prepare(&self, ctx: &Ctx) -> Result<()> {
-        match self.held(ctx)? {
-            Some(ticket) => Err(Error::AlreadyHeld { ticket }),
-            None => Ok(()),
-        }
+    /// Sets the most local handovers in a row of the lock's **cohorts** (see
+    /// [`Lock::set_cohort`]); 0 turns them off. The default implementation (for locks outside
+    /// this crate) has no cohorts and ignores it.
+    fn set_cohort(&self, max_handovers: u32) {
+        let _ = max_handovers;
     }
 
-    /// Passes the calling thread's hold, unreleased, towards another thread of its node (a
-    /// cohort's local handover, [`Lock::set_cohort`]), after doing what the lock's guarantee
-    /// owes the next holder (docs/model.md §5.3-§5.5: nothing on the network for the weak lock,
-    /// a global fence for the strong one, `gf([n])` for the node lock on n). The calling
-    /// thread no longer holds the lock. `Ok(None)` (the default): this lock does not hand
-    /// over; release it instead. An error leaves the hold with the caller.
-    fn hand_off(&self, ctx: &Ctx) -> Result<Option<Hold>> {
-        let _ = ctx;
-        Ok(None)
-    }
-
-    /// The calling thread takes over a hold that another thread of its node handed off;
-    /// returns its ticket. It then holds the lock, and releases it (or hands it off) as its
-    /// own.
-    fn take_over(&self, ctx: &Ctx, hold: Hold) -> Result<u64> {
-        let _ = (ctx, hold);
-        Err(Error::NotHeld)
+    /// The bound set by [`RawLock::set_cohort`] (0: no cohorts).
+    fn cohort(&self) -> u32 {
+        0
     }
 
     /// Releases the lock held by the calling thread, telling the next holder that the critical
@@ -197,8 +157,6 @@ impl<R: RawLock + ?Sized> RawLockTimed for R {}
 #[derive(Debug)]
 pub struct Lock<R: RawLock> {
     raw: Arc<R>,
-    /// The node queues of a cohort lock ([`Lock::set_cohort`]), shared by the clones.
-    cohort: Arc<Cohorts>,
     /// Most local handovers in a row ([`Lock::set_local_handovers`]), shared by the clones.
     #[cfg(feature = "tokio")]
     handovers: Arc<std::sync::atomic::AtomicU32>,
@@ -208,7 +166,6 @@ impl<R: RawLock> Clone for Lock<R> {
     fn clone(&self) -> Self {
         Lock {
             raw: self.raw.clone(),
-            cohort: self.cohort.clone(),
             #[cfg(feature = "tokio")]
             handovers: self.handovers.clone(),
         }
@@ -220,7 +177,6 @@ impl<R: RawLock> Lock<R> {
     pub fn from_raw(raw: R) -> Self {
         Lock {
             raw: Arc::new(raw),
-            cohort: Arc::default(),
             #[cfg(feature = "tokio")]
             handovers: Arc::new(std::sync::atomic::AtomicU32::new(LOCAL_HANDOVERS)),
         }
@@ -235,141 +191,16 @@ impl<R: RawLock> Lock<R> {
     /// Blocks until the calling thread holds the lock (see [`RawLock::acquire`]); the guard
     /// releases it when dropped.
     pub fn acquire<'a>(&'a self, ctx: &'a Ctx) -> Result<LockGuard<'a, R>> {
-        if self.cohort.limit() > 0 {
-            let timeout = ctx.cluster().timeout();
-            return self.acquire_queued(ctx, &Deadline::after(timeout), timeout);
-        }
         let ticket = self.raw.acquire(ctx)?;
         Ok(self.guard(ctx, ticket))
     }
 
     /// Takes the lock only if it is free now (see [`RawLock::try_acquire`]).
     pub fn try_acquire<'a>(&'a self, ctx: &'a Ctx) -> Result<Option<LockGuard<'a, R>>> {
-        if self.cohort.limit() > 0 {
-            return self.try_acquire_queued(ctx, None);
-        }
         Ok(self
             .raw
             .try_acquire(ctx)?
             .map(|ticket| self.guard(ctx, ticket)))
-    }
-
-    /// Lets the threads of each node form a **cohort** for this lock (for this handle and its
-    /// clones, from the next acquire on): they queue for it on their node, and a holder
-    /// whose node has a thread waiting hands the lock to it without releasing it on the
-    /// network, at most `max_handovers` times in a row; then it releases on the network, and
-    /// the waiting thread takes a ticket behind the other nodes' waiters, who are therefore
-    /// never passed by more than `max_handovers` critical sections. Only the thread at the
-    /// front of its node's queue takes a ticket, so a node puts one thread, not all of them,
-    /// into the network queue. 0 (the default) turns cohorts off: every acquire takes a
-    /// ticket on the network.
-    ///
-    /// **Guarantees.** Mutual exclusion, and each lock's guarantee from one holder to the next,
-    /// local or not (docs/model.md §5.3-§5.5): a local handover first does what the lock owes
-    /// its next holder, because that thread's operations travel on queue pairs of its own. The
-    /// weak lock publishes the CPU accesses of the critical section (`mfence` before the next
-    /// thread is let in: Fig. 8a); the strong lock also fences every node (`gf`, as its release
-    /// does: Fig. 8e); the node lock on n fences n (`gf([n])`: Fig. 8f). A handover costs the
-    /// weak lock no network operation, the node lock one round trip to n (where its release
-    /// and the next acquire cost an FAA, a read and a CAS), the strong lock its fence.
-    /// Tickets are served in order on the network; between nodes the order is by cohort, and
-    /// within a node threads enter in the order they queued.
-    ///
-    /// The threads of one local run share the network ticket ([`LockGuard::ticket`]); a
-    /// holder is told of poisoning only by a network handover. A thread that handed the lock
-    /// over cannot take a ticket through [`Lock::raw`] while its successors still hold it
-    /// ([`Error::HandedOff`]); through this handle it simply queues. An acquire that times
-    /// out in its node's queue leaves it, and one at the front when it gives up passes the
-    /// front on (releasing on the network a hold parked for it that nobody else will take).
-    /// If the node dies, its whole cohort dies with it; the other nodes skip the hold as a
-    /// dead node's (the `waiting` slot of the thread that took it on the network names it
-    /// until the hold is released, even after that thread's context is dropped).
-    pub fn set_cohort(&self, max_handovers: u32) {
-        self.cohort.set_limit(max_handovers);
-    }
-
-    /// [`Lock::set_cohort`] on a new handle: `WLock::new(..)?.with_cohort(8)`.
-    pub fn with_cohort(self, max_handovers: u32) -> Self {
-        self.set_cohort(max_handovers);
-        self
-    }
-
-    /// The bound set by [`Lock::set_cohort`] (0: no cohorts).
-    pub fn cohort(&self) -> u32 {
-        self.cohort.limit()
-    }
-
-    /// Acquire through the calling thread's node queue, within `d`; a timeout is reported as
-    /// `timeout`.
-    fn acquire_queued<'a>(
-        &'a self,
-        ctx: &'a Ctx,
-        d: &Deadline,
-        timeout: Duration,
-    ) -> Result<LockGuard<'a, R>> {
-        let limit = self.cohort.limit();
-        self.raw.prepare(ctx)?;
-        let q = self.cohort.queue(ctx.node());
-        let n = q.enter();
-        let timed_out = |e| match e {
-            Error::Timeout { .. } => Error::Timeout { after: timeout },
-            e => e,
-        };
-        if let Err(e) = q.wait_turn(ctx, n, d) {
-            if q.withdraw(n) {
-                crate::cohort::leave(self.raw(), ctx, &q, n);
-            }
-            return Err(timed_out(e));
-        }
-        let taken = match q.take_parked() {
-            Some(hold) => self.raw.take_over(ctx, hold).map(|t| (t, true)),
-            None => self.raw.acquire_until(ctx, d.end()).map(|t| (t, false)),
-        };
-        let turn = NodeTurn { q, n, limit };
-        match taken {
-            Ok((ticket, local)) => {
-                let mut g = self.guard(ctx, ticket);
-                if local {
-                    g.poisoned = false;
-                }
-                g.turn = Some(turn);
-                Ok(g)
-            }
-            Err(e) => {
-                turn.leave(self.raw(), ctx);
-                Err(timed_out(e))
-            }
-        }
-    }
-
-    /// Try-acquire through the calling thread's node queue: `None` at once if a thread of the
-    /// node holds or waits, else [`RawLock::try_acquire_until`] (`deadline`, or the cluster's
-    /// timeout).
-    fn try_acquire_queued<'a>(
-        &'a self,
-        ctx: &'a Ctx,
-        deadline: Option<Instant>,
-    ) -> Result<Option<LockGuard<'a, R>>> {
-        let limit = self.cohort.limit();
-        self.raw.prepare(ctx)?;
-        let q = self.cohort.queue(ctx.node());
-        let Some(n) = q.try_enter() else {
-            return Ok(None);
-        };
-        let deadline = deadline.unwrap_or_else(|| Deadline::after(ctx.cluster().timeout()).end());
-        // Nobody of the node was at the front, so nothing is parked.
-        let turn = NodeTurn { q, n, limit };
-        match self.raw.try_acquire_until(ctx, deadline) {
-            Ok(Some(ticket)) => {
-                let mut g = self.guard(ctx, ticket);
-                g.turn = Some(turn);
-                Ok(Some(g))
-            }
-            r => {
-                turn.leave(self.raw(), ctx);
-                r.map(|_| None)
-            }
-        }
     }
 
     /// Tries to take the lock for at most `timeout`; fails with [`Error::Timeout`] (see
@@ -379,22 +210,6 @@ impl<R: RawLock> Lock<R> {
         ctx: &'a Ctx,
         timeout: Duration,
     ) -> Result<LockGuard<'a, R>> {
-        if self.cohort.limit() > 0 {
-            let deadline = Deadline::after(timeout);
-            let mut spin = Spin::new();
-            loop {
-                match self.try_acquire_queued(ctx, Some(deadline.end())) {
-                    Ok(Some(g)) => return Ok(g),
-                    Ok(None) => {}
-                    Err(Error::Timeout { .. }) => return Err(Error::Timeout { after: timeout }),
-                    Err(e) => return Err(e),
-                }
-                if deadline.expired() {
-                    return Err(Error::Timeout { after: timeout });
-                }
-                spin.wait(ctx.cluster())?;
-            }
-        }
         let ticket = self.raw.try_acquire_for(ctx, timeout)?;
         Ok(self.guard(ctx, ticket))
     }
@@ -408,9 +223,6 @@ impl<R: RawLock> Lock<R> {
         timeout: Duration,
     ) -> Result<LockGuard<'a, R>> {
         let d = Deadline::after(timeout);
-        if self.cohort.limit() > 0 {
-            return self.acquire_queued(ctx, &d, timeout);
-        }
         match self.raw.acquire_until(ctx, d.end()) {
             Ok(ticket) => Ok(self.guard(ctx, ticket)),
             Err(Error::Timeout { .. }) => Err(Error::Timeout { after: timeout }),
@@ -425,10 +237,6 @@ impl<R: RawLock> Lock<R> {
         ctx: &'a Ctx,
         deadline: Instant,
     ) -> Result<LockGuard<'a, R>> {
-        if self.cohort.limit() > 0 {
-            let after = deadline.saturating_duration_since(loco_rdmawait::clock::now());
-            return self.acquire_queued(ctx, &Deadline::at(deadline), after);
-        }
         let ticket = self.raw.acquire_until(ctx, deadline)?;
         Ok(self.guard(ctx, ticket))
     }
@@ -448,6 +256,33 @@ impl<R: RawLock> Lock<R> {
     /// Whether the calling thread holds the lock.
     pub fn is_held(&self, ctx: &Ctx) -> Result<bool> {
         Ok(self.raw.held(ctx)?.is_some())
+    }
+
+    /// Sets the most local handovers in a row of the lock's **cohorts** (for every handle of
+    /// the lock, from the next acquire on); 0 turns cohorts off. On by default, with
+    /// [`COHORT_HANDOVERS`](crate::COHORT_HANDOVERS).
+    ///
+    /// The threads of one node queue for the lock on their node, and only the thread at the
+    /// front takes a ticket: a node puts one thread, not all of them, into the network queue. A
+    /// holder whose node has a thread waiting hands the lock to it without releasing it on the
+    /// network, at most `max_handovers` times in a row; then it releases on the network, and
+    /// the next thread of its node takes a ticket behind the other nodes' waiters, which are
+    /// therefore passed by at most `max_handovers` critical sections (see the crate's
+    /// [Cohorts](crate#cohorts) for the guarantees and the costs). With 0, every acquire
+    /// takes a ticket on the network and tickets are served strictly in order.
+    pub fn set_cohort(&self, max_handovers: u32) {
+        self.raw.set_cohort(max_handovers);
+    }
+
+    /// [`Lock::set_cohort`] on a new handle: `NLock::new(..)?.with_cohort(0)`.
+    pub fn with_cohort(self, max_handovers: u32) -> Self {
+        self.set_cohort(max_handovers);
+        self
+    }
+
+    /// The bound of [`Lock::set_cohort`] (0: no cohorts).
+    pub fn cohort(&self) -> u32 {
+        self.raw.cohort()
     }
 }
 
@@ -507,28 +342,18 @@ impl<R: RawLock> Lock<R> {
             .limit
             .set(self.handovers.load(std::sync::atomic::Ordering::Relaxed));
         if let Some(ticket) = cohort.carried.take() {
-            // The previous local holder left us its network hold (and its node's turn).
-            let turn = cohort.carried_turn.take();
+            // The previous local holder left us its network hold.
             match self.raw.held(ctx) {
                 Ok(Some(t)) if t == ticket => {
                     let mut guard = LockGuard::new(self.raw(), ctx, ticket);
                     guard.local = Some(local);
                     guard.cohort = Some(cohort);
-                    guard.turn = turn;
                     return Ok(guard);
                 }
-                Ok(_) => {
-                    // Released behind the guards' back: take it on the network.
-                    if let Some(turn) = turn {
-                        turn.leave(self.raw(), ctx);
-                    }
-                }
+                Ok(_) => {} // released behind the guards' back: take it on the network
                 Err(e) => {
                     // Nobody may be left to take it: give it back before failing.
                     let _ = self.raw.release(ctx);
-                    if let Some(turn) = turn {
-                        turn.leave(self.raw(), ctx);
-                    }
                     return Err(e);
                 }
             }
@@ -571,7 +396,6 @@ mod local {
 
     use loco_rdmawait::Ctx;
 
-    use crate::cohort::NodeTurn;
     use crate::{RawLock, Result};
 
     /// Local handovers of one lock on one context (one thread: plain cells).
@@ -579,9 +403,6 @@ mod local {
     pub(super) struct Cohort {
         /// The ticket of a network hold a released guard left for the next local task.
         pub(super) carried: Cell<Option<u64>>,
-        /// The place at the front of the node's queue that goes with the carried hold
-        /// (thread cohorts on, [`super::Lock::set_cohort`]).
-        pub(super) carried_turn: RefCell<Option<NodeTurn>>,
         /// Handovers in a row since the last network acquire.
         pub(super) handovers: Cell<u32>,
         /// Tasks queued for the local mutex.
@@ -595,7 +416,6 @@ mod local {
         fn default() -> Cohort {
             Cohort {
                 carried: Cell::new(None),
-                carried_turn: RefCell::new(None),
                 handovers: Cell::new(0),
                 queued: Cell::new(0),
                 limit: Cell::new(super::LOCAL_HANDOVERS),
@@ -609,11 +429,10 @@ mod local {
             self.queued.get() > 0 && self.handovers.get() < self.limit.get()
         }
 
-        /// The hold with `ticket` (and the node's turn, if any) is left to the next local task.
-        pub(super) fn carry(&self, ticket: u64, turn: Option<NodeTurn>) {
+        /// The hold with `ticket` is left to the next local task.
+        pub(super) fn carry(&self, ticket: u64) {
             self.handovers.set(self.handovers.get() + 1);
             self.carried.set(Some(ticket));
-            *self.carried_turn.borrow_mut() = turn;
         }
     }
 
@@ -690,9 +509,6 @@ mod local {
                             "releasing a hold no queued task took failed");
                     }
                 }
-                if let Some(turn) = self.cohort.carried_turn.take() {
-                    turn.leave(self.raw, self.ctx);
-                }
             }
         }
     }
@@ -723,9 +539,6 @@ pub struct LockGuard<'a, R: RawLock> {
     ticket: u64,
     done: bool,
     poisoned: bool,
-    /// The holder's place at the front of its node's queue, with cohorts on
-    /// ([`Lock::set_cohort`]): left after the release or handover.
-    turn: Option<NodeTurn>,
     /// An awaited acquire's place in its context's local queue: dropped after the release.
     #[cfg(feature = "tokio")]
     local: Option<tokio::sync::OwnedMutexGuard<()>>,
@@ -742,7 +555,6 @@ impl<'a, R: RawLock> LockGuard<'a, R> {
             ticket,
             done: false,
             poisoned: false,
-            turn: None,
             #[cfg(feature = "tokio")]
             local: None,
             #[cfg(feature = "tokio")]
@@ -778,44 +590,29 @@ impl<'a, R: RawLock> LockGuard<'a, R> {
         guard.ctx
     }
 
-    fn release_now(&mut self) -> Result<()> {
-        match self.raw.held(self.ctx) {
-            Ok(Some(t)) if t == self.ticket => {}
-            Ok(_) => {
-                self.leave_turn();
-                return Err(Error::NotHeld);
-            }
-            Err(e) => {
-                self.leave_turn();
-                return Err(e);
-            }
+    fn release_now(&self) -> Result<()> {
+        if self.raw.held(self.ctx)? != Some(self.ticket) {
+            return Err(Error::NotHeld);
         }
         if std::thread::panicking() {
             tracing::warn!(target: "loco::locks", ticket = self.ticket, node = %self.ctx.node(),
                 "a lock guard was dropped during a panic: the next holder is told (poisoned)");
-            let r = self.raw.release_poisoned(self.ctx);
-            self.leave_turn();
-            return r;
+            return self.raw.release_poisoned(self.ctx);
         }
         // A task of the same context is queued: it gets the hold (the local mutex, dropped after
         // this, lets it in), after what the lock owes a local successor.
         #[cfg(feature = "tokio")]
-        if let Some(c) = self.cohort.clone().filter(|c| c.may_hand_over()) {
+        if let Some(c) = self.cohort.as_ref().filter(|c| c.may_hand_over()) {
             match self.raw.hand_over_locally(self.ctx) {
                 Ok(()) => {
-                    // The task takes the node's turn with the hold.
-                    c.carry(self.ticket, self.turn.take());
+                    c.carry(self.ticket);
                     return Ok(());
                 }
                 // A timeout would only come again in the release's own fence; a hold that is
                 // gone (its lock's node restarted) has nothing to release.
-                Err(e @ Error::Timeout { .. }) => {
-                    self.leave_turn();
-                    return Err(e);
-                }
+                Err(e @ Error::Timeout { .. }) => return Err(e),
                 Err(e) if self.raw.held(self.ctx).ok().flatten() != Some(self.ticket) => {
-                    self.leave_turn();
-                    return Err(e);
+                    return Err(e)
                 }
                 Err(e) => {
                     // A node died since the acquire: the release fences the live ones only.
@@ -824,17 +621,7 @@ impl<'a, R: RawLock> LockGuard<'a, R> {
                 }
             }
         }
-        match self.turn.take() {
-            Some(turn) => turn.release(self.raw, self.ctx),
-            None => self.raw.release(self.ctx),
-        }
-    }
-
-    /// Lets the next thread of the node to the front of its queue (cohorts on).
-    fn leave_turn(&mut self) {
-        if let Some(turn) = self.turn.take() {
-            turn.leave(self.raw, self.ctx);
-        }
+        self.raw.release(self.ctx)
     }
 }
 

@@ -16,13 +16,14 @@ use std::time::Duration;
 use loco_rdmawait::{Cluster, Ctx, Loc, NodeId};
 use loco_rdmawaitrmw::Rmw;
 
+use crate::cohort::{Cohorts, Hold, NetLock};
 use crate::marks::{self, MARKS, POISON};
 use crate::protocol::{self, NLockWords, NL_ACQ, NL_REL};
 use crate::run::{Run, Spinner};
 use crate::thread::{
     next_lock_id, thread_lock, Deadline, Home, Pace, Spin, ThreadLock, WaitSlots, WAIT_SLOTS,
 };
-use crate::{Error, Hold, RawLock, Result};
+use crate::{Error, RawLock, Result};
 
 /// How often a stalled waiter looks for an abandoned or dead ticket (a round trip to n, plus one
 /// per dead node).
@@ -49,6 +50,7 @@ pub struct RawNLock {
     debts: Arc<marks::Debts>,
     wait_slots: Arc<WaitSlots>,
     home: Home,
+    cohorts: Cohorts,
 }
 
 impl RawNLock {
@@ -68,6 +70,7 @@ impl RawNLock {
             debts: Default::default(),
             wait_slots: Default::default(),
             home: Home::new(cluster, node)?,
+            cohorts: Cohorts::default(),
         })
     }
 
@@ -409,7 +412,7 @@ impl RawNLock {
     }
 
     /// A local handover ([`protocol::nlock_hand_off`]: `gf([n])`).
-    fn hand_off_now(&self, ctx: &Ctx) -> Result<Option<Hold>> {
+    fn hand_off_now(&self, ctx: &Ctx) -> Result<Hold> {
         let me = self.me(ctx)?;
         let t = me.held.get().ok_or(Error::NotHeld)?;
         self.home.check_release(&self.cluster, &me)?;
@@ -419,13 +422,11 @@ impl RawNLock {
         let poison = me.poisoned.get() || me.carried_poison.get();
         let pin = me.hand_off();
         tracing::trace!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = t, "nlock handed off");
-        Ok(Some(Hold {
-            lock: self.id,
-            node: ctx.node(),
+        Ok(Hold {
             ticket: t,
             poison,
             pin,
-        }))
+        })
     }
 
     /// Reaps this thread's release CAS, so that its words can be recycled.
@@ -442,17 +443,53 @@ impl RawNLock {
     }
 }
 
+impl NetLock for RawNLock {
+    fn prepare(&self, ctx: &Ctx, _: &Deadline) -> Result<Rc<ThreadLock>> {
+        let me = self.me(ctx)?;
+        Self::check_not_held(&me)?;
+        Ok(me)
+    }
+
+    fn acquire(&self, ctx: &Ctx, d: &Deadline) -> Result<u64> {
+        self.acquire_deadline(ctx, d)
+    }
+
+    fn try_acquire(&self, ctx: &Ctx, d: &Deadline) -> Result<Option<u64>> {
+        self.try_acquire_deadline(ctx, d)
+    }
+
+    fn release(&self, ctx: &Ctx, poison: bool) -> Result<()> {
+        self.release_with(ctx, poison)
+    }
+
+    fn hand_off(&self, ctx: &Ctx) -> Result<Hold> {
+        self.hand_off_now(ctx)
+    }
+
+    fn take_over(&self, ctx: &Ctx, hold: Hold) -> Result<u64> {
+        let me = self.me(ctx)?;
+        Self::check_not_held(&me)?;
+        self.home.check(&self.cluster)?;
+        me.take_over(hold.ticket, hold.pin, hold.poison);
+        tracing::trace!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = hold.ticket, "nlock taken over");
+        Ok(hold.ticket)
+    }
+}
+
 impl RawLock for RawNLock {
     fn acquire(&self, ctx: &Ctx) -> Result<u64> {
-        self.acquire_deadline(ctx, &Deadline::after(self.cluster.timeout()))
+        let d = Deadline::after(self.cluster.timeout());
+        self.cohorts.acquire(self, ctx, &d)
     }
 
     fn try_acquire(&self, ctx: &Ctx) -> Result<Option<u64>> {
-        self.try_acquire_deadline(ctx, &Deadline::after(self.cluster.timeout()))
+        let d = Deadline::after(self.cluster.timeout());
+        self.cohorts.try_acquire(self, ctx, &d)
     }
 
     fn release(&self, ctx: &Ctx) -> Result<()> {
-        self.release_with(ctx, false)
+        let me = self.me(ctx)?;
+        self.cohorts.release(self, ctx, &me, false)
     }
 
     fn held(&self, ctx: &Ctx) -> Result<Option<u64>> {
@@ -460,15 +497,16 @@ impl RawLock for RawNLock {
     }
 
     fn acquire_until(&self, ctx: &Ctx, deadline: std::time::Instant) -> Result<u64> {
-        self.acquire_deadline(ctx, &Deadline::at(deadline))
+        self.cohorts.acquire(self, ctx, &Deadline::at(deadline))
     }
 
     fn try_acquire_until(&self, ctx: &Ctx, deadline: std::time::Instant) -> Result<Option<u64>> {
-        self.try_acquire_deadline(ctx, &Deadline::at(deadline))
+        self.cohorts.try_acquire(self, ctx, &Deadline::at(deadline))
     }
 
     fn release_poisoned(&self, ctx: &Ctx) -> Result<()> {
-        self.release_with(ctx, true)
+        let me = self.me(ctx)?;
+        self.cohorts.release(self, ctx, &me, true)
     }
 
     fn poisoned(&self, ctx: &Ctx) -> Result<bool> {
@@ -491,24 +529,12 @@ impl RawLock for RawNLock {
         Ok(())
     }
 
-    fn prepare(&self, ctx: &Ctx) -> Result<()> {
-        Self::check_not_held(&*self.me(ctx)?)
+    fn set_cohort(&self, max_handovers: u32) {
+        self.cohorts.set_limit(max_handovers);
     }
 
-    fn hand_off(&self, ctx: &Ctx) -> Result<Option<Hold>> {
-        self.hand_off_now(ctx)
-    }
-
-    fn take_over(&self, ctx: &Ctx, hold: Hold) -> Result<u64> {
-        let me = self.me(ctx)?;
-        if hold.lock != self.id || hold.node != ctx.node() {
-            return Err(Error::NotHeld);
-        }
-        Self::check_not_held(&me)?;
-        self.home.check(&self.cluster)?;
-        me.take_over(hold.ticket, hold.pin, hold.poison);
-        tracing::trace!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = hold.ticket, "nlock taken over");
-        Ok(hold.ticket)
+    fn cohort(&self) -> u32 {
+        self.cohorts.limit()
     }
 }
 

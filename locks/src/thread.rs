@@ -279,6 +279,9 @@ pub(crate) struct ThreadLock {
     /// A node lock's hold taken over: whether the value of `rel` it entered on had the poison
     /// bit (the release's CAS expects it; the holder is not told, its predecessor finished).
     pub(crate) carried_poison: Cell<bool>,
+    /// The thread's number at the front of its node's queue for the lock (cohorts): from its
+    /// acquire through its node's queue to its release.
+    pub(crate) turn: Cell<Option<u64>>,
     cluster: loco_rdmawait::Cluster,
 }
 
@@ -327,6 +330,7 @@ impl ThreadLock {
             pin: RefCell::new(None),
             carried: RefCell::new(None),
             carried_poison: Cell::new(false),
+            turn: Cell::new(None),
             cluster: ctx.cluster().clone(),
         })
     }

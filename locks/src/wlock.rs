@@ -18,13 +18,14 @@ use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, WORD};
 use loco_rdmawaitrmw::Rmw;
 use loco_sv::SharedVar;
 
+use crate::cohort::{Cohorts, Hold, NetLock};
 use crate::marks::{self, MARKS, POISON};
 use crate::protocol::{self, NONE, WL_ACQ, WL_REL};
 use crate::run::{Run, Spinner};
 use crate::thread::{
     next_lock_id, thread_lock, Deadline, Home, OnDrop, Spin, ThreadLock, WaitSlots, WAIT_SLOTS,
 };
-use crate::{Error, Hold, RawLock, Result};
+use crate::{Error, RawLock, Result};
 
 /// How often a stalled waiter looks for an abandoned ticket (a round trip to the ticket node).
 const LOOK_EVERY: Duration = Duration::from_millis(1);
@@ -53,6 +54,7 @@ pub struct RawWLock {
     debts: Arc<marks::Debts>,
     wait_slots: Arc<WaitSlots>,
     home: Home,
+    cohorts: Cohorts,
 }
 
 /// `rel` slots handed back by dropped contexts (process-local), with the last value their
@@ -126,6 +128,7 @@ impl RawWLock {
             debts: Default::default(),
             wait_slots: Default::default(),
             home: Home::new(cluster, ticket_node)?,
+            cohorts: Cohorts::default(),
         })
     }
 
@@ -633,7 +636,7 @@ impl RawWLock {
 
     /// A local handover ([`protocol::wlock_hand_off`], or with `strong`
     /// [`protocol::slock_hand_off`]: a global fence over the live nodes first).
-    fn hand_off_with(&self, ctx: &Ctx, strong: bool) -> Result<Option<Hold>> {
+    fn hand_off_with(&self, ctx: &Ctx, strong: bool) -> Result<Hold> {
         let me = self.me(ctx)?;
         let t = me.held.get().ok_or(Error::NotHeld)?;
         self.home.check_release(&self.cluster, &me)?;
@@ -647,21 +650,16 @@ impl RawWLock {
         }
         let pin = me.hand_off();
         tracing::trace!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = t, strong, "wlock handed off");
-        Ok(Some(Hold {
-            lock: self.id,
-            node: ctx.node(),
+        Ok(Hold {
             ticket: t,
             poison: false,
             pin,
-        }))
+        })
     }
 
     /// Takes over a hold handed off by another thread of this node.
     fn take_over_hold(&self, ctx: &Ctx, hold: Hold) -> Result<u64> {
         let me = self.me(ctx)?;
-        if hold.lock != self.id || hold.node != ctx.node() {
-            return Err(Error::NotHeld);
-        }
         Self::check_not_held(&me)?;
         self.home.check(&self.cluster)?;
         me.take_over(hold.ticket, hold.pin, hold.poison);
@@ -698,17 +696,73 @@ impl RawWLock {
     }
 }
 
+/// The weak lock's (or, with `strong`, the strong lock's) protocol on the network, under its
+/// cohorts.
+struct Net<'a> {
+    w: &'a RawWLock,
+    strong: bool,
+}
+
+impl NetLock for Net<'_> {
+    fn prepare(&self, ctx: &Ctx, d: &Deadline) -> Result<Rc<ThreadLock>> {
+        let me = self.w.me_by(ctx, d)?;
+        RawWLock::check_not_held(&me)?;
+        Ok(me)
+    }
+
+    fn acquire(&self, ctx: &Ctx, d: &Deadline) -> Result<u64> {
+        self.w.acquire_deadline(ctx, d)
+    }
+
+    fn try_acquire(&self, ctx: &Ctx, d: &Deadline) -> Result<Option<u64>> {
+        self.w.try_acquire_deadline(ctx, d)
+    }
+
+    fn release(&self, ctx: &Ctx, poison: bool) -> Result<()> {
+        self.w.release_with(ctx, poison, self.strong)
+    }
+
+    fn hand_off(&self, ctx: &Ctx) -> Result<Hold> {
+        self.w.hand_off_with(ctx, self.strong)
+    }
+
+    fn take_over(&self, ctx: &Ctx, hold: Hold) -> Result<u64> {
+        self.w.take_over_hold(ctx, hold)
+    }
+}
+
+impl RawWLock {
+    fn net(&self, strong: bool) -> Net<'_> {
+        Net { w: self, strong }
+    }
+
+    /// Acquire through the node's queue (cohorts), within `d`.
+    fn acquire_in(&self, ctx: &Ctx, d: &Deadline, strong: bool) -> Result<u64> {
+        self.cohorts.acquire(&self.net(strong), ctx, d)
+    }
+
+    fn try_acquire_in(&self, ctx: &Ctx, d: &Deadline, strong: bool) -> Result<Option<u64>> {
+        self.cohorts.try_acquire(&self.net(strong), ctx, d)
+    }
+
+    /// Release through the node's queue: handed over, or released on the network.
+    fn release_in(&self, ctx: &Ctx, poison: bool, strong: bool) -> Result<()> {
+        let me = self.me(ctx)?;
+        self.cohorts.release(&self.net(strong), ctx, &me, poison)
+    }
+}
+
 impl RawLock for RawWLock {
     fn acquire(&self, ctx: &Ctx) -> Result<u64> {
-        self.acquire_deadline(ctx, &Deadline::after(self.cluster.timeout()))
+        self.acquire_in(ctx, &Deadline::after(self.cluster.timeout()), false)
     }
 
     fn try_acquire(&self, ctx: &Ctx) -> Result<Option<u64>> {
-        self.try_acquire_deadline(ctx, &Deadline::after(self.cluster.timeout()))
+        self.try_acquire_in(ctx, &Deadline::after(self.cluster.timeout()), false)
     }
 
     fn release(&self, ctx: &Ctx) -> Result<()> {
-        self.release_with(ctx, false, false)
+        self.release_in(ctx, false, false)
     }
 
     fn held(&self, ctx: &Ctx) -> Result<Option<u64>> {
@@ -716,15 +770,15 @@ impl RawLock for RawWLock {
     }
 
     fn acquire_until(&self, ctx: &Ctx, deadline: Instant) -> Result<u64> {
-        self.acquire_deadline(ctx, &Deadline::at(deadline))
+        self.acquire_in(ctx, &Deadline::at(deadline), false)
     }
 
     fn try_acquire_until(&self, ctx: &Ctx, deadline: Instant) -> Result<Option<u64>> {
-        self.try_acquire_deadline(ctx, &Deadline::at(deadline))
+        self.try_acquire_in(ctx, &Deadline::at(deadline), false)
     }
 
     fn release_poisoned(&self, ctx: &Ctx) -> Result<()> {
-        self.release_with(ctx, true, false)
+        self.release_in(ctx, true, false)
     }
 
     fn poisoned(&self, ctx: &Ctx) -> Result<bool> {
@@ -736,16 +790,12 @@ impl RawLock for RawWLock {
         self.leave_now(ctx)
     }
 
-    fn prepare(&self, ctx: &Ctx) -> Result<()> {
-        Self::check_not_held(&*self.me(ctx)?)
+    fn set_cohort(&self, max_handovers: u32) {
+        self.cohorts.set_limit(max_handovers);
     }
 
-    fn hand_off(&self, ctx: &Ctx) -> Result<Option<Hold>> {
-        self.hand_off_with(ctx, false)
-    }
-
-    fn take_over(&self, ctx: &Ctx, hold: Hold) -> Result<u64> {
-        self.take_over_hold(ctx, hold)
+    fn cohort(&self) -> u32 {
+        self.cohorts.limit()
     }
 }
 
@@ -778,17 +828,19 @@ impl RawSLock {
 
 impl RawSLock {
     fn release_with(&self, ctx: &Ctx, poison: bool) -> Result<()> {
-        self.w.release_with(ctx, poison, true)
+        self.w.release_in(ctx, poison, true)
     }
 }
 
 impl RawLock for RawSLock {
     fn acquire(&self, ctx: &Ctx) -> Result<u64> {
-        self.w.acquire(ctx)
+        let d = Deadline::after(self.w.cluster.timeout());
+        self.w.acquire_in(ctx, &d, true)
     }
 
     fn try_acquire(&self, ctx: &Ctx) -> Result<Option<u64>> {
-        self.w.try_acquire(ctx)
+        let d = Deadline::after(self.w.cluster.timeout());
+        self.w.try_acquire_in(ctx, &d, true)
     }
 
     fn release(&self, ctx: &Ctx) -> Result<()> {
@@ -800,11 +852,11 @@ impl RawLock for RawSLock {
     }
 
     fn acquire_until(&self, ctx: &Ctx, deadline: Instant) -> Result<u64> {
-        self.w.acquire_until(ctx, deadline)
+        self.w.acquire_in(ctx, &Deadline::at(deadline), true)
     }
 
     fn try_acquire_until(&self, ctx: &Ctx, deadline: Instant) -> Result<Option<u64>> {
-        self.w.try_acquire_until(ctx, deadline)
+        self.w.try_acquire_in(ctx, &Deadline::at(deadline), true)
     }
 
     fn release_poisoned(&self, ctx: &Ctx) -> Result<()> {
@@ -824,15 +876,11 @@ impl RawLock for RawSLock {
         self.w.fence_held(ctx)
     }
 
-    fn prepare(&self, ctx: &Ctx) -> Result<()> {
-        self.w.prepare(ctx)
+    fn set_cohort(&self, max_handovers: u32) {
+        self.w.set_cohort(max_handovers);
     }
 
-    fn hand_off(&self, ctx: &Ctx) -> Result<Option<Hold>> {
-        self.w.hand_off_with(ctx, true)
-    }
-
-    fn take_over(&self, ctx: &Ctx, hold: Hold) -> Result<u64> {
-        self.w.take_over_hold(ctx, hold)
+    fn cohort(&self) -> u32 {
+        self.w.cohort()
     }
 }

@@ -165,7 +165,11 @@ fn awaited_cohort_locks_exclude_tasks_and_threads() {
     for v in variants {
         assert_eq!(count(Schedule::Threaded, v, 6, 3, 10), want, "threaded");
         if testing::backend() == BackendKind::Soft {
-            assert_eq!(count(Schedule::Chaos { seed: 1 }, v, 6, 3, 10), want, "chaos");
+            assert_eq!(
+                count(Schedule::Chaos { seed: 1 }, v, 6, 3, 10),
+                want,
+                "chaos"
+            );
         }
     }
 }

@@ -421,40 +421,61 @@ fn a_hold_outlives_the_context_that_took_it() {
         .unwrap_or_else(|f| panic!("wlock:\n{}", f.report()));
 }
 
-/// A thread that handed its hold over cannot take a ticket through the raw lock while its
-/// successor holds it (its slot names that hold); through the handle it queues.
+/// A thread that handed its hold over cannot take a ticket on the network while its successor
+/// holds it (its slot names that hold): with cohorts on it queues behind the successor; with
+/// cohorts turned off meanwhile, its acquire is refused with `HandedOff`.
 #[test]
-fn the_raw_lock_refuses_a_thread_whose_hold_was_handed_over() -> Result<(), BoxError> {
+fn a_thread_whose_hold_was_handed_over_takes_no_ticket_meanwhile() -> Result<(), BoxError> {
     let cluster = Cluster::builder().nodes(2).build()?;
     let lock = NLock::new(&cluster, NodeId(1))?.with_cohort(4);
-    let (a, b) = (cluster.context(NodeId(0))?, cluster.context(NodeId(0))?);
+    let a = cluster.context(NodeId(0))?;
     let ga = lock.acquire(&a)?;
-    // B queues behind A on n0 (its own thread: the acquire blocks until A hands over).
-    let l2 = lock.clone();
-    let c2 = cluster.clone();
+    let ta = LockGuard::ticket(&ga);
+    let (l2, c2) = (lock.clone(), cluster.clone());
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     std::thread::scope(|s| -> Result<(), BoxError> {
+        // B queues behind A on n0, and holds until told.
         let h = s.spawn(move || -> Result<u64, BoxError> {
-            let b2 = c2.context(NodeId(0))?;
-            let g = l2.acquire(&b2)?;
+            let b = c2.context(NodeId(0))?;
+            let g = l2.acquire(&b)?;
             let t = LockGuard::ticket(&g);
             rx.recv()?;
             LockGuard::release(g)?;
             Ok(t)
         });
-        // Let B queue, then hand over.
         std::thread::sleep(Duration::from_millis(50));
-        let ta = LockGuard::ticket(&ga);
-        LockGuard::release(ga)?;
+        LockGuard::release(ga)?; // handed to B
         std::thread::sleep(Duration::from_millis(20));
-        assert!(matches!(lock.raw().acquire(&a), Err(Error::HandedOff)));
+        // With cohorts, A queues behind B (B is inside: A times out).
+        assert!(matches!(
+            lock.acquire_timeout(&a, Duration::from_millis(20)),
+            Err(Error::Timeout { .. })
+        ));
+        lock.set_cohort(0);
+        assert!(matches!(lock.acquire(&a), Err(Error::HandedOff)));
         tx.send(())?;
         let tb = h.join().unwrap()?;
         assert_eq!(ta, tb, "B entered on A's ticket (a local handover)");
         Ok(())
     })?;
-    // Released on the network now: both go on.
+    // Released on the network now: A goes on.
     drop(lock.acquire(&a)?);
-    drop(lock.acquire(&b)?);
+    Ok(())
+}
+
+/// A guard forgotten and the lock released through the raw lock (lock_api's pattern for a
+/// hold that outlives a scope) leaves the node's queue too.
+#[test]
+fn a_raw_release_after_a_forgotten_guard_lets_the_node_go_on() -> Result<(), BoxError> {
+    let cluster = Cluster::builder().nodes(2).build()?;
+    let nlock = NLock::new(&cluster, NodeId(1))?;
+    let wlock = WLock::new(&cluster, NodeId(1), 2)?;
+    let (a, b) = (cluster.context(NodeId(0))?, cluster.context(NodeId(0))?);
+    std::mem::forget(nlock.acquire(&a)?);
+    nlock.raw().release(&a)?;
+    drop(nlock.acquire_timeout(&b, Duration::from_secs(5))?);
+    std::mem::forget(wlock.acquire(&a)?);
+    wlock.raw().release(&a)?;
+    drop(wlock.acquire_timeout(&b, Duration::from_secs(5))?);
     Ok(())
 }

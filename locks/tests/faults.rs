@@ -41,6 +41,7 @@ trait AnyLock: Send + Sync {
     fn try_for(&self, ctx: &loco_rdmawait::Ctx, t: Duration) -> Result<u64>;
     fn hold_forever(&self, ctx: &loco_rdmawait::Ctx) -> Result<u64>;
     fn release(&self, ctx: &loco_rdmawait::Ctx) -> Result<()>;
+    fn set_cohort(&self, max: u32);
 }
 
 impl<R: RawLock + 'static> AnyLock for Lock<R> {
@@ -78,6 +79,9 @@ impl<R: RawLock + 'static> AnyLock for Lock<R> {
     }
     fn release(&self, ctx: &loco_rdmawait::Ctx) -> Result<()> {
         self.raw().release(ctx)
+    }
+    fn set_cohort(&self, max: u32) {
+        Lock::set_cohort(self, max)
     }
 }
 
@@ -621,34 +625,42 @@ fn spawn_with(
 /// node only the latest ticket was known, and the lock stayed blocked at the other).
 #[test]
 fn several_dead_waiters_of_one_node_are_all_skipped() -> Result<()> {
-    for s in [Schedule::Threaded, Schedule::Chaos { seed: 6 }] {
-        for k in 0..3 {
-            let c = cluster(s, BOUND);
-            let l = each_off_n1(&c, 5)?.swap_remove(k);
-            let name = l.name();
-            let holder = c.context(NodeId(0))?;
-            let t0 = l.hold_forever(&holder)?;
-            let mut waiters = Vec::new();
-            for _ in 0..3 {
-                waiters.push(spawn_with(&*l, &c, NodeId(1), BOUND));
-                thread::sleep(Duration::from_millis(30)); // it waits, and announces its ticket
+    // Without cohorts each of them took a ticket; with them (the default) only the first,
+    // the others queued behind it on n1.
+    for (cohort, tickets) in [(0, 3), (loco_locks::COHORT_HANDOVERS, 1)] {
+        for s in [Schedule::Threaded, Schedule::Chaos { seed: 6 }] {
+            for k in 0..3 {
+                let c = cluster(s, BOUND);
+                let l = each_off_n1(&c, 5)?.swap_remove(k);
+                l.set_cohort(cohort);
+                let name = l.name();
+                let holder = c.context(NodeId(0))?;
+                let t0 = l.hold_forever(&holder)?;
+                let mut waiters = Vec::new();
+                for _ in 0..3 {
+                    waiters.push(spawn_with(&*l, &c, NodeId(1), BOUND));
+                    thread::sleep(Duration::from_millis(30)); // it waits, and announces its ticket
+                }
+                c.kill(NodeId(1))?;
+                for rx in waiters {
+                    let r = rx
+                        .recv_timeout(BOUND)
+                        .expect("a dead node's waiter did not stop");
+                    assert!(r.is_err(), "{s:?} {name}: {r:?}");
+                }
+                // On n2: a waiter on the holder's node would be handed the lock locally.
+                let rx = spawn_with(&*l, &c, NodeId(2), Duration::from_secs(20));
+                thread::sleep(Duration::from_millis(5));
+                l.release(&holder)?;
+                let (t, poisoned) =
+                    rx.recv_timeout(BOUND)
+                        .expect("no answer")
+                        .unwrap_or_else(|e| {
+                            panic!("{s:?} {name}: the dead waiters' tickets blocked: {e}")
+                        });
+                assert_eq!(t, t0 + tickets + 1, "{s:?} {name}, cohort {cohort}");
+                assert!(poisoned, "{s:?} {name}");
             }
-            c.kill(NodeId(1))?;
-            for rx in waiters {
-                let r = rx
-                    .recv_timeout(BOUND)
-                    .expect("a dead node's waiter did not stop");
-                assert!(r.is_err(), "{s:?} {name}: {r:?}");
-            }
-            let rx = spawn_with(&*l, &c, NodeId(0), Duration::from_secs(20));
-            thread::sleep(Duration::from_millis(5));
-            l.release(&holder)?;
-            let (t, poisoned) = rx
-                .recv_timeout(BOUND)
-                .expect("no answer")
-                .unwrap_or_else(|e| panic!("{s:?} {name}: the dead waiters' tickets blocked: {e}"));
-            assert_eq!(t, t0 + 4, "{s:?} {name}");
-            assert!(poisoned, "{s:?} {name}");
         }
     }
     Ok(())
@@ -682,7 +694,8 @@ fn a_dead_waiter_is_skipped() -> Result<()> {
                 ),
                 "{s:?} {name}: {r:?}"
             );
-            let rx = spawn_with(&*l, &c, NodeId(0), BOUND);
+            // On n2: a waiter on the holder's node would be handed the lock locally.
+            let rx = spawn_with(&*l, &c, NodeId(2), BOUND);
             thread::sleep(Duration::from_millis(5));
             l.release(&holder)?;
             let (t, poisoned) = rx

@@ -420,13 +420,15 @@ impl Cluster {
                 let loc = Loc::new(self.inner.id, node, at, len);
                 let zeroed = (0..len / WORD).try_for_each(|k| self.poke(&loc.word(k)?, 0));
                 let mut private = self.inner.private.lock();
-                if let Err(e) = zeroed {
-                    // Not handed out: back on the free list for a later try.
-                    private.free.entry((node, len)).or_default().push(at);
-                    return Err(e);
+                if zeroed.is_ok() {
+                    private.live.insert((node, at), len);
+                    return Ok(loc);
                 }
-                private.live.insert((node, at), len);
-                return Ok(loc);
+                // Not zeroed (the node is dead): back on the free list for a later try, and a
+                // fresh word handed out, as on any node, so that the node's death does not
+                // fail the caller (a global fence's words are made on every node, dead ones
+                // included).
+                private.free.entry((node, len)).or_default().push(at);
             }
         }
         let loc = self.alloc_in(node, bytes, true)?;

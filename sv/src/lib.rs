@@ -273,6 +273,24 @@ mod tests {
     use super::*;
     use loco_rdmawait::Schedule;
 
+    /// The first global fence of a cluster makes its words on every node, a dead one
+    /// included: the fence towards the live nodes must not fail because of the dead one
+    /// (a word freed on it earlier could not be zeroed for reuse).
+    #[test]
+    fn the_first_gf_after_a_node_died_fences_the_live_nodes() -> Result<()> {
+        let cluster = Cluster::builder().nodes(3).build()?;
+        let w = cluster.alloc_private(NodeId(1), 8)?;
+        cluster.free_private(w)?;
+        cluster.kill(NodeId(1))?;
+        let ctx = cluster.context(NodeId(0))?;
+        ctx.gf([NodeId(0), NodeId(2)])?;
+        assert!(matches!(
+            ctx.gf([NodeId(1)]),
+            Err(Error::Rdma(loco_rdmawait::Error::PeerDead { .. }))
+        ));
+        Ok(())
+    }
+
     #[test]
     fn bcast_skips_own_node_and_checks_nodes_first() -> Result<()> {
         let cluster = Cluster::builder().nodes(2).build()?;
