@@ -563,13 +563,13 @@ fn table(rows: &[Row], args: &LocksArgs) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<14} {:>5} {:>7} {:>12} {:>9} {:>9} {:>9} {:>8}",
+        "{:<16} {:>5} {:>7} {:>12} {:>9} {:>9} {:>9} {:>8}",
         "lock", "nodes", "threads", "ops/s", "p50 us", "p99 us", "fairness", "net ops"
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "{:<14} {:>5} {:>7} {:>12.0} {:>9.1} {:>9.1} {:>9.2} {:>8.2}",
+            "{:<16} {:>5} {:>7} {:>12.0} {:>9.1} {:>9.1} {:>9.2} {:>8.2}",
             r.lock,
             r.nodes,
             r.threads,
@@ -589,14 +589,14 @@ fn table(rows: &[Row], args: &LocksArgs) -> String {
         );
         let _ = writeln!(
             s,
-            "{:<14} {:>5} {:>7} {:>12} {:>12} {:>8} {:>9} {:>7}",
+            "{:<16} {:>5} {:>7} {:>12} {:>12} {:>8} {:>9} {:>7}",
             "lock", "nodes", "threads", "ops/s", "sim ops/s", "error", "mix us", "scale"
         );
         for r in rows {
             if let Some(p) = r.sim {
                 let _ = writeln!(
                     s,
-                    "{:<14} {:>5} {:>7} {:>12.0} {:>12.0} {:>+7.0}% {:>9.1} {:>7.3}",
+                    "{:<16} {:>5} {:>7} {:>12.0} {:>12.0} {:>+7.0}% {:>9.1} {:>7.3}",
                     r.lock,
                     r.nodes,
                     r.threads,

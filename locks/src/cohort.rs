@@ -9,17 +9,22 @@
 //!
 //! The queue is process memory (a mutex per node and lock): the threads of one node are the
 //! threads of one process. No `Ctx` operation runs under its mutex, so a simulated thread is
-//! never stopped while holding it; a waiter spins with [`Spin`] (a scheduling point under the
-//! simulator) and stops at its deadline, at a shutdown, or when its node is reported dead. A
-//! front left by an earlier incarnation of the node (a thread that died holding, its node
+//! never stopped while holding it. Only the waiter next in line spins (with [`Spin`]: a
+//! scheduling point under the simulator); the others park (an OS thread until it is unparked
+//! on becoming next, a simulated one in steps of [`PARKED_STEP`]), so that a node's waiting
+//! threads do not take the CPUs its NIC needs (on Soft-RoCE the NIC is the kernel, on the same
+//! CPUs). Every waiter stops at its deadline, at a shutdown, or when its node is reported dead.
+//! A front left by an earlier incarnation of the node (a thread that died holding, its node
 //! restarted since) is cleared by the first waiter of the new incarnation.
 
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::Thread;
+use std::time::Duration;
 
-use loco_rdmawait::{Ctx, NodeId};
+use loco_rdmawait::{clock, Ctx, NodeId};
 
 use crate::thread::{Deadline, PinRef, Spin, ThreadLock};
 use crate::{Error, Result};
@@ -52,8 +57,19 @@ pub(crate) trait NetLock {
     fn take_over(&self, ctx: &Ctx, hold: Hold) -> Result<u64>;
 }
 
-/// No thread of the node is at the front of its queue.
+/// No thread of the node is at the front of its queue (or next in line).
 const NOBODY: u64 = u64::MAX;
+
+/// How long a parked simulated waiter lets pass before it looks again.
+const PARKED_STEP: Duration = Duration::from_micros(2);
+
+/// How long the waiter next in line spins before it parks too: a handover within a few
+/// round trips of a fast network finds it spinning; on a slow one (Soft-RoCE, where a section
+/// takes hundreds of microseconds and the NIC runs on the same CPUs) it gives the CPU back.
+const SPIN_BUDGET: Duration = Duration::from_micros(20);
+
+/// The longest an OS thread parks before it looks at its deadline and its node again.
+const PARKED_MAX: Duration = Duration::from_millis(1);
 
 /// The node queues of one lock, and its bound on local handovers in a row.
 #[derive(Debug)]
@@ -203,6 +219,9 @@ struct NodeQueue {
     front: AtomicU64,
     /// The node's incarnation when the front's thread joined the queue.
     front_inc: AtomicU64,
+    /// The number next in line (the first of `state.waiting`), or [`NOBODY`]: the one waiter
+    /// that spins.
+    head: AtomicU64,
 }
 
 impl Default for NodeQueue {
@@ -211,6 +230,25 @@ impl Default for NodeQueue {
             state: Mutex::default(),
             front: AtomicU64::new(NOBODY),
             front_inc: AtomicU64::new(0),
+            head: AtomicU64::new(NOBODY),
+        }
+    }
+}
+
+/// A thread waiting behind the front.
+#[derive(Debug)]
+struct Waiter {
+    n: u64,
+    /// The node's incarnation when it joined.
+    inc: u64,
+    /// Its OS thread, to unpark when it becomes next in line (none under the simulator).
+    thread: Option<Thread>,
+}
+
+impl Waiter {
+    fn wake(&self) {
+        if let Some(t) = &self.thread {
+            t.unpark();
         }
     }
 }
@@ -219,9 +257,8 @@ impl Default for NodeQueue {
 struct State {
     /// The next number to hand out.
     next: u64,
-    /// Numbers waiting behind the front, in order, with the node's incarnation when they
-    /// joined.
-    waiting: VecDeque<(u64, u64)>,
+    /// The threads waiting behind the front, in order.
+    waiting: VecDeque<Waiter>,
     /// The number at the front (its thread holds the lock, or is taking it), and its
     /// incarnation.
     front: Option<(u64, u64)>,
@@ -243,6 +280,27 @@ impl NodeQueue {
         }
         self.front
             .store(f.map_or(NOBODY, |(n, _)| n), Ordering::Release);
+        self.set_head(s);
+    }
+
+    /// The first waiter is next in line: it spins (woken if parked).
+    fn set_head(&self, s: &State) {
+        let head = s.waiting.front();
+        let n = head.map_or(NOBODY, |w| w.n);
+        if self.head.swap(n, Ordering::AcqRel) != n {
+            if let Some(w) = head {
+                w.wake();
+            }
+        }
+    }
+
+    /// The front moves to the first waiter (woken), or nobody.
+    fn advance(&self, s: &mut State) {
+        let next = s.waiting.pop_front();
+        if let Some(w) = &next {
+            w.wake();
+        }
+        self.set_front(s, next.map(|w| (w.n, w.inc)));
     }
 
     /// Joins the queue (the node's incarnation is `inc`); returns the thread's number.
@@ -253,7 +311,9 @@ impl NodeQueue {
         if s.front.is_none() && s.waiting.is_empty() {
             self.set_front(&mut s, Some((n, inc)));
         } else {
-            s.waiting.push_back((n, inc));
+            let thread = (!clock::cooperative()).then(std::thread::current);
+            s.waiting.push_back(Waiter { n, inc, thread });
+            self.set_head(&s);
         }
         n
     }
@@ -277,6 +337,8 @@ impl NodeQueue {
     fn wait_turn(&self, ctx: &Ctx, n: u64, inc: u64, d: &Deadline) -> Result<()> {
         let mut spin = Spin::new();
         let cluster = ctx.cluster();
+        // Since when the thread has been next in line.
+        let mut head_since = None;
         loop {
             if self.front.load(Ordering::Acquire) == n {
                 return Ok(());
@@ -300,7 +362,19 @@ impl NodeQueue {
             if d.expired() {
                 return Err(d.timeout());
             }
-            spin.wait(cluster)?;
+            let spinning = self.head.load(Ordering::Acquire) == n && {
+                let since = *head_since.get_or_insert_with(clock::now);
+                clock::now().saturating_duration_since(since) < SPIN_BUDGET
+            };
+            if spinning || (clock::cooperative() && !clock::simulated()) {
+                spin.wait(cluster)?;
+            } else if clock::simulated() {
+                cluster.check_open()?;
+                clock::sleep(PARKED_STEP);
+            } else {
+                cluster.check_open()?;
+                std::thread::park_timeout(d.remaining().min(PARKED_MAX));
+            }
         }
     }
 
@@ -314,9 +388,8 @@ impl NodeQueue {
                 "a node's lock queue was left by an earlier incarnation: cleared");
             s.parked = None;
             s.handovers = 0;
-            s.waiting.retain(|&(_, i)| i == now);
-            let next = s.waiting.pop_front();
-            self.set_front(&mut s, next);
+            s.waiting.retain(|w| w.inc == now);
+            self.advance(&mut s);
         }
     }
 
@@ -327,7 +400,8 @@ impl NodeQueue {
         if s.front.is_some_and(|(f, _)| f == n) {
             return true;
         }
-        s.waiting.retain(|&(w, _)| w != n);
+        s.waiting.retain(|w| w.n != n);
+        self.set_head(&s);
         false
     }
 
@@ -366,8 +440,8 @@ fn leave(net: &dyn NetLock, ctx: &Ctx, q: &NodeQueue, n: u64) {
             if s.front.is_none_or(|(f, _)| f != n) {
                 return; // cleared as stale meanwhile
             }
-            if let Some(next) = s.waiting.pop_front() {
-                q.set_front(&mut s, Some(next));
+            if !s.waiting.is_empty() {
+                q.advance(&mut s);
                 return;
             }
             match s.parked.take() {
