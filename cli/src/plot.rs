@@ -12,10 +12,10 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
 }
 
-const W: f64 = 720.0;
+const W: f64 = 780.0;
 const H: f64 = 440.0;
 const LEFT: f64 = 80.0;
-const RIGHT: f64 = 190.0;
+const RIGHT: f64 = 250.0;
 const TOP: f64 = 50.0;
 const BOTTOM: f64 = 60.0;
 const COLOURS: [&str; 8] = [
