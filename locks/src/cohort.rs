@@ -109,12 +109,18 @@ impl Cohorts {
             return net.acquire(ctx, d);
         }
         let me = net.prepare(ctx, d)?;
+        // A context of an earlier incarnation of its node fails here (its node's memory is
+        // gone), before it joins the new incarnation's queue.
+        ctx.load(&me.word)?;
         let q = self.queue(ctx.node());
         let inc = ctx.cluster().incarnation(ctx.node())?;
         let n = q.enter(inc);
         if let Err(e) = q.wait_turn(ctx, n, inc, d) {
             if q.withdraw(n) {
-                leave(net, ctx, &q, n);
+                if let Err(left) = leave(net, ctx, &q, n) {
+                    tracing::error!(target: "loco::locks", error = %left, node = %ctx.node(),
+                        "releasing a hold no thread of the node took failed");
+                }
             }
             return Err(e);
         }
@@ -128,7 +134,10 @@ impl Cohorts {
                 Ok(t)
             }
             Err(e) => {
-                leave(net, ctx, &q, n);
+                if let Err(left) = leave(net, ctx, &q, n) {
+                    tracing::error!(target: "loco::locks", error = %left, node = %ctx.node(),
+                        "releasing a hold no thread of the node took failed");
+                }
                 Err(e)
             }
         }
@@ -146,19 +155,25 @@ impl Cohorts {
             return net.try_acquire(ctx, d);
         }
         let me = net.prepare(ctx, d)?;
+        ctx.load(&me.word)?;
         let q = self.queue(ctx.node());
         let inc = ctx.cluster().incarnation(ctx.node())?;
         let Some(n) = q.try_enter(inc) else {
             return Ok(None);
         };
-        // Nobody of the node was at the front, so nothing is parked.
+        // Nobody of the node was at the front, so nothing is parked: a network acquire, and
+        // a new run of handovers.
+        drop(q.take_parked());
         match net.try_acquire(ctx, d) {
             Ok(Some(t)) => {
                 me.turn.set(Some(n));
                 Ok(Some(t))
             }
             r => {
-                leave(net, ctx, &q, n);
+                if let Err(left) = leave(net, ctx, &q, n) {
+                    tracing::error!(target: "loco::locks", error = %left, node = %ctx.node(),
+                        "releasing a hold no thread of the node took failed");
+                }
                 r
             }
         }
@@ -180,19 +195,22 @@ impl Cohorts {
         if me.held.get().is_none() {
             // The hold ended without a release (its lock's node restarted): only the turn goes.
             me.turn.set(None);
-            leave(net, ctx, &self.queue(ctx.node()), n);
+            leave(net, ctx, &self.queue(ctx.node()), n)?;
             return Err(Error::NotHeld);
         }
         let q = self.queue(ctx.node());
         let r = if !poison && q.wants(self.limit()) {
             match net.hand_off(ctx) {
-                Ok(hold) => {
-                    // The critical section's CPU stores reach the node's memory before the
-                    // next thread is let in (the weak lock's whole guarantee, Fig. 8a).
-                    let fenced = ctx.mfence();
-                    q.park(hold);
-                    fenced.map_err(Error::from)
-                }
+                // The critical section's CPU stores reach the node's memory before the next
+                // thread is let in (the weak lock's whole guarantee, Fig. 8a). A fence that
+                // fails (a shutdown, this node dead) parks nothing: the hold goes with the node.
+                Ok(hold) => match ctx.mfence() {
+                    Ok(()) => {
+                        q.park(n, hold);
+                        Ok(())
+                    }
+                    Err(e) => Err(e.into()),
+                },
                 Err(e) if me.held.get().is_some() => {
                     tracing::debug!(target: "loco::locks", error = %e,
                         "no local handover: releasing on the network");
@@ -206,8 +224,8 @@ impl Cohorts {
         // Whatever the release's outcome: a thread still holding after a failed release has
         // its hold but no turn, and the next thread of the node queues on the network.
         me.turn.set(None);
-        leave(net, ctx, &q, n);
-        r
+        let left = leave(net, ctx, &q, n);
+        r.and(left)
     }
 }
 
@@ -423,42 +441,54 @@ impl NodeQueue {
         !s.waiting.is_empty() && s.handovers < limit
     }
 
-    fn park(&self, hold: Hold) {
+    /// Number `n`, at the front, leaves `hold` for the next front. Not if the front moved on
+    /// meanwhile (cleared as an earlier incarnation's: the node restarted, and the hold went
+    /// with it; the other nodes skipped its ticket as a dead node's).
+    fn park(&self, n: u64, hold: Hold) {
         let mut s = self.state();
-        s.handovers += 1;
-        s.parked = Some(hold);
+        if s.front.is_some_and(|(f, _)| f == n) {
+            s.handovers += 1;
+            s.parked = Some(hold);
+        }
     }
 }
 
 /// Number `n`, at the front, leaves: the next waiter comes to the front; if none waits, a hold
 /// parked for it (its waiter gave up) is released on the network here first (the caller does
-/// not hold the lock).
-fn leave(net: &dyn NetLock, ctx: &Ctx, q: &NodeQueue, n: u64) {
+/// not hold the lock). If that release fails, the caller keeps the hold (it is reported, and
+/// [`RawLock::release`](crate::RawLock::release) by the caller releases it).
+fn leave(net: &dyn NetLock, ctx: &Ctx, q: &NodeQueue, n: u64) -> Result<()> {
     loop {
         let orphan = {
             let mut s = q.state();
             if s.front.is_none_or(|(f, _)| f != n) {
-                return; // cleared as stale meanwhile
+                return Ok(()); // cleared as stale meanwhile
             }
             if !s.waiting.is_empty() {
                 q.advance(&mut s);
-                return;
+                return Ok(());
             }
             match s.parked.take() {
                 Some(h) => h,
                 None => {
                     q.set_front(&mut s, None);
-                    return;
+                    return Ok(());
                 }
             }
         };
         // Still at the front, so newcomers queue behind: nobody takes this hold now.
-        let released = net
-            .take_over(ctx, orphan)
-            .and_then(|_| net.release(ctx, false));
-        if let Err(e) = released {
-            tracing::error!(target: "loco::locks", error = %e, node = %ctx.node(),
-                "releasing a hold no thread of the node took failed");
+        net.take_over(ctx, orphan)?;
+        if let Err(e) = net.release(ctx, false) {
+            // The caller holds it now: the front goes on, the hold stays with the caller.
+            let mut s = q.state();
+            if s.front.is_some_and(|(f, _)| f == n) {
+                if s.waiting.is_empty() {
+                    q.set_front(&mut s, None);
+                } else {
+                    q.advance(&mut s);
+                }
+            }
+            return Err(e);
         }
     }
 }

@@ -58,8 +58,8 @@
 //! All three give **mutual exclusion** and serve tickets in order (FIFO: [`Lock::acquire`],
 //! [`Lock::acquire_timeout`] and [`Lock::acquire_until`]; [`Lock::try_acquire_for`] is not FIFO,
 //! it takes a ticket only when the lock is free). With cohorts (the default) a node's threads
-//! share its ticket for up to [`COHORT_HANDOVERS`] sections in a row, in the order they queued
-//! on the node; turn cohorts off ([`Lock::set_cohort`]`(0)`) for one ticket per section, strictly
+//! share its ticket for up to [`COHORT_HANDOVERS`]` + 1` sections in a row, in the order they
+//! queued on the node; turn cohorts off ([`Lock::set_cohort`]`(0)`) for one ticket per section, strictly
 //! in order. They differ in what a release (or a local handover) makes visible to the next
 //! holder:
 //! - [`WLock`]: CPU accesses of the critical section (Fig. 8a), not its remote operations: a put
@@ -88,7 +88,10 @@
 //!   ([`LockGuard::ticket`]); it is told of poisoning only by a network handover.
 //! - At most `k` handovers in a row ([`Lock::set_cohort`], default [`COHORT_HANDOVERS`]); then
 //!   the holder releases on the network and the next thread of its node takes a ticket behind
-//!   the other nodes' waiters, which are therefore passed by at most `k` critical sections.
+//!   the other nodes' waiters, which are therefore passed by at most `k` critical sections
+//!   (with the `tokio` feature's task handovers, `Lock::acquire_async`, each of those can
+//!   be a run of one context's tasks: at most `(k + 1) × (t + 1) - 1`, `t` the tasks'
+//!   bound).
 //!
 //! Measured in simulated time (`connectx5`, 16 threads over 4 nodes, a critical section that
 //! writes remote data): the node lock goes from 268 k to 357 k sections per second, with 6.3
@@ -102,7 +105,11 @@
 //! context is dropped first, so the dead-holder and unclaimed-ticket checks below see the hold.
 //! If the node dies, its cohort dies with it, and the other nodes skip the hold as a dead node's;
 //! a queue left by an earlier incarnation of a node (a holder that died, its node restarted
-//! since) is cleared by the first waiter of the new one. A thread that handed its hold over and,
+//! since) is cleared by the first waiter of the new one, and a hold handed over as the node
+//! died is dropped, not parked. A context dropped while holding keeps the lock held (as
+//! without cohorts), and its node's other threads wait for it until their timeout. If the
+//! network release of a hold parked for a thread that gave up fails, the thread that found it
+//! holds it and is told ([`Lock::is_held`]; its release returns the error). A thread that handed its hold over and,
 //! with cohorts turned off meanwhile, acquires on the network while its successor still holds
 //! is refused ([`Error::HandedOff`]).
 //!

@@ -617,7 +617,9 @@ impl Drop for ThreadLock {
         if let Some(ticket) = self.held.get() {
             tracing::error!(target: "loco::locks", ticket, node = %self.word.node(),
                 "a context was dropped while holding a lock: the lock stays held until its node is reported dead");
-            // Keep the slot and words: the hold is not over.
+            // Keep the slot and words, and the pin of a hold taken over: the hold is not over,
+            // and its announcement must stay.
+            std::mem::forget(self.carried.take());
             return;
         }
         // Dropped with every operation complete (the context reaped them): nothing can write

@@ -662,6 +662,8 @@ impl RawWLock {
         let me = self.me(ctx)?;
         Self::check_not_held(&me)?;
         self.home.check(&self.cluster)?;
+        // A context of an earlier incarnation of its node takes nothing.
+        ctx.load(&me.word)?;
         me.take_over(hold.ticket, hold.pin, hold.poison);
         tracing::trace!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = hold.ticket, "wlock taken over");
         Ok(hold.ticket)

@@ -67,6 +67,11 @@ where
                             format!("mutual exclusion broken: {before} other holder(s)").into()
                         );
                     }
+                    // Nobody died or panicked: a hold skipped as nobody's (a parked hold
+                    // dropped, a pin released too early) would show here.
+                    if LockGuard::was_poisoned(&g) {
+                        return Err("a hold was poisoned with nobody dead".into());
+                    }
                     ctx.get(&scratch, &word, D)?;
                     ctx.wait(D)?;
                     inside.fetch_sub(1, SeqCst);

@@ -420,15 +420,17 @@ impl Cluster {
                 let loc = Loc::new(self.inner.id, node, at, len);
                 let zeroed = (0..len / WORD).try_for_each(|k| self.poke(&loc.word(k)?, 0));
                 let mut private = self.inner.private.lock();
-                if zeroed.is_ok() {
+                // On a dead node the words cannot be zeroed, nor read or written by anyone,
+                // and a restart zeroes the node's memory: handed out as they are, so that the
+                // node's death does not fail the caller (a global fence's words are made on
+                // every node, dead ones included).
+                if zeroed.is_ok() || !self.is_alive(node) {
                     private.live.insert((node, at), len);
                     return Ok(loc);
                 }
-                // Not zeroed (the node is dead): back on the free list for a later try, and a
-                // fresh word handed out, as on any node, so that the node's death does not
-                // fail the caller (a global fence's words are made on every node, dead ones
-                // included).
+                // Not handed out: back on the free list for a later try.
                 private.free.entry((node, len)).or_default().push(at);
+                return zeroed.map(|_| loc);
             }
         }
         let loc = self.alloc_in(node, bytes, true)?;
