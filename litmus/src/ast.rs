@@ -288,6 +288,12 @@ pub enum Op {
     /// `giveup(l)`: takes a ticket of the lock and gives it up without entering (an acquire
     /// that timed out), as `loco-locks` does.
     GiveUp(LockId),
+    /// `handoff(l)`: a cohort's local handover (`loco-locks`' Cohorts): the holder passes its
+    /// hold, unreleased, to the thread of its node that does `takeover(l)`.
+    Handoff(LockId),
+    /// `takeover(l)`: waits for the `handoff(l)` of another thread of the same node and holds
+    /// the lock from then on (released or handed off as if acquired).
+    Takeover(LockId),
     /// `r = read_sc(x)`.
     ReadSc {
         /// Destination register.
@@ -344,6 +350,8 @@ impl Op {
             Op::Acquire(_) => "acquire",
             Op::Release(_) => "release",
             Op::GiveUp(_) => "giveup",
+            Op::Handoff(_) => "handoff",
+            Op::Takeover(_) => "takeover",
             Op::ReadSc { .. } => "read_sc",
             Op::WriteSc { .. } => "write_sc",
             Op::CasSc { .. } => "cas_sc",

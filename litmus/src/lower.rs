@@ -379,6 +379,8 @@ struct Lowering<'a> {
     sv_words: Vec<Vec<Option<usize>>>,
     sc_words: Vec<(usize, usize)>,
     locks: Vec<LockWords>,
+    /// Per lock, per node: the words of a cohort's handover there (a flag, the ticket).
+    handovers: Vec<Vec<Option<(usize, usize)>>>,
     /// Per SC location: its nlock, and per thread its scratch words (a, b).
     sc_locks: Vec<LockWords>,
     sc_scratch: Vec<Vec<Option<(usize, usize)>>>,
@@ -432,10 +434,12 @@ pub(crate) fn lower(test: &Test) -> Program {
     };
     let lowest = test.nodes.first().map_or(0, |n| n.index());
     let mut locks = Vec::new();
+    let mut handovers = Vec::new();
     for (i, l) in test.locks.iter().enumerate() {
         let id = LockId(i);
-        let used =
-            users(&|op| matches!(op, Op::Acquire(x) | Op::Release(x) | Op::GiveUp(x) if *x == id));
+        let used = users(
+            &|op| matches!(op, Op::Acquire(x) | Op::Release(x) | Op::GiveUp(x) | Op::Handoff(x) | Op::Takeover(x) if *x == id),
+        );
         let tickets = count(
             test,
             &|op| matches!(op, Op::Acquire(x) | Op::GiveUp(x) if *x == id),
@@ -479,6 +483,18 @@ pub(crate) fn lower(test: &Test) -> Program {
             }
         };
         locks.push(w);
+        // A cohort's handover on a node: a flag and the ticket handed over, in its memory.
+        let mut words = vec![None; n];
+        for th in &test.threads {
+            if th.body.iter().any(|s| s.op == Op::Handoff(id)) {
+                let k = th.node.index();
+                words[k] = Some((
+                    lay.alloc(k, format!("ho_{}@{}", l.name, th.node), 0),
+                    lay.alloc(k, format!("ho_ticket_{}@{}", l.name, th.node), 0),
+                ));
+            }
+        }
+        handovers.push(words);
     }
     let mut sc_locks = Vec::new();
     let mut sc_scratch = Vec::new();
@@ -514,6 +530,7 @@ pub(crate) fn lower(test: &Test) -> Program {
     let fences = users(&|op| {
         matches!(op, Op::Gf(_))
             || matches!(op, Op::Release(l) if test.locks[l.0].kind == LockKind::SLock)
+            || matches!(op, Op::Handoff(l) if test.locks[l.0].kind != LockKind::WLock)
     });
     let mut gfw = vec![None; n];
     if fences.iter().any(|&f| f) {
@@ -536,6 +553,7 @@ pub(crate) fn lower(test: &Test) -> Program {
         sv_words,
         sc_words,
         locks,
+        handovers,
         sc_locks,
         sc_scratch,
         gfw,
@@ -1378,6 +1396,37 @@ impl Lowering<'_> {
                     done(locks::wlock_give_up(e, &w, &copies, publish, u, |_| Ok(())));
                 }
             },
+            Op::Handoff(l) => {
+                let (ticket, _) = held[l.0]
+                    .take()
+                    .unwrap_or((Val::constant(0), Val::constant(0)));
+                match &self.locks[l.0] {
+                    LockWords::Ticket { strong: true, .. } => {
+                        let fence = self.gf_words(t);
+                        done(locks::slock_hand_off(e, &fence, &self.test.nodes));
+                    }
+                    LockWords::Ticket { .. } => done(locks::wlock_hand_off(e)),
+                    LockWords::Node { node, .. } => {
+                        let fence = self.gf_words(t);
+                        let n = loco_rdmawait::NodeId(*node as u16);
+                        done(locks::nlock_hand_off(e, &fence, n));
+                    }
+                }
+                // What loco-locks does next: `mfence`, then let the next thread of the node in
+                // (here through its memory: the ticket, then the flag).
+                e.push(Instr::Mfence, e.text.clone());
+                let (flag, tw) = self.handovers[l.0][me].expect("handover words of the node");
+                done(e.store(word(me, tw), ticket));
+                let one = e.constant(1);
+                done(e.store(word(me, flag), one));
+            }
+            Op::Takeover(l) => {
+                let (flag, tw) = self.handovers[l.0][me].expect("handover words of the node");
+                let one = e.constant(1);
+                done(e.await_any(&[word(me, flag)], one, None));
+                let ticket = done(e.load(word(me, tw)));
+                held[l.0] = Some((ticket, ticket));
+            }
             Op::Release(l) => {
                 let (ticket, raw) = held[l.0]
                     .take()

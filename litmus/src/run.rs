@@ -364,6 +364,10 @@ struct Env {
     svs: Vec<SharedVar>,
     scs: Vec<ScLoc>,
     locks: Vec<LockHandle>,
+    /// Per lock and node (`lock * nodes + node`): a `handoff` there is done. A `takeover`
+    /// waits for it, then acquires: with cohorts that is a network acquire after the release
+    /// (a local handover's guarantee is the release's; the simulator checks the handovers).
+    handed: Vec<std::sync::atomic::AtomicBool>,
 }
 
 fn cluster(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Cluster, RunError> {
@@ -504,6 +508,9 @@ fn setup(test: &Test, cfg: &RunConfig, cluster: &Cluster, seed: u64) -> Result<E
             locs,
             svs,
             scs,
+            handed: (0..locks.len() * test.cluster_nodes())
+                .map(|_| Default::default())
+                .collect(),
             locks,
         })
     };
@@ -708,6 +715,11 @@ fn stagger(test: &Test, t: usize, env: &Env, r: u64) {
     }
 }
 
+/// The index of lock `l`'s handover flag on `node` in [`Env::handed`].
+fn handover(env: &Env, l: usize, node: loco_rdmawait::NodeId) -> usize {
+    l * (env.handed.len() / env.locks.len().max(1)) + node.index()
+}
+
 fn wid(w: crate::ast::WidId) -> WorkId {
     WorkId::new(w.0 as u32 + 1)
 }
@@ -783,6 +795,28 @@ fn exec(ctx: &Ctx, env: &Env, regs: &mut [u64], op: &Op) -> Result<(), OpError> 
             env.locks[l.0].raw().acquire(ctx)?;
         }
         Op::Release(l) => env.locks[l.0].raw().release(ctx)?,
+        Op::Handoff(l) => {
+            env.locks[l.0].raw().release(ctx)?;
+            env.handed[handover(env, l.0, ctx.node())]
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        Op::Takeover(l) => {
+            let start = loco_rdmawait::clock::now();
+            while !env.handed[handover(env, l.0, ctx.node())]
+                .load(std::sync::atomic::Ordering::SeqCst)
+            {
+                if loco_rdmawait::clock::now().saturating_duration_since(start)
+                    > ctx.cluster().timeout()
+                {
+                    return Err(loco_locks::Error::Timeout {
+                        after: ctx.cluster().timeout(),
+                    }
+                    .into());
+                }
+                loco_rdmawait::clock::yield_now();
+            }
+            env.locks[l.0].raw().acquire(ctx)?;
+        }
         Op::GiveUp(l) => {
             let raw = env.locks[l.0].raw();
             // An acquire whose deadline passes while it waits gives its ticket up. One that got

@@ -147,7 +147,8 @@ pub enum ParseErrorKind {
 /// Every operation of docs/litmus-format.md, in its table's order.
 pub const OPERATIONS: &[&str] = &[
     "load", "store", "cas", "mfence", "put", "get", "rcas", "rfaa", "wait", "poll", "rfence",
-    "bcast", "gf", "acquire", "release", "giveup", "read_sc", "write_sc", "cas_sc", "faa_sc",
+    "bcast", "gf", "acquire", "release", "giveup", "handoff", "takeover", "read_sc", "write_sc",
+    "cas_sc", "faa_sc",
 ];
 
 /// Largest input the parser reads, in bytes (the project's tests are under 1 KiB).
@@ -405,6 +406,49 @@ impl Parser {
                         max,
                     },
                 )));
+            }
+        }
+        // A takeover waits for a handoff of the same lock on its node: one of each at most.
+        for (l, (decl, _)) in self.locks.iter().enumerate() {
+            for node in &self.nodes {
+                let on = |op: fn(LockId) -> Op| {
+                    self.threads
+                        .iter()
+                        .filter(|t| t.0.node == *node)
+                        .flat_map(|t| &t.0.body)
+                        .filter(|s| s.op == op(LockId(l)))
+                        .map(|s| s.span)
+                        .collect::<Vec<_>>()
+                };
+                let (offs, takes) = (on(Op::Handoff), on(Op::Takeover));
+                let what = |n: usize, op: &str| format!("{n} {op}s of `{}` on {node}", decl.name);
+                if offs.len() > 1 {
+                    return Err(self.error((
+                        offs[1],
+                        ParseErrorKind::TooLarge {
+                            what: what(offs.len(), "handoff"),
+                            max: 1,
+                        },
+                    )));
+                }
+                if takes.len() > 1 {
+                    return Err(self.error((
+                        takes[1],
+                        ParseErrorKind::TooLarge {
+                            what: what(takes.len(), "takeover"),
+                            max: 1,
+                        },
+                    )));
+                }
+                if let (Some(&t), true) = (takes.first(), offs.is_empty()) {
+                    return Err(self.error((
+                        t,
+                        ParseErrorKind::LockDiscipline(format!(
+                            "a takeover of `{}` needs a handoff of it by another thread of {node}",
+                            decl.name
+                        )),
+                    )));
+                }
             }
         }
         for &(t, s) in &self.all_sets {

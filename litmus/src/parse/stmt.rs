@@ -419,6 +419,35 @@ impl Parser {
                 self.held.remove(i);
                 Op::Release(l)
             }
+            "handoff" => {
+                let l = self.lock(&a[0], "handoff")?;
+                let Some(i) = self.held.iter().position(|h| h.0 == l) else {
+                    return Err((
+                        a[0].1,
+                        ParseErrorKind::LockDiscipline(format!(
+                            "handoff of `{}` without a matching acquire in thread {}",
+                            self.locks[l.0].0.name,
+                            self.threads.last().expect("inside a thread").0.name
+                        )),
+                    ));
+                };
+                self.held.remove(i);
+                Op::Handoff(l)
+            }
+            "takeover" => {
+                let l = self.lock(&a[0], "takeover")?;
+                if let Some(&(_, at)) = self.held.iter().find(|h| h.0 == l) {
+                    return Err((
+                        a[0].1,
+                        ParseErrorKind::LockDiscipline(format!(
+                            "`{}` is already held here (acquired at line {}): a takeover would deadlock",
+                            self.locks[l.0].0.name, at.line
+                        )),
+                    ));
+                }
+                self.held.push((l, span));
+                Op::Takeover(l)
+            }
             "giveup" => {
                 let l = self.lock(&a[0], "giveup")?;
                 if let Some(&(_, at)) = self.held.iter().find(|h| h.0 == l) {
@@ -488,6 +517,8 @@ fn usage(op: &str) -> (usize, &'static str) {
         "acquire" => (1, "acquire(<l>)"),
         "release" => (1, "release(<l>)"),
         "giveup" => (1, "giveup(<l>)"),
+        "handoff" => (1, "handoff(<l>)"),
+        "takeover" => (1, "takeover(<l>)"),
         "read_sc" => (1, "<r> = read_sc(<x>)"),
         "write_sc" => (2, "write_sc(<x>, <v>)"),
         "cas_sc" => (3, "<r> = cas_sc(<x>, <expected>, <new>)"),

@@ -296,3 +296,41 @@ fn atomics_setting() {
         "t.litmus:3:1: setting `atomics` is already declared at line 2"
     );
 }
+
+#[test]
+fn a_takeover_needs_a_handoff_on_its_node() {
+    let src = "litmus h
+lock l : wlock
+loc x @n0
+thread t0 @n0 {
+  acquire(l)
+  handoff(l)
+}
+thread t1 @n0 {
+  takeover(l)
+  release(l)
+}
+exists x = 0
+expect allowed
+";
+    let t = parse(src, "t.litmus").unwrap();
+    assert_eq!(t.threads[0].body[1].op, Op::Handoff(LockId(0)));
+    assert_eq!(t.threads[1].body[0].op, Op::Takeover(LockId(0)));
+    // On another node, nobody hands it over there.
+    let e = err(&src.replace("thread t1 @n0", "thread t1 @n1"));
+    assert!(
+        e.contains("a takeover of `l` needs a handoff of it by another thread of n1"),
+        "{e}"
+    );
+    // A handoff needs the lock held; a takeover a lock not held.
+    let e = err(&src.replace("  acquire(l)\n  handoff(l)", "  handoff(l)"));
+    assert!(
+        e.contains("handoff of `l` without a matching acquire"),
+        "{e}"
+    );
+    let e = err(&src.replace(
+        "  takeover(l)\n",
+        "  acquire(l)\n  takeover(l)\n  release(l)\n",
+    ));
+    assert!(e.contains("a takeover would deadlock"), "{e}");
+}
