@@ -17,16 +17,16 @@
 //! A front left by an earlier incarnation of the node (a thread that died holding, its node
 //! restarted since) is cleared by the first waiter of the new incarnation.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::thread::Thread;
 use std::time::Duration;
 
-use loco_rdmawait::{clock, Ctx, NodeId};
+use loco_rdmawait::{clock, Cluster, Ctx, NodeId};
 
-use crate::thread::{Deadline, PinRef, Spin, ThreadLock};
+use crate::thread::{Deadline, Home, PinRef, Spin, ThreadLock};
 use crate::{Error, Result};
 
 /// A hold on its way from one thread to another thread of the same node, unreleased.
@@ -76,19 +76,19 @@ const PARKED_MAX: Duration = Duration::from_millis(1);
 pub(crate) struct Cohorts {
     /// Most local handovers in a row; 0: no cohort (every acquire goes to the network).
     limit: AtomicU32,
-    nodes: Mutex<HashMap<NodeId, Arc<NodeQueue>>>,
-}
-
-impl Default for Cohorts {
-    fn default() -> Self {
-        Cohorts {
-            limit: AtomicU32::new(crate::COHORT_HANDOVERS),
-            nodes: Mutex::default(),
-        }
-    }
+    /// One queue per node of the cluster, by node index.
+    nodes: Vec<NodeQueue>,
 }
 
 impl Cohorts {
+    /// Queues for a cluster of `nodes` nodes, with [`crate::COHORT_HANDOVERS`] in a row.
+    pub(crate) fn new(nodes: usize) -> Self {
+        Cohorts {
+            limit: AtomicU32::new(crate::COHORT_HANDOVERS),
+            nodes: (0..nodes).map(|_| NodeQueue::default()).collect(),
+        }
+    }
+
     pub(crate) fn limit(&self) -> u32 {
         self.limit.load(Ordering::Relaxed)
     }
@@ -98,9 +98,29 @@ impl Cohorts {
     }
 
     /// The queue of `node`.
-    fn queue(&self, node: NodeId) -> Arc<NodeQueue> {
-        let mut m = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
-        m.entry(node).or_default().clone()
+    fn queue(&self, node: NodeId) -> Result<&NodeQueue> {
+        self.nodes
+            .get(node.index())
+            .ok_or(Error::Rdma(loco_rdmawait::Error::UnknownNode {
+                node,
+                nodes: self.nodes.len(),
+            }))
+    }
+
+    /// The calling thread joins its node's queue: its state (checked: not holding), the queue,
+    /// and the node's incarnation.
+    fn join(
+        &self,
+        net: &dyn NetLock,
+        ctx: &Ctx,
+        d: &Deadline,
+    ) -> Result<(Rc<ThreadLock>, &NodeQueue, u64)> {
+        let me = net.prepare(ctx, d)?;
+        // A context of an earlier incarnation of its node fails here (its node's memory is
+        // gone), before it joins the new incarnation's queue.
+        ctx.load(&me.word)?;
+        let inc = ctx.cluster().incarnation(ctx.node())?;
+        Ok((me, self.queue(ctx.node())?, inc))
     }
 
     /// Acquire through the calling thread's node queue (without cohorts: on the network).
@@ -108,19 +128,11 @@ impl Cohorts {
         if self.limit() == 0 {
             return net.acquire(ctx, d);
         }
-        let me = net.prepare(ctx, d)?;
-        // A context of an earlier incarnation of its node fails here (its node's memory is
-        // gone), before it joins the new incarnation's queue.
-        ctx.load(&me.word)?;
-        let q = self.queue(ctx.node());
-        let inc = ctx.cluster().incarnation(ctx.node())?;
+        let (me, q, inc) = self.join(net, ctx, d)?;
         let n = q.enter(inc);
         if let Err(e) = q.wait_turn(ctx, n, inc, d) {
             if q.withdraw(n) {
-                if let Err(left) = leave(net, ctx, &q, n) {
-                    tracing::error!(target: "loco::locks", error = %left, node = %ctx.node(),
-                        "releasing a hold no thread of the node took failed");
-                }
+                leave_logged(net, ctx, q, n);
             }
             return Err(e);
         }
@@ -134,10 +146,7 @@ impl Cohorts {
                 Ok(t)
             }
             Err(e) => {
-                if let Err(left) = leave(net, ctx, &q, n) {
-                    tracing::error!(target: "loco::locks", error = %left, node = %ctx.node(),
-                        "releasing a hold no thread of the node took failed");
-                }
+                leave_logged(net, ctx, q, n);
                 Err(e)
             }
         }
@@ -154,10 +163,7 @@ impl Cohorts {
         if self.limit() == 0 {
             return net.try_acquire(ctx, d);
         }
-        let me = net.prepare(ctx, d)?;
-        ctx.load(&me.word)?;
-        let q = self.queue(ctx.node());
-        let inc = ctx.cluster().incarnation(ctx.node())?;
+        let (me, q, inc) = self.join(net, ctx, d)?;
         let Some(n) = q.try_enter(inc) else {
             return Ok(None);
         };
@@ -170,10 +176,7 @@ impl Cohorts {
                 Ok(Some(t))
             }
             r => {
-                if let Err(left) = leave(net, ctx, &q, n) {
-                    tracing::error!(target: "loco::locks", error = %left, node = %ctx.node(),
-                        "releasing a hold no thread of the node took failed");
-                }
+                leave_logged(net, ctx, q, n);
                 r
             }
         }
@@ -195,10 +198,10 @@ impl Cohorts {
         if me.held.get().is_none() {
             // The hold ended without a release (its lock's node restarted): only the turn goes.
             me.turn.set(None);
-            leave(net, ctx, &self.queue(ctx.node()), n)?;
+            leave(net, ctx, self.queue(ctx.node())?, n)?;
             return Err(Error::NotHeld);
         }
-        let q = self.queue(ctx.node());
+        let q = self.queue(ctx.node())?;
         let r = if !poison && q.wants(self.limit()) {
             match net.hand_off(ctx) {
                 // The critical section's CPU stores reach the node's memory before the next
@@ -224,7 +227,7 @@ impl Cohorts {
         // Whatever the release's outcome: a thread still holding after a failed release has
         // its hold but no turn, and the next thread of the node queues on the network.
         me.turn.set(None);
-        let left = leave(net, ctx, &q, n);
+        let left = leave(net, ctx, q, n);
         r.and(left)
     }
 }
@@ -451,6 +454,34 @@ impl NodeQueue {
             s.parked = Some(hold);
         }
     }
+}
+
+/// [`leave`] on an acquire that fails anyway: a failed release of a parked hold is logged (the
+/// caller keeps that hold, and the acquire's own error is what it returns).
+fn leave_logged(net: &dyn NetLock, ctx: &Ctx, q: &NodeQueue, n: u64) {
+    if let Err(e) = leave(net, ctx, q, n) {
+        tracing::error!(target: "loco::locks", error = %e, node = %ctx.node(),
+            "releasing a hold no thread of the node took failed");
+    }
+}
+
+/// The calling thread (`me`, which must not hold the lock) takes over `hold`, unless the
+/// lock's `home` restarted (the hold went with its words) or `ctx` is of an earlier
+/// incarnation of its node.
+pub(crate) fn take_over(
+    ctx: &Ctx,
+    me: &ThreadLock,
+    home: &Home,
+    cluster: &Cluster,
+    hold: Hold,
+) -> Result<u64> {
+    if let Some(ticket) = me.held.get() {
+        return Err(Error::AlreadyHeld { ticket });
+    }
+    home.check(cluster)?;
+    ctx.load(&me.word)?;
+    me.take_over(hold.ticket, hold.pin, hold.poison);
+    Ok(hold.ticket)
 }
 
 /// Number `n`, at the front, leaves: the next waiter comes to the front; if none waits, a hold

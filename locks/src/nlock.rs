@@ -16,7 +16,7 @@ use std::time::Duration;
 use loco_rdmawait::{Cluster, Ctx, Loc, NodeId};
 use loco_rdmawaitrmw::Rmw;
 
-use crate::cohort::{Cohorts, Hold, NetLock};
+use crate::cohort::{self, Cohorts, Hold, NetLock};
 use crate::marks::{self, MARKS, POISON};
 use crate::protocol::{self, NLockWords, NL_ACQ, NL_REL};
 use crate::run::{Run, Spinner};
@@ -70,7 +70,7 @@ impl RawNLock {
             debts: Default::default(),
             wait_slots: Default::default(),
             home: Home::new(cluster, node)?,
-            cohorts: Cohorts::default(),
+            cohorts: Cohorts::new(cluster.nodes()),
         })
     }
 
@@ -420,13 +420,8 @@ impl RawNLock {
         let fence = loco_sv::gf_words(ctx, &[])?;
         protocol::nlock_hand_off(&mut self.run(ctx, &me, &d), &fence, self.node())?;
         let poison = me.poisoned.get() || me.carried_poison.get();
-        let pin = me.hand_off();
         tracing::trace!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = t, "nlock handed off");
-        Ok(Hold {
-            ticket: t,
-            poison,
-            pin,
-        })
+        Ok(me.hand_off(t, poison))
     }
 
     /// Reaps this thread's release CAS, so that its words can be recycled.
@@ -468,13 +463,9 @@ impl NetLock for RawNLock {
 
     fn take_over(&self, ctx: &Ctx, hold: Hold) -> Result<u64> {
         let me = self.me(ctx)?;
-        Self::check_not_held(&me)?;
-        self.home.check(&self.cluster)?;
-        // A context of an earlier incarnation of its node takes nothing.
-        ctx.load(&me.word)?;
-        me.take_over(hold.ticket, hold.pin, hold.poison);
-        tracing::trace!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = hold.ticket, "nlock taken over");
-        Ok(hold.ticket)
+        let t = cohort::take_over(ctx, &me, &self.home, &self.cluster, hold)?;
+        tracing::trace!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = t, "nlock taken over");
+        Ok(t)
     }
 }
 

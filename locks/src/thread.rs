@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use crossbeam_utils::Backoff;
 use loco_rdmawait::{clock, Cluster, Ctx, Loc, NodeId, Settled, WorkId, WORD};
 
+use crate::cohort::Hold;
 use crate::marks::Debts;
 
 use crate::{Error, Result};
@@ -343,10 +344,12 @@ impl ThreadLock {
         drop(self.carried.borrow_mut().take());
     }
 
-    /// The thread hands its hold to another context of its node: the pin that keeps the
-    /// hold's announcement in place goes with it (the one it carried, or a new one on its own
-    /// slot; none for the shared slot, whose claims count as live anyway). Its own hold ends.
-    pub(crate) fn hand_off(&self) -> Option<PinRef> {
+    /// The thread hands its hold of ticket `ticket` to another context of its node: the pin
+    /// that keeps the hold's announcement in place goes with it (the one it carried, or a new
+    /// one on its own slot; none for the shared slot, whose claims count as live anyway), and
+    /// `poison` (a node lock's: the poison bit of the `rel` value it entered on). Its own hold
+    /// ends.
+    pub(crate) fn hand_off(&self, ticket: u64, poison: bool) -> Hold {
         let carried = self.carried.borrow_mut().take();
         let pin = carried.or_else(|| {
             let slots = self.wait_slots.as_ref()?;
@@ -360,10 +363,12 @@ impl ThreadLock {
             *self.pin.borrow_mut() = Some(pin.clone());
             Some(PinRef(pin))
         });
-        self.held.set(None);
-        self.poisoned.set(false);
-        self.carried_poison.set(false);
-        pin
+        self.end_hold();
+        Hold {
+            ticket,
+            poison,
+            pin,
+        }
     }
 
     /// The thread takes over a hold of ticket `t` from another context of its node.

@@ -18,7 +18,7 @@ use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, WORD};
 use loco_rdmawaitrmw::Rmw;
 use loco_sv::SharedVar;
 
-use crate::cohort::{Cohorts, Hold, NetLock};
+use crate::cohort::{self, Cohorts, Hold, NetLock};
 use crate::marks::{self, MARKS, POISON};
 use crate::protocol::{self, NONE, WL_ACQ, WL_REL};
 use crate::run::{Run, Spinner};
@@ -128,7 +128,7 @@ impl RawWLock {
             debts: Default::default(),
             wait_slots: Default::default(),
             home: Home::new(cluster, ticket_node)?,
-            cohorts: Cohorts::default(),
+            cohorts: Cohorts::new(cluster.nodes()),
         })
     }
 
@@ -648,25 +648,16 @@ impl RawWLock {
         } else {
             protocol::wlock_hand_off(&mut run)?;
         }
-        let pin = me.hand_off();
         tracing::trace!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = t, strong, "wlock handed off");
-        Ok(Hold {
-            ticket: t,
-            poison: false,
-            pin,
-        })
+        Ok(me.hand_off(t, false))
     }
 
     /// Takes over a hold handed off by another thread of this node.
     fn take_over_hold(&self, ctx: &Ctx, hold: Hold) -> Result<u64> {
         let me = self.me(ctx)?;
-        Self::check_not_held(&me)?;
-        self.home.check(&self.cluster)?;
-        // A context of an earlier incarnation of its node takes nothing.
-        ctx.load(&me.word)?;
-        me.take_over(hold.ticket, hold.pin, hold.poison);
-        tracing::trace!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = hold.ticket, "wlock taken over");
-        Ok(hold.ticket)
+        let t = cohort::take_over(ctx, &me, &self.home, &self.cluster, hold)?;
+        tracing::trace!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = t, "wlock taken over");
+        Ok(t)
     }
 
     /// The strong release's fence (`gf` over the live nodes) by the holding thread, without

@@ -421,24 +421,11 @@ impl Parser {
                         .collect::<Vec<_>>()
                 };
                 let (offs, takes) = (on(Op::Handoff), on(Op::Takeover));
-                let what = |n: usize, op: &str| format!("{n} {op}s of `{}` on {node}", decl.name);
-                if offs.len() > 1 {
-                    return Err(self.error((
-                        offs[1],
-                        ParseErrorKind::TooLarge {
-                            what: what(offs.len(), "handoff"),
-                            max: 1,
-                        },
-                    )));
-                }
-                if takes.len() > 1 {
-                    return Err(self.error((
-                        takes[1],
-                        ParseErrorKind::TooLarge {
-                            what: what(takes.len(), "takeover"),
-                            max: 1,
-                        },
-                    )));
+                for (spans, op) in [(&offs, "handoff"), (&takes, "takeover")] {
+                    if let Some(&second) = spans.get(1) {
+                        let what = format!("{} {op}s of `{}` on {node}", spans.len(), decl.name);
+                        return Err(self.error((second, ParseErrorKind::TooLarge { what, max: 1 })));
+                    }
                 }
                 if let (Some(&t), true) = (takes.first(), offs.is_empty()) {
                     return Err(self.error((

@@ -390,63 +390,48 @@ impl Parser {
                 all = nodes.is_none();
                 Op::Gf(nodes.unwrap_or_default())
             }
-            "acquire" => {
-                let l = self.lock(&a[0], "acquire")?;
+            // A takeover enters as an acquire does; a handoff leaves as a release does.
+            "acquire" | "takeover" => {
+                let l = self.lock(&a[0], op_static)?;
                 if let Some(&(_, at)) = self.held.iter().find(|h| h.0 == l) {
+                    let what = if op_static == "acquire" {
+                        "a second acquire"
+                    } else {
+                        "a takeover"
+                    };
                     return Err((
                         a[0].1,
                         ParseErrorKind::LockDiscipline(format!(
-                            "`{}` is already held here (acquired at line {}): a second acquire would deadlock",
+                            "`{}` is already held here (acquired at line {}): {what} would deadlock",
                             self.locks[l.0].0.name, at.line
                         )),
                     ));
                 }
                 self.held.push((l, span));
-                Op::Acquire(l)
+                if op_static == "acquire" {
+                    Op::Acquire(l)
+                } else {
+                    Op::Takeover(l)
+                }
             }
-            "release" => {
-                let l = self.lock(&a[0], "release")?;
+            "release" | "handoff" => {
+                let l = self.lock(&a[0], op_static)?;
                 let Some(i) = self.held.iter().position(|h| h.0 == l) else {
                     return Err((
                         a[0].1,
                         ParseErrorKind::LockDiscipline(format!(
-                            "release of `{}` without a matching acquire in thread {}",
+                            "{op_static} of `{}` without a matching acquire in thread {}",
                             self.locks[l.0].0.name,
                             self.threads.last().expect("inside a thread").0.name
                         )),
                     ));
                 };
                 self.held.remove(i);
-                Op::Release(l)
-            }
-            "handoff" => {
-                let l = self.lock(&a[0], "handoff")?;
-                let Some(i) = self.held.iter().position(|h| h.0 == l) else {
-                    return Err((
-                        a[0].1,
-                        ParseErrorKind::LockDiscipline(format!(
-                            "handoff of `{}` without a matching acquire in thread {}",
-                            self.locks[l.0].0.name,
-                            self.threads.last().expect("inside a thread").0.name
-                        )),
-                    ));
-                };
-                self.held.remove(i);
-                Op::Handoff(l)
-            }
-            "takeover" => {
-                let l = self.lock(&a[0], "takeover")?;
-                if let Some(&(_, at)) = self.held.iter().find(|h| h.0 == l) {
-                    return Err((
-                        a[0].1,
-                        ParseErrorKind::LockDiscipline(format!(
-                            "`{}` is already held here (acquired at line {}): a takeover would deadlock",
-                            self.locks[l.0].0.name, at.line
-                        )),
-                    ));
+                if op_static == "release" {
+                    Op::Release(l)
+                } else {
+                    Op::Handoff(l)
                 }
-                self.held.push((l, span));
-                Op::Takeover(l)
             }
             "giveup" => {
                 let l = self.lock(&a[0], "giveup")?;
