@@ -94,8 +94,8 @@
 //!   bound).
 //!
 //! Measured in simulated time (`connectx5`, 16 threads over 4 nodes, a critical section that
-//! writes remote data): the node lock goes from 268 k to 348 k sections per second, with 6.4
-//! network operations per section instead of 19, and p99 acquire latency from 64 to 91 µs (the
+//! writes remote data): the node lock goes from 268 k to 348 k sections per second, with 6.5
+//! network operations per section instead of 19, and p99 acquire latency from 64 to 92 µs (the
 //! price of local runs); the README has the table.
 //!
 //! Failures: a thread that gives up (timeout, error) while queued on its node leaves the queue;

@@ -484,3 +484,39 @@ fn a_raw_release_after_a_forgotten_guard_lets_the_node_go_on() -> Result<(), Box
     drop(wlock.acquire_timeout(&b, Duration::from_secs(5))?);
     Ok(())
 }
+
+/// Edge values: the largest bound (no network release while a thread of the node waits) and
+/// an acquire with no practical time limit both work; a bound of 0 turns cohorts off.
+#[test]
+fn edge_bounds_and_timeouts_are_accepted() -> Result<(), BoxError> {
+    let cluster = Cluster::builder().nodes(2).build()?;
+    let lock = NLock::new(&cluster, NodeId(1))?.with_cohort(u32::MAX);
+    assert_eq!(lock.cohort(), u32::MAX);
+    std::thread::scope(|s| -> Result<(), BoxError> {
+        let hs: Vec<_> = (0..3)
+            .map(|_| {
+                let (lock, cluster) = (lock.clone(), cluster.clone());
+                s.spawn(move || -> Result<(), BoxError> {
+                    let ctx = cluster.context(NodeId(0))?;
+                    for _ in 0..20 {
+                        drop(lock.acquire_timeout(&ctx, Duration::MAX)?);
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap()?;
+        }
+        Ok(())
+    })?;
+    lock.set_cohort(0);
+    let ctx = cluster.context(NodeId(0))?;
+    let a = LockGuard::ticket(&lock.acquire(&ctx)?);
+    assert_eq!(
+        LockGuard::ticket(&lock.acquire(&ctx)?),
+        a + 1,
+        "one ticket per section"
+    );
+    Ok(())
+}
