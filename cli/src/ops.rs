@@ -128,6 +128,11 @@ pub struct OpsArgs {
     /// Rounds of `--vs-perftest` (1-1000): perftest, loco, perftest, loco...
     #[arg(long, default_value_t = 5, value_parser = count::<1000>)]
     pub(crate) rounds: usize,
+    /// Post a sample's requests one at a time, each with its own doorbell and completion,
+    /// instead of in one batch (`Ctx::batch`; it matters with `--outstanding` above 1 on the
+    /// verbs backend).
+    #[arg(long)]
+    pub(crate) no_batch: bool,
 }
 
 /// A transfer size: a multiple of 8 in `8..=MAX_SIZE` (command-line parser).
@@ -155,6 +160,9 @@ pub(crate) struct Config {
     pub(crate) op: OpArg,
     pub(crate) size: u64,
     pub(crate) outstanding: usize,
+    /// A sample's requests are posted in one batch ([`Ctx::batch`]): on the verbs backend,
+    /// one doorbell and one completion for them all.
+    pub(crate) batch: bool,
 }
 
 /// What one configuration measured (times in µs, per request).
@@ -223,6 +231,7 @@ pub(crate) fn configs(args: &OpsArgs) -> Vec<Config> {
                     op,
                     size,
                     outstanding,
+                    batch: !args.no_batch,
                 });
             }
         }
@@ -252,30 +261,33 @@ impl Buffers {
     }
 }
 
-/// One sample of `config` on `ctx`: posts `outstanding` requests, waits for them all; returns
-/// its time in ns on [`loco_rdmawait::clock`] (real or simulated).
-fn sample(ctx: &Ctx, b: &Buffers, config: Config) -> Result<u64, String> {
+/// One sample of `config` on `ctx`: posts `outstanding` requests, waits for them all. Not
+/// timed here: [`measure`] reads the clock once between samples.
+fn sample(ctx: &Ctx, remote: &Loc, local: &Loc, config: Config) -> Result<(), String> {
     let s = |e: loco_rdmawait::Error| e.to_string();
-    let bytes = if config.op.sized() { config.size } else { 8 };
-    let remote = b.remote.slice(0, bytes).map_err(s)?;
-    let local = b.local.slice(0, bytes).map_err(s)?;
-    let t0 = loco_rdmawait::clock::now();
-    for _ in 0..config.outstanding {
-        match config.op {
-            OpArg::Put => ctx.put(&remote, &local, D),
-            OpArg::Get => ctx.get(&local, &remote, D),
-            OpArg::Rfaa => ctx.rfaa(&remote, 1, &local, D),
-            // The word stays 0, so every CAS succeeds.
-            OpArg::Rcas => ctx.rcas(&remote, 0, 0, &local, D),
+    let post = || {
+        for _ in 0..config.outstanding {
+            match config.op {
+                OpArg::Put => ctx.put(remote, local, D),
+                OpArg::Get => ctx.get(local, remote, D),
+                OpArg::Rfaa => ctx.rfaa(remote, 1, local, D),
+                // The word stays 0, so every CAS succeeds.
+                OpArg::Rcas => ctx.rcas(remote, 0, 0, local, D),
+            }?;
         }
-        .map_err(s)?;
+        Ok(())
+    };
+    if config.batch && config.outstanding > 1 {
+        ctx.batch(post).map_err(s)?;
+    } else {
+        post().map_err(s)?;
     }
-    ctx.wait(D).map_err(s)?;
-    let ns = loco_rdmawait::clock::now().saturating_duration_since(t0);
-    Ok(ns.as_nanos().min(u64::MAX as u128) as u64)
+    ctx.wait(D).map_err(s)
 }
 
-/// A configuration on `ctx`: `warmup` samples, then `iters` measured ones.
+/// A configuration on `ctx`: `warmup` samples, then `iters` measured ones, each timed on
+/// [`loco_rdmawait::clock`] (real or simulated) as perftest's latency tests time theirs: one
+/// clock read between samples, a sample's time being from its start to the next one's.
 pub(crate) fn measure(
     ctx: &Ctx,
     b: &Buffers,
@@ -283,12 +295,22 @@ pub(crate) fn measure(
     iters: usize,
     warmup: usize,
 ) -> Result<Row, String> {
+    let s = |e: loco_rdmawait::Error| e.to_string();
+    let bytes = if config.op.sized() { config.size } else { 8 };
+    let remote = b.remote.slice(0, bytes).map_err(s)?;
+    let local = b.local.slice(0, bytes).map_err(s)?;
     for _ in 0..warmup {
-        sample(ctx, b, config)?;
+        sample(ctx, &remote, &local, config)?;
     }
-    let samples = (0..iters)
-        .map(|_| sample(ctx, b, config))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut samples = Vec::with_capacity(iters);
+    let mut t = loco_rdmawait::clock::now();
+    for _ in 0..iters {
+        sample(ctx, &remote, &local, config)?;
+        let end = loco_rdmawait::clock::now();
+        let ns = end.saturating_duration_since(t).as_nanos();
+        samples.push(ns.min(u64::MAX as u128) as u64);
+        t = end;
+    }
     Ok(Row::new(config, samples))
 }
 
@@ -475,6 +497,7 @@ fn json_row(r: &Row, args: &OpsArgs) -> serde_json::Value {
         "profile": profile_name(args),
         "size": r.config.size,
         "outstanding": r.config.outstanding,
+        "batch": r.config.batch,
         "iters": args.iters,
         "p50_us": r.p50_us,
         "p99_us": r.p99_us,
@@ -567,6 +590,7 @@ mod tests {
             op: OpArg::Put,
             size: 1 << 20,
             outstanding: 4,
+            batch: true,
         };
         // Two samples of 4 requests: 4 µs and 8 µs.
         let r = Row::new(c, vec![8_000, 4_000]);
@@ -578,6 +602,7 @@ mod tests {
                 op: OpArg::Rfaa,
                 size: 8,
                 outstanding: 1,
+                batch: true,
             },
             vec![2_000],
         );

@@ -105,6 +105,7 @@ fn comparisons(args: &OpsArgs) -> Vec<Comparison> {
         op,
         size: 8,
         outstanding: 1,
+        batch: !args.no_batch,
     };
     let mut v = Vec::new();
     for &op in &args.op {
@@ -132,6 +133,7 @@ fn comparisons(args: &OpsArgs) -> Vec<Comparison> {
                 op,
                 size: bw_size,
                 outstanding: depth,
+                batch: !args.no_batch,
             },
             tool,
             extra: vec![

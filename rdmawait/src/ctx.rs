@@ -236,6 +236,57 @@ impl Ctx {
         )
     }
 
+    /// Runs `f`, holding back the doorbells of the requests it posts: on the verbs backend a
+    /// batch's requests towards one node go to the device together, in one `ibv_post_send`
+    /// (one doorbell), and only the last of them asks for a completion (RC completes a queue
+    /// pair's requests in order, so its completion stands for the others'). On the soft NIC
+    /// and the simulator it changes nothing.
+    ///
+    /// Nothing changes in what the operations do: no NIC rule of the model has to fire by any
+    /// time, so a posted request may wait in its pipe as long as it likes before the NIC takes
+    /// it (docs/model.md §4.4); work ids,
+    /// `wait`, errors and post order per queue pair are as without a batch. What changes is
+    /// when the requests leave: at the end of the batch (also on a panic or an error in `f`),
+    /// or before any other operation of this context inside it (a `wait`, a poll, a CPU load,
+    /// store, CAS or fence sends what is held first, so a batch never waits for itself). So do
+    /// not block inside a batch on anything but this context: a request another thread waits
+    /// for would not have left yet. Batches nest; the outermost one sends. A request the
+    /// device refuses at the end of a batch fails when it is waited for, with
+    /// [`Error::Backend`] (or [`Error::QpInError`]), and its queue pair fails from then on.
+    ///
+    /// ```
+    /// # use loco_rdmawait::{Cluster, NodeId, WorkId};
+    /// let cluster = Cluster::builder().nodes(2).memory_per_node(4096).build()?;
+    /// let ctx = cluster.context(NodeId(0))?;
+    /// let (dst, src) = (cluster.alloc_words(NodeId(1), 16)?, cluster.alloc_words(NodeId(0), 16)?);
+    /// let d = WorkId::new(1);
+    /// ctx.batch(|| {
+    ///     for i in 0..16 {
+    ///         ctx.put(&dst.slice(i * 8, 8)?, &src.slice(i * 8, 8)?, d)?;
+    ///     }
+    ///     Ok::<_, loco_rdmawait::Error>(())
+    /// })?;
+    /// ctx.wait(d)?; // all 16 have landed
+    /// # Ok::<(), loco_rdmawait::Error>(())
+    /// ```
+    pub fn batch<R, E>(
+        &self,
+        f: impl FnOnce() -> std::result::Result<R, E>,
+    ) -> std::result::Result<R, E> {
+        /// Closes the batch when `f` returns or unwinds.
+        struct End<'a>(&'a Ctx);
+        impl Drop for End<'_> {
+            fn drop(&mut self) {
+                if let Ok(mut inner) = self.0.inner.try_borrow_mut() {
+                    inner.nic.batch_end();
+                }
+            }
+        }
+        self.inner.borrow_mut().nic.batch_begin();
+        let _end = End(self);
+        f()
+    }
+
     /// Checks the two sides of a transfer (`local` must be on this node); returns the first local
     /// word, the first remote word and the word count.
     fn transfer(
@@ -318,13 +369,22 @@ impl Ctx {
     }
 
     fn wait_now(&self, wid: WorkId, timeout: Duration) -> Result<()> {
-        let start = crate::clock::now();
+        // Read at the first poll, and only for later ones is the time left computed: a wait
+        // for one operation reads the clock once.
+        let mut start = None;
         let mut inner = self.inner.borrow_mut();
         let Inner { nic, track, .. } = &mut *inner;
         for (n, t) in track.iter_mut().enumerate() {
             while t.count(wid) > 0 {
-                let left =
-                    timeout.saturating_sub(crate::clock::now().saturating_duration_since(start));
+                let left = match start {
+                    None => {
+                        start = Some(crate::clock::now());
+                        timeout
+                    }
+                    Some(s) => {
+                        timeout.saturating_sub(crate::clock::now().saturating_duration_since(s))
+                    }
+                };
                 match nic.poll(NodeId(n as u16), left) {
                     Ok(()) => t.pop(),
                     Err(Error::Timeout { .. }) => {
@@ -349,7 +409,7 @@ impl Ctx {
                 }
             }
         }
-        tracing::trace!(target: "loco::rdmawait", node = %self.node, %wid, elapsed = ?crate::clock::now().saturating_duration_since(start), "wait done");
+        tracing::trace!(target: "loco::rdmawait", node = %self.node, %wid, elapsed = ?start.map(|s| crate::clock::now().saturating_duration_since(s)), "wait done");
         Ok(())
     }
 

@@ -352,6 +352,163 @@ fn never_posts_past_the_send_queue() {
     }
 }
 
+/// A batch (`Ctx::batch`) sends its requests towards one node in chains of up to 16 per
+/// doorbell, only the last signalled: every request still takes effect in post order and is
+/// owed one poll; a wait, a poll or a CPU load inside the batch sends what is held first (no
+/// batch waits for itself); batches nest; a panic in a batch still sends its requests.
+#[test]
+fn batched_requests_take_effect_in_order_and_complete_one_by_one() {
+    let c = verbs_cluster(3);
+    let counter = c.alloc_word(N1).unwrap();
+    let rets = c.alloc_words(N0, 40).unwrap();
+    let y2 = c.alloc_word(N2).unwrap();
+    let src = c.alloc_word(N0).unwrap();
+    let back = c.alloc_word(N0).unwrap();
+    let ctx = c.context(N0).unwrap();
+    for round in 0..5u64 {
+        ctx.store(&src, round).unwrap();
+        ctx.batch(|| {
+            for i in 0..40 {
+                ctx.rfaa(&counter, 1, &rets.word(i).unwrap(), D1)?;
+            }
+            ctx.put(&y2, &src, D1)?;
+            ctx.get(&back, &y2, D2)?; // after the put on n2's queue pair
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+        assert_eq!(ctx.unpolled(N1).unwrap(), 40);
+        assert_eq!(ctx.unpolled(N2).unwrap(), 2);
+        ctx.wait(D2).unwrap(); // polls the put too: earlier on its queue pair
+        assert_eq!(ctx.unpolled(N2).unwrap(), 0);
+        assert_eq!(ctx.load(&back).unwrap(), round);
+        let raw = ctx.rdmatso();
+        for i in 0..40u64 {
+            raw.poll(N1).unwrap();
+            assert_eq!(ctx.unpolled(N1).unwrap() as u64, 39 - i);
+            assert_eq!(ctx.load(&rets.word(i).unwrap()).unwrap(), round * 40 + i);
+        }
+    }
+    // Inside a batch, a wait and a CPU load send what is held first; batches nest.
+    let r = ctx
+        .batch(|| {
+            ctx.rfaa(&counter, 1, &rets.word(0).unwrap(), D1)?;
+            ctx.wait(D1)?;
+            let first = ctx.load(&rets.word(0).unwrap())?;
+            ctx.batch(|| ctx.rfaa(&counter, 1, &rets.word(1).unwrap(), D1))?;
+            ctx.rfaa(&counter, 1, &rets.word(2).unwrap(), D1)?;
+            Ok::<_, Error>(first)
+        })
+        .unwrap();
+    assert_eq!(r, 200);
+    ctx.wait(D1).unwrap();
+    assert_eq!(ctx.load(&rets.word(1).unwrap()).unwrap(), 201);
+    assert_eq!(ctx.load(&rets.word(2).unwrap()).unwrap(), 202);
+    // A panic in a batch: the requests it posted still go.
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        ctx.batch(|| {
+            ctx.rfaa(&counter, 1, &rets.word(3).unwrap(), D1)?;
+            if ctx.node() == N0 {
+                panic!("in the batch");
+            }
+            Ok::<_, Error>(())
+        })
+    }));
+    assert!(caught.is_err());
+    ctx.wait(D1).unwrap();
+    assert_eq!(ctx.load(&rets.word(3).unwrap()).unwrap(), 203);
+    c.quiesce().unwrap();
+    assert_eq!(c.peek(&counter).unwrap(), 204);
+}
+
+/// A batch much longer than the send queue: chains are sent as the queue fills, and the poster
+/// waits for room instead of overflowing it.
+#[test]
+fn a_batch_never_posts_past_the_send_queue() {
+    let c = Cluster::builder()
+        .nodes(2)
+        .memory_per_node(64 * 1024)
+        .verbs(verbs_config().send_queue_depth(8))
+        .build()
+        .unwrap();
+    let counter = c.alloc_word(N1).unwrap();
+    let rets = c.alloc_words(N0, 300).unwrap();
+    let ctx = c.context(N0).unwrap();
+    ctx.batch(|| {
+        for i in 0..300 {
+            ctx.rfaa(&counter, 1, &rets.word(i).unwrap(), D1)?;
+        }
+        Ok::<_, Error>(())
+    })
+    .unwrap();
+    assert_eq!(ctx.unpolled(N1).unwrap(), 300);
+    ctx.wait(D1).unwrap();
+    for i in 0..300 {
+        assert_eq!(ctx.load(&rets.word(i).unwrap()).unwrap(), i);
+    }
+}
+
+/// `rfence` in a batch: the fenced put waits for the earlier get (the Fence flag on its
+/// request in the chain, or the software fence, which sends the chain first).
+#[test]
+fn rfence_in_a_batch_orders_a_get_before_a_later_put() {
+    for software in [false, true] {
+        let c = Cluster::builder()
+            .nodes(2)
+            .memory_per_node(4096)
+            .verbs(verbs_config().software_fence(software))
+            .build()
+            .unwrap();
+        let y = c.alloc_word(N1).unwrap();
+        let r = c.alloc_word(N0).unwrap();
+        let v = c.alloc_word(N0).unwrap();
+        let ctx = c.context(N0).unwrap();
+        for i in 1..=50u64 {
+            ctx.store(&v, i).unwrap();
+            ctx.batch(|| {
+                ctx.get(&r, &y, D1)?;
+                ctx.rfence(N1)?;
+                ctx.put(&y, &v, D1)
+            })
+            .unwrap();
+            ctx.wait(D1).unwrap();
+            assert_eq!(
+                ctx.load(&r).unwrap(),
+                i - 1,
+                "software fence {software}, iteration {i}"
+            );
+        }
+    }
+}
+
+/// A request of a batch that fails on the device: its wait gets the typed error, the later
+/// ones (flushed) theirs, each polled once; then the queue pair is failed, as without a batch.
+#[test]
+fn a_failed_request_in_a_batch_fails_its_wait() {
+    let backend = VerbsBackend::new(2, 8192, Duration::from_secs(10), verbs_config()).unwrap();
+    backend.override_rkey_for_tests(N1, 0x1234_5678);
+    let c = Cluster::with_backend(Box::new(backend), Duration::from_secs(10));
+    let x = c.alloc_word(N0).unwrap();
+    let y = c.alloc_word(N1).unwrap();
+    let ctx = c.context(N0).unwrap();
+    ctx.batch(|| {
+        for _ in 0..3 {
+            ctx.put(&y, &x, D1)?;
+        }
+        Ok::<_, Error>(())
+    })
+    .unwrap();
+    let e = ctx.wait(D1).unwrap_err();
+    assert!(matches!(e, Error::Completion { node: N1, .. }), "{e:?}");
+    for _ in 0..2 {
+        let e = ctx.wait(D1).unwrap_err();
+        assert!(matches!(e, Error::QpInError { node: N1 }), "{e:?}");
+    }
+    ctx.wait(D1).unwrap();
+    assert_eq!(ctx.unpolled(N1).unwrap(), 0);
+    let e = ctx.batch(|| ctx.get(&x, &y, D1)).unwrap_err();
+    assert!(matches!(e, Error::QpInError { node: N1 }), "{e:?}");
+}
+
 // ----- error paths -----
 
 #[test]

@@ -235,6 +235,17 @@ pub trait ThreadNic: Send + fmt::Debug {
     /// CPU memory fence: drains the store buffer.
     fn mfence(&mut self) -> Result<()>;
 
+    /// Opens a batch (batches nest): until the matching [`ThreadNic::batch_end`], requests
+    /// towards one node may wait and go to the device together (one doorbell), as long as the
+    /// thread only posts; any other operation sends them first. Requests keep their post
+    /// order per queue pair, and a post's checks and errors are the same. The default does
+    /// nothing: every request goes at once.
+    fn batch_begin(&mut self) {}
+
+    /// Closes a batch; the outermost one sends every request still waiting. A request that
+    /// cannot be sent then fails when it is polled (with the queue pair's failure).
+    fn batch_end(&mut self) {}
+
     /// The completion channel of this thread's completion queue, for async tasks to sleep on
     /// ([`crate::aio`]); `None` where completions come only from polling (the soft NIC).
     #[cfg(feature = "tokio")]

@@ -3,11 +3,20 @@
 //! Posting and polling call `ibv_post_send` and `ibv_poll_cq` directly (one work request built on
 //! the stack, completions drained into a stack array): the hot path allocates nothing.
 //!
-//! Completion bookkeeping: every request is signalled and carries its target node as `wr_id`.
-//! Draining the completion queue appends each completion's status to its queue pair's `done`
-//! queue; an RC queue pair completes its requests in post order, so `poll(n)` consumes the head
-//! of `done[n]`, which is the earliest unpolled request towards `n` (docs/model.md §2).
+//! Completion bookkeeping: a request's `wr_id` is its target node and its sequence number on
+//! that queue pair. An RC queue pair completes its requests in post order, so a completion for
+//! request `s` completes every earlier one too: draining the completion queue appends one
+//! status per request completed to its queue pair's `done` queue (successes for the earlier
+//! ones, which would have had completions of their own had they failed), and `poll(n)` consumes
+//! the head of `done[n]`, the earliest unpolled request towards `n` (docs/model.md §2).
+//!
+//! Doorbells: outside a batch ([`ThreadNic::batch_begin`]) each request is posted at once,
+//! signalled. In a batch, a thread's requests towards one node wait in the link's `chain` and
+//! go in one `ibv_post_send` (one doorbell) when the batch ends, when the chain is
+//! [`MAX_CHAIN`] long, or before any other operation of the thread; only the last of them is
+//! signalled (the others need no completion of their own, by the rule above).
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{fence, AtomicU64, Ordering::SeqCst};
@@ -32,6 +41,10 @@ const POLL_BATCH: usize = 16;
 const STATE_CHECK_EVERY: Duration = Duration::from_millis(200);
 /// How long an empty poll spins before it starts yielding the CPU.
 const SPIN_FOR: Duration = Duration::from_micros(500);
+/// Most requests one doorbell carries (a batch's requests towards one node).
+const MAX_CHAIN: usize = 16;
+/// `wr_id` = sequence number << `SEQ_SHIFT` | target node index.
+const SEQ_SHIFT: u32 = 16;
 
 /// A thread's NIC (see the module docs).
 pub(crate) struct VerbsNic {
@@ -41,6 +54,10 @@ pub(crate) struct VerbsNic {
     state: Arc<Mutex<State>>,
     shared: Arc<Shared>,
     home: Arc<LocalNode>,
+    /// Open batches (nested ones counted): posts wait in their link's chain.
+    batching: u32,
+    /// Some chain holds requests not rung yet (checked without the lock by the CPU operations).
+    unrung: Cell<bool>,
 }
 
 impl std::fmt::Debug for VerbsNic {
@@ -61,6 +78,8 @@ pub(crate) struct State {
     cq_capacity: usize,
     /// Requests posted whose completion has not been drained yet, over all queue pairs.
     in_flight: usize,
+    /// Requests waiting in the links' chains, over all queue pairs.
+    chained: usize,
 }
 
 /// The queue pair towards one node and its bookkeeping.
@@ -75,13 +94,20 @@ struct Link {
     max_inline: u32,
     /// Requests posted whose completion has not been drained yet.
     in_flight: usize,
+    /// A batch's requests not posted yet (their doorbell not rung), in post order, each with
+    /// its Fence flag.
+    chain: Vec<(Encoded, bool)>,
+    /// Requests of a batch whose `ibv_post_send` failed: they fail, after every request in
+    /// flight (they are the latest), with the link's failure.
+    lost: usize,
     /// Statuses of drained completions not yet consumed by `poll`, in post order.
     done: VecDeque<u32>,
     /// An `rfence` is pending: the next request carries the Fence flag (or, with the software
     /// fence, waits for the earlier READs and atomics).
     fence: bool,
-    /// Requests posted, and completions drained, since the queue pair was created (in post
-    /// order: RC completes in order).
+    /// Requests posted (chained ones included: each has its sequence number from the start),
+    /// and completions drained, since the queue pair was created (in post order: RC completes
+    /// in order).
     posted: u64,
     completed: u64,
     /// The `posted` count just after the latest RDMA READ or atomic: it has completed once
@@ -130,6 +156,8 @@ enum Failure {
     Qp,
     /// The peer is gone.
     Peer(String),
+    /// Posting a batch's requests failed.
+    Post(String),
 }
 
 impl VerbsNic {
@@ -215,6 +243,7 @@ impl VerbsNic {
             cq,
             cq_capacity,
             in_flight: 0,
+            chained: 0,
         }));
         {
             let mut nics = shared.nics.lock();
@@ -228,6 +257,8 @@ impl VerbsNic {
             state,
             shared: shared.clone(),
             home,
+            batching: 0,
+            unrung: Cell::new(false),
         })
     }
 
@@ -331,6 +362,8 @@ impl Link {
             capacity,
             max_inline,
             in_flight: 0,
+            chain: Vec::new(),
+            lost: 0,
             done: VecDeque::new(),
             fence: false,
             posted: 0,
@@ -374,6 +407,11 @@ impl Link {
                 node: self.target,
                 reason: reason.clone(),
             },
+            Failure::Post(message) => Error::Backend {
+                backend: "verbs",
+                message: message.clone(),
+                source: None,
+            },
         })
     }
 
@@ -411,10 +449,14 @@ impl Link {
         }
     }
 
-    /// Records a drained completion's status.
-    fn complete(&mut self, status: u32) {
-        self.in_flight -= 1;
-        self.completed += 1;
+    /// Records a drained completion's status for the `n`-th of the requests in flight, which
+    /// completes the `n - 1` before it (successfully: a failed one has a completion of its own).
+    fn complete(&mut self, n: usize, status: u32) {
+        self.in_flight -= n;
+        self.completed += n as u64;
+        for _ in 1..n {
+            self.done.push_back(sys::ibv_wc_status::IBV_WC_SUCCESS);
+        }
         self.done.push_back(status);
         if status != sys::ibv_wc_status::IBV_WC_SUCCESS && self.failed.is_none() {
             self.failed = Some(match peer_gone(status) {
@@ -452,7 +494,8 @@ impl Link {
 }
 
 impl State {
-    /// Moves every available completion into its queue pair's `done` queue; returns how many.
+    /// Moves every available completion into its queue pair's `done` queue; returns how many
+    /// requests completed.
     fn drain(&mut self) -> Result<usize> {
         let mut wcs = [MaybeUninit::<sys::ibv_wc>::uninit(); POLL_BATCH];
         // SAFETY: the completion queue is alive (owned by `self`), `wcs` has room for
@@ -475,21 +518,27 @@ impl State {
         fence(SeqCst);
         // Never more than asked for; clamped anyway, as `drop` drains too and must not panic.
         let n = (n as usize).min(POLL_BATCH);
+        let mut requests = 0;
         for wc in &wcs[..n] {
             // SAFETY: `ibv_poll_cq` returned `n`: the first `n` entries were written.
             let wc = unsafe { wc.assume_init_ref() };
-            let t = wc.wr_id as usize;
+            let t = (wc.wr_id & ((1 << SEQ_SHIFT) - 1)) as usize;
+            let seq = wc.wr_id >> SEQ_SHIFT;
             match self.links.get_mut(t) {
-                Some(link) if link.in_flight > 0 => {
-                    link.complete(wc.status);
-                    self.in_flight -= 1;
+                Some(link)
+                    if seq > link.completed && seq - link.completed <= link.in_flight as u64 =>
+                {
+                    let k = (seq - link.completed) as usize;
+                    link.complete(k, wc.status);
+                    self.in_flight -= k;
+                    requests += k;
                 }
                 _ => {
                     tracing::warn!(target: "loco::rdmawait", wr_id = wc.wr_id, "stray completion ignored")
                 }
             }
         }
-        Ok(n)
+        Ok(requests)
     }
 }
 
@@ -521,37 +570,81 @@ impl ThreadNic for VerbsNic {
         }
         let enc = Encoded::new(wr, link)?;
         self.check_local(enc.local, enc.words)?;
-        // Never post past a queue's capacity (docs/verbs-notes.md, pitfall 4): wait for completions.
-        self.drain_until(st, t, "send queue space", |st| {
-            st.links[t].in_flight < st.links[t].capacity && st.in_flight < st.cq_capacity
-        })?;
+        // Never post past a queue's capacity (docs/verbs-notes.md, pitfall 4): the send queue
+        // holds the requests in flight and the chained ones; the completion queue may get a
+        // completion for each (a failed request always has one). Chained requests free nothing
+        // until they are posted: post them, then wait for completions.
+        let room = |st: &State| {
+            let link = &st.links[t];
+            link.in_flight + link.chain.len() < link.capacity
+                && st.in_flight + st.chained < st.cq_capacity
+        };
+        if !room(st) {
+            self.ring_all(st);
+            self.drain_until(st, t, "send queue space", room)?;
+        }
         let software_fence = st.links[t].fence && self.shared.software_fence;
         if software_fence {
             // The Fence flag's promise, kept by the poster: every earlier RDMA READ and atomic
-            // on this queue pair has completed.
+            // on this queue pair has completed (chained ones are posted first).
+            self.ring(st, t);
             self.drain_until(st, t, "rfence (earlier reads and atomics)", |st| {
                 st.links[t].completed >= st.links[t].last_read
             })?;
         }
         let link = &mut st.links[t];
         let hardware_fence = link.fence && !software_fence;
-        self.send(link, &enc, hardware_fence)?;
-        link.fence = false;
-        link.in_flight += 1;
+        let last_read = link.last_read;
+        link.chain.push((enc, hardware_fence));
         link.posted += 1;
         if enc.opcode != sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE {
             link.last_read = link.posted;
         }
-        st.in_flight += 1;
-        Ok(())
+        st.chained += 1;
+        if self.batching > 0 {
+            self.unrung.set(true);
+            if st.links[t].chain.len() >= MAX_CHAIN {
+                self.ring(st, t);
+            }
+            st.links[t].fence = false;
+            return Ok(());
+        }
+        // Not in a batch: the chain is this one request (a batch rings everything as it ends).
+        match self.send_chain(st, t) {
+            Ok(()) => {
+                st.links[t].fence = false;
+                Ok(())
+            }
+            Err(e) => {
+                // Never posted: as if it had not been (the fence still applies to the next).
+                let link = &mut st.links[t];
+                link.posted -= 1;
+                link.last_read = last_read;
+                Err(e)
+            }
+        }
+    }
+
+    fn batch_begin(&mut self) {
+        self.batching = self.batching.saturating_add(1);
+    }
+
+    fn batch_end(&mut self) {
+        self.batching = self.batching.saturating_sub(1);
+        if self.batching == 0 {
+            self.ring_pending();
+        }
     }
 
     fn poll(&mut self, target: NodeId, timeout: Duration) -> Result<()> {
         let t = target.index();
-        let start = Instant::now();
+        // The clock is read only once nothing is there yet: a completion already in the queue
+        // (rxe completes atomics inside `ibv_post_send`) costs no clock read.
+        let mut start: Option<Instant> = None;
         let mut idle = 0u32;
+        self.ring_pending();
         loop {
-            {
+            let now = {
                 let mut guard = self.state.lock();
                 let st = &mut *guard;
                 let Some(link) = st.links.get_mut(t) else {
@@ -564,6 +657,10 @@ impl ThreadNic for VerbsNic {
                     return link.result(status);
                 }
                 if link.in_flight == 0 {
+                    if link.lost > 0 {
+                        link.lost -= 1;
+                        return Err(link.failure().unwrap_or(Error::QpInError { node: target }));
+                    }
                     return Err(Error::NothingPending { node: target });
                 }
                 link.refresh(&self.shared);
@@ -581,31 +678,36 @@ impl ThreadNic for VerbsNic {
                         link.failed.get_or_insert(Failure::Qp);
                     }
                 }
-            }
+                now
+            };
             // Nothing to return yet: a shutdown ends the wait (as on the soft NIC).
             if self.shared.shutdown.load(SeqCst) {
                 return Err(Error::Shutdown);
             }
-            if start.elapsed() >= timeout {
+            let since = *start.get_or_insert(now);
+            if now.saturating_duration_since(since) >= timeout {
                 return Err(Error::Timeout {
                     what: TimeoutKind::Poll(target),
                     after: timeout,
                 });
             }
-            pause(&mut idle, start);
+            pause(&mut idle, since);
         }
     }
 
     fn load(&mut self, word: usize) -> Result<u64> {
+        self.ring_pending();
         Ok(self.word(word)?.load(SeqCst))
     }
 
     fn store(&mut self, word: usize, value: u64) -> Result<()> {
+        self.ring_pending();
         self.word(word)?.store(value, SeqCst);
         Ok(())
     }
 
     fn cas(&mut self, word: usize, expected: u64, new: u64) -> Result<u64> {
+        self.ring_pending();
         Ok(
             match self
                 .word(word)?
@@ -617,6 +719,7 @@ impl ThreadNic for VerbsNic {
     }
 
     fn mfence(&mut self) -> Result<()> {
+        self.ring_pending();
         fence(SeqCst);
         Ok(())
     }
@@ -632,7 +735,8 @@ impl VerbsNic {
         what: &'static str,
         done: impl Fn(&State) -> bool,
     ) -> Result<()> {
-        let start = Instant::now();
+        // Usually `done` holds at once: the clock is read only when it does not.
+        let mut start: Option<Instant> = None;
         let mut idle = 0u32;
         loop {
             check_alive(&self.shared, &mut st.links[t])?;
@@ -640,6 +744,7 @@ impl VerbsNic {
                 return Ok(());
             }
             if st.drain()? == 0 {
+                let start = *start.get_or_insert_with(Instant::now);
                 if start.elapsed() >= self.shared.timeout {
                     return Err(Error::Timeout {
                         what: TimeoutKind::Other(what),
@@ -651,54 +756,132 @@ impl VerbsNic {
         }
     }
 
-    /// Posts the encoded request on `link`'s queue pair, signalled, with the Fence flag if
-    /// `fence`. The caller has checked the local words and made room.
-    fn send(&self, link: &mut Link, enc: &Encoded, fence: bool) -> Result<()> {
-        let mut sge = sys::ibv_sge {
-            addr: self.home.mem.words().addr() as u64 + enc.local as u64 * WORD,
-            length: enc.length,
-            lkey: self.home.mem.lkey(),
-        };
-        // SAFETY: `ibv_send_wr` is plain old data (integers, raw pointers, unions of those):
-        // all zeroes is a valid value of each field.
-        let mut swr: sys::ibv_send_wr = unsafe { MaybeUninit::zeroed().assume_init() };
-        swr.wr_id = link.target.index() as u64;
-        swr.sg_list = &mut sge;
-        swr.num_sge = 1;
-        swr.opcode = enc.opcode;
-        swr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
-        if fence {
-            swr.send_flags |= sys::ibv_send_flags::IBV_SEND_FENCE.0;
+    /// Posts every chained request (batches end, or another operation comes).
+    fn ring_pending(&self) {
+        if self.unrung.get() {
+            let mut st = self.state.lock();
+            self.ring_all(&mut st);
         }
-        // A small put goes inline: the provider copies its source now, and the NIC need not
-        // read it over PCIe (the put reads its source at post time, one of the moments the
-        // model allows, docs/model.md §4).
-        if enc.opcode == sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE && enc.length <= link.max_inline {
-            swr.send_flags |= sys::ibv_send_flags::IBV_SEND_INLINE.0;
+    }
+
+    /// Posts the chains of every link.
+    fn ring_all(&self, st: &mut State) {
+        for t in 0..st.links.len() {
+            self.ring(st, t);
         }
-        if enc.atomic {
-            swr.wr.atomic = sys::atomic_t {
-                remote_addr: enc.remote_addr,
-                compare_add: enc.compare_add,
-                swap: enc.swap,
-                rkey: link.rkey,
-            };
-        } else {
-            swr.wr.rdma = sys::rdma_t {
-                remote_addr: enc.remote_addr,
-                rkey: link.rkey,
-            };
+        self.unrung.set(false);
+    }
+
+    /// Posts link `t`'s chain in a batch. If that fails, its requests are lost: each fails, in
+    /// its turn, with the link's failure (the link is failed from now on).
+    fn ring(&self, st: &mut State, t: usize) {
+        let n = st.links[t].chain.len();
+        if n == 0 {
+            return;
+        }
+        if let Err(e) = self.send_chain(st, t) {
+            tracing::debug!(target: "loco::rdmawait", node = %st.links[t].target, error = %e,
+                "posting a batch failed: its requests fail");
+            let link = &mut st.links[t];
+            link.lost += n;
+            if link.failed.is_none() {
+                link.failed = Some(match e {
+                    Error::QpInError { .. } => Failure::Qp,
+                    e => Failure::Post(e.to_string()),
+                });
+            }
+        }
+    }
+
+    /// Posts link `t`'s chain with one `ibv_post_send` (one doorbell), only its last request
+    /// signalled, each with its Fence flag. The caller has checked the local words and made
+    /// room. On an error nothing is in flight (a request posted before the one refused is
+    /// flushed: the queue pair is moved to the error state).
+    fn send_chain(&self, st: &mut State, t: usize) -> Result<()> {
+        let link = &mut st.links[t];
+        let n = link.chain.len();
+        if n == 0 {
+            return Ok(());
+        }
+        st.chained -= n;
+        let first = link.posted - n as u64 + 1;
+        let base = self.home.mem.words().addr() as u64;
+        let lkey = self.home.mem.lkey();
+        let mut sges = [const { MaybeUninit::<sys::ibv_sge>::uninit() }; MAX_CHAIN];
+        let mut wrs = [const { MaybeUninit::<sys::ibv_send_wr>::uninit() }; MAX_CHAIN];
+        for (i, (enc, fence)) in link.chain.drain(..).enumerate() {
+            let sge = sges[i].write(sys::ibv_sge {
+                addr: base + enc.local as u64 * WORD,
+                length: enc.length,
+                lkey,
+            });
+            // SAFETY: `ibv_send_wr` is plain old data (integers, raw pointers, unions of
+            // those): all zeroes is a valid value of each field.
+            let mut swr: sys::ibv_send_wr = unsafe { MaybeUninit::zeroed().assume_init() };
+            swr.wr_id = ((first + i as u64) << SEQ_SHIFT) | t as u64;
+            swr.sg_list = sge;
+            swr.num_sge = 1;
+            swr.opcode = enc.opcode;
+            if i + 1 == n {
+                swr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
+            }
+            if fence {
+                swr.send_flags |= sys::ibv_send_flags::IBV_SEND_FENCE.0;
+            }
+            // A small put goes inline: the provider copies its source now, and the NIC need
+            // not read it over PCIe (the put reads its source at post time, one of the moments
+            // the model allows, docs/model.md §4).
+            if enc.opcode == sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE && enc.length <= link.max_inline
+            {
+                swr.send_flags |= sys::ibv_send_flags::IBV_SEND_INLINE.0;
+            }
+            if enc.atomic {
+                swr.wr.atomic = sys::atomic_t {
+                    remote_addr: enc.remote_addr,
+                    compare_add: enc.compare_add,
+                    swap: enc.swap,
+                    rkey: link.rkey,
+                };
+            } else {
+                swr.wr.rdma = sys::rdma_t {
+                    remote_addr: enc.remote_addr,
+                    rkey: link.rkey,
+                };
+            }
+            wrs[i].write(swr);
+        }
+        for i in 1..n {
+            let next = wrs[i].as_mut_ptr();
+            // SAFETY: entries `0..n` were written above; `next` points into `wrs`, which
+            // outlives the call below.
+            unsafe { (*wrs[i - 1].as_mut_ptr()).next = next };
         }
         let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
-        // SAFETY: the queue pair is alive (owned by the link); `swr` is a complete single
-        // request (`next` null) whose scatter entry `sge` outlives the call and names
-        // `lkey`-registered memory of this node, inside it (checked by the caller). The provider
-        // copies the request.
-        let ret = unsafe { sys::ibv_post_send(link.qp.qp().as_ptr(), &mut swr, &mut bad) };
+        // SAFETY: the queue pair is alive (owned by the link); `wrs[..n]` is a list of complete
+        // requests linked by `next` (the last one's null: zeroed), whose scatter entries in
+        // `sges` outlive the call and name `lkey`-registered memory of this node, inside it
+        // (checked by the caller). The provider copies the requests.
+        let ret =
+            unsafe { sys::ibv_post_send(link.qp.qp().as_ptr(), wrs[0].as_mut_ptr(), &mut bad) };
         if ret == 0 {
+            link.in_flight += n;
+            st.in_flight += n;
             return Ok(());
         }
         let os = std::io::Error::from_raw_os_error(ret);
+        if bad != wrs[0].as_mut_ptr() && !bad.is_null() {
+            // Some went, unsignalled, and may have no completion: flush them, and count none
+            // of them (their flushed completions are ignored as strays).
+            link.failed.get_or_insert(Failure::Post(format!(
+                "ibv_post_send failed part-way ({os})"
+            )));
+            if !link.flushed {
+                link.flushed = true;
+                if let Err(e) = qp::fail(&mut link.qp) {
+                    tracing::debug!(target: "loco::rdmawait", node = %link.target, error = %e, "could not flush a queue pair");
+                }
+            }
+        }
         if qp::in_error(&link.qp) {
             link.failed.get_or_insert(Failure::Qp);
             return Err(Error::QpInError { node: link.target });
@@ -720,6 +903,7 @@ fn check_alive(shared: &Shared, link: &mut Link) -> Result<()> {
 }
 
 /// A work request in ibverbs terms, checked against the link's remote memory.
+#[derive(Clone, Copy)]
 struct Encoded {
     opcode: u32,
     /// First local word and word count.
