@@ -647,26 +647,32 @@ impl ThreadNic for VerbsNic {
             let now = {
                 let mut guard = self.state.lock();
                 let st = &mut *guard;
-                let Some(link) = st.links.get_mut(t) else {
+                if t >= st.links.len() {
                     return Err(Error::UnknownNode {
                         node: target,
                         nodes: st.links.len(),
                     });
-                };
-                if let Some(status) = link.done.pop_front() {
-                    return link.result(status);
                 }
-                if link.in_flight == 0 {
-                    if link.lost > 0 {
-                        link.lost -= 1;
-                        return Err(link.failure().unwrap_or(Error::QpInError { node: target }));
+                // Drained completions are looked at without letting go of the lock.
+                loop {
+                    let link = &mut st.links[t];
+                    if let Some(status) = link.done.pop_front() {
+                        return link.result(status);
                     }
-                    return Err(Error::NothingPending { node: target });
-                }
-                link.refresh(&self.shared);
-                if st.drain()? > 0 {
+                    if link.in_flight == 0 {
+                        if link.lost > 0 {
+                            link.lost -= 1;
+                            return Err(link
+                                .failure()
+                                .unwrap_or(Error::QpInError { node: target }));
+                        }
+                        return Err(Error::NothingPending { node: target });
+                    }
+                    link.refresh(&self.shared);
+                    if st.drain()? == 0 {
+                        break;
+                    }
                     idle = 0;
-                    continue;
                 }
                 let link = &mut st.links[t];
                 let now = Instant::now();
