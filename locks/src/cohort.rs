@@ -60,6 +60,10 @@ pub(crate) trait NetLock {
 /// No thread of the node is at the front of its queue (or next in line).
 const NOBODY: u64 = u64::MAX;
 
+/// Nobody is at the front, and a hold is parked for whoever comes first: the waiter next in
+/// line, or a thread arriving meanwhile (barging).
+const OPEN: u64 = u64::MAX - 1;
+
 /// How long a parked simulated waiter lets pass before it looks again.
 const PARKED_STEP: Duration = Duration::from_micros(2);
 
@@ -283,8 +287,13 @@ struct State {
     /// The number at the front (its thread holds the lock, or is taking it), and its
     /// incarnation.
     front: Option<(u64, u64)>,
-    /// A hold the previous front left for the current one.
+    /// A hold the previous front left for the current one (or, with nobody at the front,
+    /// for whoever comes first: see [`OPEN`]).
     parked: Option<Hold>,
+    /// With nobody at the front and a hold parked: the node's incarnation it was parked in.
+    open: Option<u64>,
+    /// Threads that took an open hold past the waiter next in line since a waiter last got one.
+    barges: u32,
     /// Local handovers since the last network acquire.
     handovers: u32,
 }
@@ -296,12 +305,43 @@ impl NodeQueue {
 
     fn set_front(&self, s: &mut State, f: Option<(u64, u64)>) {
         s.front = f;
+        s.open = None;
         if let Some((_, inc)) = f {
             self.front_inc.store(inc, Ordering::Release);
         }
         self.front
             .store(f.map_or(NOBODY, |(n, _)| n), Ordering::Release);
         self.set_head(s);
+    }
+
+    /// Nobody at the front, the hold parked (in incarnation `inc`) for the waiter next in line
+    /// or a barging newcomer, whichever comes first; the waiter is woken.
+    fn open(&self, s: &mut State, inc: u64) {
+        s.front = None;
+        s.open = Some(inc);
+        self.front_inc.store(inc, Ordering::Release);
+        self.front.store(OPEN, Ordering::Release);
+        if let Some(w) = s.waiting.front() {
+            w.wake();
+        }
+    }
+
+    /// Number `n`, next in line, takes the front from an open hold; false if a barging thread
+    /// took it first (or it is not open). A hold parked in an earlier incarnation is dropped
+    /// instead (it went with the node; the front then acquires on the network).
+    fn claim(&self, n: u64, inc: u64) -> bool {
+        let mut s = self.state();
+        if s.front.is_some() || s.open.is_none() || s.waiting.front().is_none_or(|w| w.n != n) {
+            return false;
+        }
+        if s.open != Some(inc) {
+            s.parked = None;
+            s.handovers = 0;
+        }
+        s.waiting.pop_front();
+        s.barges = 0;
+        self.set_front(&mut s, Some((n, inc)));
+        true
     }
 
     /// The first waiter is next in line: it spins (woken if parked).
@@ -329,7 +369,11 @@ impl NodeQueue {
         let mut s = self.state();
         let n = s.next;
         s.next += 1;
-        if s.front.is_none() && s.waiting.is_empty() {
+        let barge = s.open == Some(inc) && s.parked.is_some() && s.barges < crate::COHORT_BARGES;
+        if barge {
+            s.barges += 1;
+        }
+        if barge || (s.front.is_none() && s.waiting.is_empty()) {
             self.set_front(&mut s, Some((n, inc)));
         } else {
             let thread = (!clock::cooperative()).then(std::thread::current);
@@ -361,8 +405,12 @@ impl NodeQueue {
         // Since when the thread has been next in line.
         let mut head_since = None;
         loop {
-            if self.front.load(Ordering::Acquire) == n {
-                return Ok(());
+            match self.front.load(Ordering::Acquire) {
+                f if f == n => return Ok(()),
+                OPEN if self.head.load(Ordering::Acquire) == n && self.claim(n, inc) => {
+                    return Ok(())
+                }
+                _ => {}
             }
             cluster.check_alive(ctx.node())?;
             let now = cluster.incarnation(ctx.node())?;
@@ -377,6 +425,7 @@ impl NodeQueue {
             if self.front.load(Ordering::Acquire) != NOBODY
                 && self.front_inc.load(Ordering::Acquire) != now
             {
+                // (An open hold of an earlier incarnation too: `claim` drops it.)
                 self.clear_stale(now);
                 continue;
             }
@@ -404,7 +453,7 @@ impl NodeQueue {
     /// other nodes skip a dead node's tickets). The queue goes on with incarnation `now`.
     fn clear_stale(&self, now: u64) {
         let mut s = self.state();
-        if s.front.is_some_and(|(_, i)| i != now) {
+        if s.front.is_some_and(|(_, i)| i != now) || s.open.is_some_and(|i| i != now) {
             tracing::debug!(target: "loco::locks",
                 "a node's lock queue was left by an earlier incarnation: cleared");
             s.parked = None;
@@ -421,7 +470,16 @@ impl NodeQueue {
         if s.front.is_some_and(|(f, _)| f == n) {
             return true;
         }
-        s.waiting.retain(|w| w.n != n);
+        let Some(i) = s.waiting.iter().position(|w| w.n == n) else {
+            return false;
+        };
+        let me = s.waiting.remove(i).expect("found above");
+        if s.open.is_some() && s.waiting.is_empty() {
+            // The last waiter of an open hold: nobody is left to take it. This thread takes
+            // the front, and its `leave` releases the hold on the network.
+            self.set_front(&mut s, Some((n, me.inc)));
+            return true;
+        }
         self.set_head(&s);
         false
     }
@@ -492,11 +550,18 @@ fn leave(net: &dyn NetLock, ctx: &Ctx, q: &NodeQueue, n: u64) -> Result<()> {
     loop {
         let orphan = {
             let mut s = q.state();
-            if s.front.is_none_or(|(f, _)| f != n) {
+            let Some((f, inc)) = s.front else {
                 return Ok(()); // cleared as stale meanwhile
+            };
+            if f != n {
+                return Ok(());
             }
             if !s.waiting.is_empty() {
-                q.advance(&mut s);
+                if s.parked.is_some() {
+                    q.open(&mut s, inc);
+                } else {
+                    q.advance(&mut s);
+                }
                 return Ok(());
             }
             match s.parked.take() {

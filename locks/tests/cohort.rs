@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use loco_locks::{Error, Lock, LockGuard, NLock, RawLock, SLock, WLock};
+use loco_locks::{Error, Lock, LockGuard, NLock, RawLock, SLock, WLock, COHORT_BARGES};
 use loco_rdmawait::sim::{self, Config, Profile, Strategy};
 use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, WorkId};
 use loco_sv::GlobalFence;
@@ -364,6 +364,63 @@ fn local_handovers_in_a_row_are_bounded() {
         sim::check(config(60).profile(Profile::connectx5()), run)
             .unwrap_or_else(|f| panic!("k = {k}:\n{}", f.report()));
     }
+}
+
+/// Barging: a thread arriving while a handed-over hold waits for the thread next in line may
+/// take it first, but while the node's other threads queue, no thread has more than
+/// `COHORT_BARGES + 1` sections in a row; and barging does happen (a thread re-enters at once
+/// after its release, before the next in line has looked).
+#[test]
+fn barging_past_the_next_in_line_is_bounded() {
+    const PER_THREAD: usize = 12;
+    let longest = Arc::new(AtomicUsize::new(0));
+    let seen = longest.clone();
+    let run = move |cluster: &Cluster| -> Result<(), BoxError> {
+        let lock = Arc::new(WLock::new(cluster, NodeId(1), 8)?);
+        let log = Arc::new(Mutex::new(Vec::<(usize, usize)>::new()));
+        let mut hs = Vec::new();
+        for t in 0..4 {
+            let (lock, log) = (lock.clone(), log.clone());
+            let scratch = cluster.alloc_word(NodeId(0))?;
+            let word = cluster.alloc_word(NodeId(1))?;
+            hs.push(sim::spawn(cluster, NodeId(0), move |ctx: &Ctx| {
+                for i in 0..PER_THREAD {
+                    let g = lock.acquire(ctx)?;
+                    log.lock().unwrap().push((t, i));
+                    ctx.get(&scratch, &word, D)?;
+                    ctx.wait(D)?;
+                    LockGuard::release(g)?;
+                }
+                Ok::<(), BoxError>(())
+            }));
+        }
+        for h in hs {
+            h.join()?;
+        }
+        let log = log.lock().unwrap();
+        // Only while every thread still queues: from the section after which each has had one
+        // to the first thread's last section.
+        let from = (0..4)
+            .map(|t| log.iter().position(|e| e.0 == t).unwrap())
+            .max()
+            .unwrap();
+        let to = log.iter().position(|e| e.1 == PER_THREAD - 1).unwrap();
+        let mut most = 0;
+        for run in log[from..=to.max(from)].chunk_by(|a, b| a.0 == b.0) {
+            most = most.max(run.len());
+        }
+        if most > COHORT_BARGES as usize + 1 {
+            return Err(format!("a run of {most} sections while others queued: {log:?}").into());
+        }
+        seen.fetch_max(most, SeqCst);
+        Ok(())
+    };
+    sim::check(config(200).profile(Profile::connectx5()), run)
+        .unwrap_or_else(|f| panic!("{}", f.report()));
+    assert!(
+        longest.load(SeqCst) > 1,
+        "no thread ever barged: every run was one section"
+    );
 }
 
 /// A hold handed over stays named by the slot of the thread that took it on the network even
