@@ -19,7 +19,7 @@
 
 use std::collections::VecDeque;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::thread::Thread;
 use std::time::Duration;
@@ -247,6 +247,9 @@ struct NodeQueue {
     /// The number next in line (the first of `state.waiting`), or [`NOBODY`]: the one waiter
     /// that spins.
     head: AtomicU64,
+    /// The waiter next in line has spent its spin budget and sleeps between looks: only then
+    /// may a newcomer barge past it (a spinning one takes an open hold at once).
+    head_asleep: AtomicBool,
 }
 
 impl Default for NodeQueue {
@@ -256,6 +259,7 @@ impl Default for NodeQueue {
             front: AtomicU64::new(NOBODY),
             front_inc: AtomicU64::new(0),
             head: AtomicU64::new(NOBODY),
+            head_asleep: AtomicBool::new(false),
         }
     }
 }
@@ -349,6 +353,7 @@ impl NodeQueue {
         let head = s.waiting.front();
         let n = head.map_or(NOBODY, |w| w.n);
         if self.head.swap(n, Ordering::AcqRel) != n {
+            self.head_asleep.store(false, Ordering::Release);
             if let Some(w) = head {
                 w.wake();
             }
@@ -369,7 +374,10 @@ impl NodeQueue {
         let mut s = self.state();
         let n = s.next;
         s.next += 1;
-        let barge = s.open == Some(inc) && s.parked.is_some() && s.barges < crate::COHORT_BARGES;
+        let barge = s.open == Some(inc)
+            && s.parked.is_some()
+            && s.barges < crate::COHORT_BARGES
+            && self.head_asleep.load(Ordering::Acquire);
         if barge {
             s.barges += 1;
         }
@@ -432,10 +440,14 @@ impl NodeQueue {
             if d.expired() {
                 return Err(d.timeout());
             }
-            let spinning = self.head.load(Ordering::Acquire) == n && {
+            let head = self.head.load(Ordering::Acquire) == n;
+            let spinning = head && {
                 let since = *head_since.get_or_insert_with(clock::now);
                 clock::now().saturating_duration_since(since) < SPIN_BUDGET
             };
+            if head && !spinning {
+                self.head_asleep.store(true, Ordering::Release);
+            }
             if spinning || (clock::cooperative() && !clock::simulated()) {
                 spin.wait(cluster)?;
             } else if clock::simulated() {

@@ -100,13 +100,15 @@
 //! price of local runs); the README has the table.
 //!
 //! Barging: when a holder hands over, the hold is left for whichever thread of the node comes
-//! first, the thread next in line (woken) or a thread arriving meanwhile, typically the holder
-//! itself coming back for its next section; after [`COHORT_BARGES`] such barges in a row the
-//! next in line gets it. On a host with more threads than CPUs (Soft-RoCE in a 2-vCPU VM, 8
-//! threads) waking the next thread is a context switch the lock would otherwise sit through:
-//! there barging took the node lock from 4290 to 5486 sections per second, the weak lock from
-//! 2432 to 5502 and the strong lock from 1906 to 3893 (the rCAS spinlock: 5307), fairness
-//! 1.2-1.8.
+//! first, the thread next in line or a thread arriving meanwhile (typically the holder itself
+//! coming back for its next section), but a newcomer may take it only once the next in line has
+//! spent its spin budget and sleeps between looks, and only [`COHORT_BARGES`] times in a row.
+//! A spinning next in line takes the hold at once, as on a fast network; a sleeping one must be
+//! woken, which on a host with more threads than CPUs (Soft-RoCE in a 2-vCPU VM, 8 threads) is a
+//! context switch the lock would otherwise sit through idle. There barging took the node lock
+//! from 4290 to 5366 sections per second, the weak lock from 2432 to 4738 and the strong lock
+//! from 1906 to 3604 (the rCAS spinlock: 5398), with fairness 1.04-1.11; under the simulator's
+//! `connectx5` profile it changes little (the README has the table).
 //!
 //! Failures: a thread that gives up (timeout, error) while queued on its node leaves the queue;
 //! one that reaches the front as it gives up passes the front on, releasing on the network a hold
