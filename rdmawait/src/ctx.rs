@@ -250,7 +250,8 @@ impl Ctx {
     /// or before any other operation of this context inside it (a `wait`, a poll, a CPU load,
     /// store, CAS or fence sends what is held first, so a batch never waits for itself). So do
     /// not block inside a batch on anything but this context: a request another thread waits
-    /// for would not have left yet. Batches nest; the outermost one sends. A request the
+    /// for would not have left yet ([`Cluster::quiesce`] does not see requests a batch still
+    /// holds either). Batches nest; the outermost one sends. A request the
     /// device refuses at the end of a batch fails when it is waited for, with
     /// [`Error::Backend`] (or [`Error::QpInError`]), and its queue pair fails from then on.
     ///
