@@ -19,7 +19,7 @@
 
 use std::collections::VecDeque;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::thread::Thread;
 use std::time::Duration;
@@ -247,9 +247,11 @@ struct NodeQueue {
     /// The number next in line (the first of `state.waiting`), or [`NOBODY`]: the one waiter
     /// that spins.
     head: AtomicU64,
-    /// The waiter next in line has spent its spin budget and sleeps between looks: only then
-    /// may a newcomer barge past it (a spinning one takes an open hold at once).
-    head_asleep: AtomicBool,
+    /// The number of the waiter next in line once it has spent its spin budget and sleeps
+    /// between looks (else anything but the head's number): only then may a newcomer barge past
+    /// it (a spinning one takes an open hold at once). A number, not a flag, so that a late
+    /// store by a waiter that has since moved on cannot mark its successor asleep.
+    asleep: AtomicU64,
 }
 
 impl Default for NodeQueue {
@@ -259,7 +261,7 @@ impl Default for NodeQueue {
             front: AtomicU64::new(NOBODY),
             front_inc: AtomicU64::new(0),
             head: AtomicU64::new(NOBODY),
-            head_asleep: AtomicBool::new(false),
+            asleep: AtomicU64::new(NOBODY),
         }
     }
 }
@@ -296,7 +298,8 @@ struct State {
     parked: Option<Hold>,
     /// With nobody at the front and a hold parked: the node's incarnation it was parked in.
     open: Option<u64>,
-    /// Threads that took an open hold past the waiter next in line since a waiter last got one.
+    /// Threads that took an open hold past the waiter next in line since a waiter last claimed
+    /// one.
     barges: u32,
     /// Local handovers since the last network acquire.
     handovers: u32,
@@ -330,17 +333,14 @@ impl NodeQueue {
         }
     }
 
-    /// Number `n`, next in line, takes the front from an open hold; false if a barging thread
-    /// took it first (or it is not open). A hold parked in an earlier incarnation is dropped
-    /// instead (it went with the node; the front then acquires on the network).
+    /// Number `n` (of incarnation `inc`), next in line, takes the front from an open hold;
+    /// false if a barging thread took it first, or it is not open, or it was opened in another
+    /// incarnation (the waiter's own checks then find which one is stale: [`Self::clear_stale`]
+    /// drops an earlier incarnation's hold, and a waiter of an earlier incarnation gives up).
     fn claim(&self, n: u64, inc: u64) -> bool {
         let mut s = self.state();
-        if s.front.is_some() || s.open.is_none() || s.waiting.front().is_none_or(|w| w.n != n) {
+        if s.front.is_some() || s.open != Some(inc) || s.waiting.front().is_none_or(|w| w.n != n) {
             return false;
-        }
-        if s.open != Some(inc) {
-            s.parked = None;
-            s.handovers = 0;
         }
         s.waiting.pop_front();
         s.barges = 0;
@@ -353,7 +353,6 @@ impl NodeQueue {
         let head = s.waiting.front();
         let n = head.map_or(NOBODY, |w| w.n);
         if self.head.swap(n, Ordering::AcqRel) != n {
-            self.head_asleep.store(false, Ordering::Release);
             if let Some(w) = head {
                 w.wake();
             }
@@ -377,7 +376,9 @@ impl NodeQueue {
         let barge = s.open == Some(inc)
             && s.parked.is_some()
             && s.barges < crate::COHORT_BARGES
-            && self.head_asleep.load(Ordering::Acquire);
+            && s.waiting
+                .front()
+                .is_some_and(|w| self.asleep.load(Ordering::Acquire) == w.n);
         if barge {
             s.barges += 1;
         }
@@ -446,7 +447,7 @@ impl NodeQueue {
                 clock::now().saturating_duration_since(since) < SPIN_BUDGET
             };
             if head && !spinning {
-                self.head_asleep.store(true, Ordering::Release);
+                self.asleep.store(n, Ordering::Release);
             }
             if spinning || (clock::cooperative() && !clock::simulated()) {
                 spin.wait(cluster)?;
@@ -512,6 +513,18 @@ impl NodeQueue {
     fn wants(&self, limit: u32) -> bool {
         let s = self.state();
         !s.waiting.is_empty() && s.handovers < limit
+    }
+
+    /// Number `n`, still at the front, goes: the next waiter comes to the front, or nobody.
+    fn pass_front(&self, n: u64) {
+        let mut s = self.state();
+        if s.front.is_some_and(|(f, _)| f == n) {
+            if s.waiting.is_empty() {
+                self.set_front(&mut s, None);
+            } else {
+                self.advance(&mut s);
+            }
+        }
     }
 
     /// Number `n`, at the front, leaves `hold` for the next front. Not if the front moved on
@@ -585,17 +598,14 @@ fn leave(net: &dyn NetLock, ctx: &Ctx, q: &NodeQueue, n: u64) -> Result<()> {
             }
         };
         // Still at the front, so newcomers queue behind: nobody takes this hold now.
-        net.take_over(ctx, orphan)?;
+        if let Err(e) = net.take_over(ctx, orphan) {
+            // The hold is gone with its lock's home or this node: the front goes on.
+            q.pass_front(n);
+            return Err(e);
+        }
         if let Err(e) = net.release(ctx, false) {
             // The caller holds it now: the front goes on, the hold stays with the caller.
-            let mut s = q.state();
-            if s.front.is_some_and(|(f, _)| f == n) {
-                if s.waiting.is_empty() {
-                    q.set_front(&mut s, None);
-                } else {
-                    q.advance(&mut s);
-                }
-            }
+            q.pass_front(n);
             return Err(e);
         }
     }

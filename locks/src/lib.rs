@@ -105,10 +105,11 @@
 //! spent its spin budget and sleeps between looks, and only [`COHORT_BARGES`] times in a row.
 //! A spinning next in line takes the hold at once, as on a fast network; a sleeping one must be
 //! woken, which on a host with more threads than CPUs (Soft-RoCE in a 2-vCPU VM, 8 threads) is a
-//! context switch the lock would otherwise sit through idle. There barging took the node lock
-//! from 4290 to 5366 sections per second, the weak lock from 2432 to 4738 and the strong lock
-//! from 1906 to 3604 (the rCAS spinlock: 5398), with fairness 1.04-1.11; under the simulator's
-//! `connectx5` profile it changes little (the README has the table).
+//! context switch the lock would otherwise sit through idle. There (8 threads over 2 nodes)
+//! barging took the node lock from 4290 to 4286-5366 sections per second, the weak lock from
+//! 2432 to 4555-4738 and the strong lock from 1906 to 3452-3653 (the rCAS spinlock: 4917-5398),
+//! with fairness 1.04-1.11; under the simulator's `connectx5` profile it changes little at 16
+//! threads (the README has the tables).
 //!
 //! Failures: a thread that gives up (timeout, error) while queued on its node leaves the queue;
 //! one that reaches the front as it gives up passes the front on, releasing on the network a hold

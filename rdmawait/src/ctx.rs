@@ -247,10 +247,13 @@ impl Ctx {
     /// it (docs/model.md §4.4); work ids,
     /// `wait`, errors and post order per queue pair are as without a batch. What changes is
     /// when the requests leave: at the end of the batch (also on a panic or an error in `f`),
-    /// or before any other operation of this context inside it (a `wait`, a poll, a CPU load,
-    /// store, CAS or fence sends what is held first, so a batch never waits for itself). So do
-    /// not block inside a batch on anything but this context: a request another thread waits
-    /// for would not have left yet ([`Cluster::quiesce`] does not see requests a batch still
+    /// or before any other operation of this context inside it that goes to the NIC (a `wait`
+    /// or poll with something to wait for, a CPU load, store, CAS or fence sends what is held
+    /// first, so a batch never waits for itself; a `wait` on a work id with nothing pending
+    /// returns at once and sends nothing). So do not block inside a batch on anything but this
+    /// context: a request another thread waits for would not have left yet. The same goes for
+    /// async tasks sharing a context ([`crate::aio`]): a task that suspends inside a batch
+    /// holds back the other tasks' posts until it resumes and ends it ([`Cluster::quiesce`] does not see requests a batch still
     /// holds either). Batches nest; the outermost one sends. A request the
     /// device refuses at the end of a batch fails when it is waited for, with
     /// [`Error::Backend`] (or [`Error::QpInError`]), and its queue pair fails from then on.

@@ -238,8 +238,9 @@ pub trait ThreadNic: Send + fmt::Debug {
     /// Opens a batch (batches nest): until the matching [`ThreadNic::batch_end`], requests
     /// towards one node may wait and go to the device together (one doorbell), as long as the
     /// thread only posts; any other operation sends them first. Requests keep their post
-    /// order per queue pair, and a post's checks and errors are the same. The default does
-    /// nothing: every request goes at once.
+    /// order per queue pair and a post's checks are the same, but the device's refusal of a
+    /// held request surfaces when it is polled, not at the post. The default does nothing:
+    /// every request goes at once.
     fn batch_begin(&mut self) {}
 
     /// Closes a batch; the outermost one sends every request still waiting. A request that

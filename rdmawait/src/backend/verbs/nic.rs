@@ -1,7 +1,7 @@
 //! A thread's NIC on the verbs backend: one completion queue, one RC queue pair per node.
 //!
-//! Posting and polling call `ibv_post_send` and `ibv_poll_cq` directly (one work request built on
-//! the stack, completions drained into a stack array): the hot path allocates nothing.
+//! Posting and polling call `ibv_post_send` and `ibv_poll_cq` directly (work requests built in
+//! a stack array, completions drained into another): the hot path allocates nothing.
 //!
 //! Completion bookkeeping: a request's `wr_id` is its target node and its sequence number on
 //! that queue pair. An RC queue pair completes its requests in post order, so a completion for
@@ -80,6 +80,9 @@ pub(crate) struct State {
     in_flight: usize,
     /// Requests waiting in the links' chains, over all queue pairs.
     chained: usize,
+    /// Requests a failed `ibv_post_send` left on the device uncounted: their (flushed)
+    /// completions may still take room in the completion queue, until drained as strays.
+    strays: usize,
 }
 
 /// The queue pair towards one node and its bookkeeping.
@@ -244,6 +247,7 @@ impl VerbsNic {
             cq_capacity,
             in_flight: 0,
             chained: 0,
+            strays: 0,
         }));
         {
             let mut nics = shared.nics.lock();
@@ -533,6 +537,7 @@ impl State {
                     self.in_flight -= k;
                     requests += k;
                 }
+                _ if self.strays > 0 => self.strays -= 1, // left by a failed post
                 _ => {
                     tracing::warn!(target: "loco::rdmawait", wr_id = wc.wr_id, "stray completion ignored")
                 }
@@ -577,7 +582,7 @@ impl ThreadNic for VerbsNic {
         let room = |st: &State| {
             let link = &st.links[t];
             link.in_flight + link.chain.len() < link.capacity
-                && st.in_flight + st.chained < st.cq_capacity
+                && st.in_flight + st.chained + st.strays < st.cq_capacity
         };
         if !room(st) {
             self.ring_all(st);
@@ -815,6 +820,8 @@ impl VerbsNic {
         let lkey = self.home.mem.lkey();
         let mut sges = [const { MaybeUninit::<sys::ibv_sge>::uninit() }; MAX_CHAIN];
         let mut wrs = [const { MaybeUninit::<sys::ibv_send_wr>::uninit() }; MAX_CHAIN];
+        // One pointer for every access to the requests, so that the `next` links stay valid.
+        let wr = wrs.as_mut_ptr().cast::<sys::ibv_send_wr>();
         for (i, (enc, fence)) in link.chain.drain(..).enumerate() {
             let sge = sges[i].write(sys::ibv_sge {
                 addr: base + enc.local as u64 * WORD,
@@ -854,30 +861,32 @@ impl VerbsNic {
                     rkey: link.rkey,
                 };
             }
-            wrs[i].write(swr);
-        }
-        for i in 1..n {
-            let next = wrs[i].as_mut_ptr();
-            // SAFETY: entries `0..n` were written above; `next` points into `wrs`, which
-            // outlives the call below.
-            unsafe { (*wrs[i - 1].as_mut_ptr()).next = next };
+            if i + 1 < n {
+                // SAFETY: `i + 1 < n <= MAX_CHAIN`: the address is inside `wrs` (written in the
+                // next turn), which outlives the call below.
+                swr.next = unsafe { wr.add(i + 1) };
+            }
+            // SAFETY: `i < n <= MAX_CHAIN`: inside `wrs`; written once, in order.
+            unsafe { wr.add(i).write(swr) };
         }
         let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
         // SAFETY: the queue pair is alive (owned by the link); `wrs[..n]` is a list of complete
         // requests linked by `next` (the last one's null: zeroed), whose scatter entries in
         // `sges` outlive the call and name `lkey`-registered memory of this node, inside it
         // (checked by the caller). The provider copies the requests.
-        let ret =
-            unsafe { sys::ibv_post_send(link.qp.qp().as_ptr(), wrs[0].as_mut_ptr(), &mut bad) };
+        let ret = unsafe { sys::ibv_post_send(link.qp.qp().as_ptr(), wr, &mut bad) };
         if ret == 0 {
             link.in_flight += n;
             st.in_flight += n;
             return Ok(());
         }
         let os = std::io::Error::from_raw_os_error(ret);
-        if bad != wrs[0].as_mut_ptr() && !bad.is_null() {
+        if bad != wr && !bad.is_null() {
             // Some went, unsignalled, and may have no completion: flush them, and count none
-            // of them (their flushed completions are ignored as strays).
+            // of them (their flushed completions are drained as strays, kept room for meanwhile).
+            // SAFETY: the provider points `bad` at the refused request, inside `wrs[..n]`.
+            let went = unsafe { bad.offset_from(wr) }.clamp(0, n as isize) as usize;
+            st.strays += went;
             link.failed.get_or_insert(Failure::Post(format!(
                 "ibv_post_send failed part-way ({os})"
             )));
@@ -999,6 +1008,8 @@ impl Drop for VerbsNic {
     /// and never waited for must still take effect (as on the soft NIC; `quiesce` relies on it).
     fn drop(&mut self) {
         let mut st = self.state.lock();
+        // Requests still held by a batch go too (a context ends its batches first; in case).
+        self.ring_all(&mut st);
         let start = Instant::now();
         let mut idle = 0u32;
         while st.in_flight > 0 && start.elapsed() < self.shared.timeout {
