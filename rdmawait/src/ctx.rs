@@ -252,7 +252,7 @@ impl Ctx {
     /// first, so a batch never waits for itself; a `wait` on a work id with nothing pending
     /// returns at once and sends nothing). So do not block inside a batch on anything but this
     /// context: a request another thread waits for would not have left yet. The same goes for
-    /// async tasks sharing a context ([`crate::aio`]): a task that suspends inside a batch
+    /// async tasks sharing a context (module `aio`, feature `tokio`): a task that suspends inside a batch
     /// holds back the other tasks' posts until it resumes and ends it ([`Cluster::quiesce`] does not see requests a batch still
     /// holds either). Batches nest; the outermost one sends. A request the
     /// device refuses at the end of a batch fails when it is waited for, with

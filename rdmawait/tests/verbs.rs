@@ -239,10 +239,12 @@ fn wait_by_work_id_over_several_nodes() {
 
 /// `rfence(n)` is accepted and keeps a get's remote read before a later put to the same word
 /// (Fig. 7a made forbidden): the get returns the old value every time. Both implementations: the
-/// verbs Fence flag and the software fence (the default on Soft-RoCE).
+/// verbs Fence flag and the software fence (the default on Soft-RoCE); and both in a batch
+/// (`Ctx::batch`: the Fence flag on the put's request in the chain, or the software fence, which
+/// sends the chain first).
 #[test]
 fn rfence_orders_a_get_before_a_later_put() {
-    for software in [false, true] {
+    for (software, batched) in [(false, false), (true, false), (false, true), (true, true)] {
         let c = Cluster::builder()
             .nodes(2)
             .memory_per_node(4096)
@@ -253,16 +255,23 @@ fn rfence_orders_a_get_before_a_later_put() {
         let r = c.alloc_word(N0).unwrap();
         let v = c.alloc_word(N0).unwrap();
         let ctx = c.context(N0).unwrap();
+        let fenced = || {
+            ctx.get(&r, &y, D1)?;
+            ctx.rfence(N1)?;
+            ctx.put(&y, &v, D1)
+        };
         for i in 1..=100u64 {
             ctx.store(&v, i).unwrap();
-            ctx.get(&r, &y, D1).unwrap();
-            ctx.rfence(N1).unwrap();
-            ctx.put(&y, &v, D1).unwrap();
+            if batched {
+                ctx.batch(fenced).unwrap();
+            } else {
+                fenced().unwrap();
+            }
             ctx.wait(D1).unwrap();
             assert_eq!(
                 ctx.load(&r).unwrap(),
                 i - 1,
-                "software fence {software}, iteration {i}"
+                "software fence {software}, batch {batched}, iteration {i}"
             );
         }
         // A trailing rfence with nothing after it is harmless, and produces no completion.
@@ -444,39 +453,6 @@ fn a_batch_never_posts_past_the_send_queue() {
     ctx.wait(D1).unwrap();
     for i in 0..300 {
         assert_eq!(ctx.load(&rets.word(i).unwrap()).unwrap(), i);
-    }
-}
-
-/// `rfence` in a batch: the fenced put waits for the earlier get (the Fence flag on its
-/// request in the chain, or the software fence, which sends the chain first).
-#[test]
-fn rfence_in_a_batch_orders_a_get_before_a_later_put() {
-    for software in [false, true] {
-        let c = Cluster::builder()
-            .nodes(2)
-            .memory_per_node(4096)
-            .verbs(verbs_config().software_fence(software))
-            .build()
-            .unwrap();
-        let y = c.alloc_word(N1).unwrap();
-        let r = c.alloc_word(N0).unwrap();
-        let v = c.alloc_word(N0).unwrap();
-        let ctx = c.context(N0).unwrap();
-        for i in 1..=50u64 {
-            ctx.store(&v, i).unwrap();
-            ctx.batch(|| {
-                ctx.get(&r, &y, D1)?;
-                ctx.rfence(N1)?;
-                ctx.put(&y, &v, D1)
-            })
-            .unwrap();
-            ctx.wait(D1).unwrap();
-            assert_eq!(
-                ctx.load(&r).unwrap(),
-                i - 1,
-                "software fence {software}, iteration {i}"
-            );
-        }
     }
 }
 
