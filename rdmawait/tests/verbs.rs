@@ -339,25 +339,40 @@ fn same_queue_pair_order_is_kept() {
 }
 
 /// Many more operations than the send queue holds, without polling: the backend waits for
-/// room instead of overflowing the queue, and every operation completes.
+/// room instead of overflowing the queue, and every operation completes. Also in one batch
+/// (`Ctx::batch`): its chains are sent as the queue fills.
 #[test]
 fn never_posts_past_the_send_queue() {
-    let c = Cluster::builder()
-        .nodes(2)
-        .memory_per_node(64 * 1024)
-        .verbs(verbs_config().send_queue_depth(8))
-        .build()
-        .unwrap();
-    let counter = c.alloc_word(N1).unwrap();
-    let rets = c.alloc_words(N0, 300).unwrap();
-    let ctx = c.context(N0).unwrap();
-    for i in 0..300 {
-        ctx.rfaa(&counter, 1, &rets.word(i).unwrap(), D1).unwrap();
-    }
-    assert_eq!(ctx.unpolled(N1).unwrap(), 300);
-    ctx.wait(D1).unwrap();
-    for i in 0..300 {
-        assert_eq!(ctx.load(&rets.word(i).unwrap()).unwrap(), i);
+    for batched in [false, true] {
+        let c = Cluster::builder()
+            .nodes(2)
+            .memory_per_node(64 * 1024)
+            .verbs(verbs_config().send_queue_depth(8))
+            .build()
+            .unwrap();
+        let counter = c.alloc_word(N1).unwrap();
+        let rets = c.alloc_words(N0, 300).unwrap();
+        let ctx = c.context(N0).unwrap();
+        let post = || {
+            for i in 0..300 {
+                ctx.rfaa(&counter, 1, &rets.word(i)?, D1)?;
+            }
+            Ok::<_, Error>(())
+        };
+        if batched {
+            ctx.batch(post).unwrap();
+        } else {
+            post().unwrap();
+        }
+        assert_eq!(ctx.unpolled(N1).unwrap(), 300);
+        ctx.wait(D1).unwrap();
+        for i in 0..300 {
+            assert_eq!(
+                ctx.load(&rets.word(i).unwrap()).unwrap(),
+                i,
+                "batch {batched}"
+            );
+        }
     }
 }
 
@@ -427,33 +442,6 @@ fn batched_requests_take_effect_in_order_and_complete_one_by_one() {
     assert_eq!(ctx.load(&rets.word(3).unwrap()).unwrap(), 203);
     c.quiesce().unwrap();
     assert_eq!(c.peek(&counter).unwrap(), 204);
-}
-
-/// A batch much longer than the send queue: chains are sent as the queue fills, and the poster
-/// waits for room instead of overflowing it.
-#[test]
-fn a_batch_never_posts_past_the_send_queue() {
-    let c = Cluster::builder()
-        .nodes(2)
-        .memory_per_node(64 * 1024)
-        .verbs(verbs_config().send_queue_depth(8))
-        .build()
-        .unwrap();
-    let counter = c.alloc_word(N1).unwrap();
-    let rets = c.alloc_words(N0, 300).unwrap();
-    let ctx = c.context(N0).unwrap();
-    ctx.batch(|| {
-        for i in 0..300 {
-            ctx.rfaa(&counter, 1, &rets.word(i).unwrap(), D1)?;
-        }
-        Ok::<_, Error>(())
-    })
-    .unwrap();
-    assert_eq!(ctx.unpolled(N1).unwrap(), 300);
-    ctx.wait(D1).unwrap();
-    for i in 0..300 {
-        assert_eq!(ctx.load(&rets.word(i).unwrap()).unwrap(), i);
-    }
 }
 
 /// A request of a batch that fails on the device: its wait gets the typed error, the later
