@@ -228,6 +228,10 @@ impl Machine for Run<'_> {
         r
     }
 
+    fn fenced(&mut self, node: NodeId) -> bool {
+        self.ctx.fenced(node)
+    }
+
     fn rfence(&mut self, node: NodeId) -> Result<()> {
         self.towards_live(self.ctx.rfence(node))
     }

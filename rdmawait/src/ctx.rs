@@ -99,9 +99,30 @@ struct Track {
     fifo: VecDeque<WorkId>,
     /// Unpolled operations per work id (few distinct ids are live at once).
     counts: Vec<(WorkId, usize)>,
+    /// A remote write of this queue pair may not have landed yet: set by a put or remote RMW,
+    /// cleared by a later get (whose remote read waits for every earlier write on the queue pair
+    /// to land, docs/model.md §5.2), set again if any polled request fails. See [`Ctx::fenced`].
+    dirty: bool,
 }
 
 impl Track {
+    /// What a post of `wr` tells about the queue pair's remote writes.
+    fn posted(&mut self, wr: &WorkRequest) {
+        match wr {
+            WorkRequest::Read { .. } => self.dirty = false,
+            WorkRequest::Write { .. }
+            | WorkRequest::CompareSwap { .. }
+            | WorkRequest::FetchAdd { .. } => self.dirty = true,
+            WorkRequest::Fence => {}
+        }
+    }
+
+    /// A polled request failed: a get among them may not have read, so nothing is known.
+    fn failed(&mut self) {
+        self.pop();
+        self.dirty = true;
+    }
+
     fn push(&mut self, wid: WorkId) {
         self.fifo.push_back(wid);
         match self.counts.iter_mut().find(|(w, _)| *w == wid) {
@@ -403,9 +424,12 @@ impl Ctx {
                             // The node is gone for good: every request still pending towards
                             // it failed (later posts towards it fail at once).
                             Error::PeerDead { node, .. } if node.index() == n => {
-                                *t = Track::default();
+                                *t = Track {
+                                    dirty: true,
+                                    ..Track::default()
+                                };
                             }
-                            _ => t.pop(),
+                            _ => t.failed(),
                         }
                         tracing::debug!(target: "loco::rdmawait", node = %self.node, %wid, error = %e, "wait failed");
                         return Err(e);
@@ -436,9 +460,8 @@ impl Ctx {
                     budget.saturating_sub(crate::clock::now().saturating_duration_since(start));
                 match nic.poll(NodeId(n as u16), left) {
                     // A failed completion is done with too.
-                    Ok(()) | Err(Error::Completion { .. }) | Err(Error::QpInError { .. }) => {
-                        t.pop()
-                    }
+                    Ok(()) => t.pop(),
+                    Err(Error::Completion { .. }) | Err(Error::QpInError { .. }) => t.failed(),
                     Err(_) => return false,
                 }
             }
@@ -466,6 +489,21 @@ impl Ctx {
         &self,
     ) -> Option<std::sync::Arc<dyn crate::backend::CompletionEvents>> {
         self.inner.borrow().nic.completion_events()
+    }
+
+    /// Whether a global fence towards `node` (`loco-sv`'s `gf`) would change nothing: every
+    /// operation this thread posted towards `node` has been polled, and none of them wrote
+    /// remotely (put, rCAS, rFAA) after the last get towards `node`, which succeeded. That get's
+    /// remote read waited for every earlier write of the queue pair to land (docs/model.md
+    /// §5.2), so nothing the thread issued towards `node` is still on its way. A put that was
+    /// only waited for is not enough: its completion does not mean it landed (Fig. 5).
+    /// False for an unknown node.
+    pub fn fenced(&self, node: NodeId) -> bool {
+        self.inner
+            .borrow()
+            .track
+            .get(node.index())
+            .is_some_and(|t| t.fifo.is_empty() && !t.dirty)
     }
 
     /// Number of operations towards `node` posted and not yet polled.
@@ -506,8 +544,10 @@ impl Ctx {
             tracing::debug!(target: "loco::rdmawait", from = %self.node, to = %target, error = %e, "post failed");
             return Err(e);
         }
+        let t = &mut inner.track[target.index()];
+        t.posted(&wr);
         if wr.completes() {
-            inner.track[target.index()].push(wid);
+            t.push(wid);
         }
         if !matches!(wr, WorkRequest::Fence) {
             inner.posted += 1;
@@ -594,7 +634,7 @@ impl RdmaTso<'_> {
             }
             Err(e @ Error::Timeout { .. }) => Err(e),
             Err(e) => {
-                t.pop();
+                t.failed();
                 Err(e)
             }
         }

@@ -185,6 +185,16 @@ pub trait Machine {
     ) -> Result<(), Self::Error> {
         self.get(local, remote, wid)
     }
+    /// Whether a global fence towards `node` would change nothing, so that `gf` may leave
+    /// `node` out ([`Ctx::fenced`]: everything the thread issued towards it has completed and
+    /// its remote writes have landed). The default, and the explorer, say no: the fence is
+    /// then issued. That changes no outcome where a context says yes: the fence's `rfence`,
+    /// get and wait would find nothing of the thread's left towards `node`, and they write only
+    /// the fence's scratch word (docs/model.md §5.2).
+    fn fenced(&mut self, node: NodeId) -> bool {
+        let _ = node;
+        false
+    }
     /// `rfence(n)`.
     fn rfence(&mut self, node: NodeId) -> Result<(), Self::Error>;
     /// `wait(d)`.
@@ -306,6 +316,10 @@ impl Machine for &Ctx {
 
     fn get(&mut self, local: Loc, remote: Loc, wid: WorkId) -> Result<()> {
         Ctx::get(self, &local, &remote, wid)
+    }
+
+    fn fenced(&mut self, node: NodeId) -> bool {
+        Ctx::fenced(self, node)
     }
 
     fn rfence(&mut self, node: NodeId) -> Result<()> {

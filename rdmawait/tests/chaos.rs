@@ -50,3 +50,56 @@ fn different_seeds_different_executions() {
         outcomes.len()
     );
 }
+
+/// `Ctx::fenced` (what lets `gf` leave a node out) says yes only once nothing the thread issued
+/// towards the node can still be on its way: a put or remote RMW that completed may not have
+/// landed (Fig. 5), a later get that completed has made them land, a failed request makes
+/// nothing known.
+#[test]
+fn fenced_only_after_a_completed_get_behind_the_writes() {
+    use loco_rdmawait::backend::WorkRequest;
+    let d = WorkId::new(1);
+    let c = Cluster::builder()
+        .nodes(3)
+        .memory_per_node(512)
+        .soft(Schedule::Chaos { seed: 7 })
+        .build()
+        .unwrap();
+    let (n1, n2) = (NodeId(1), NodeId(2));
+    let local = c.alloc_word(NodeId(0)).unwrap();
+    let remote = c.alloc_word(n1).unwrap();
+    let ctx = c.context(NodeId(0)).unwrap();
+    assert!(ctx.fenced(n1) && ctx.fenced(n2), "nothing posted yet");
+    assert!(!ctx.fenced(NodeId(9)), "an unknown node is never fenced");
+    ctx.put(&remote, &local, d).unwrap();
+    assert!(!ctx.fenced(n1) && ctx.fenced(n2), "only the put's node");
+    ctx.wait(d).unwrap();
+    assert!(!ctx.fenced(n1), "a completed put may not have landed");
+    ctx.get(&local, &remote, d).unwrap();
+    assert!(!ctx.fenced(n1), "the get has not completed");
+    ctx.wait(d).unwrap();
+    assert!(ctx.fenced(n1), "a completed get behind the put");
+    let faa = WorkRequest::FetchAdd {
+        remote: (remote.offset() / 8) as usize,
+        add: 1,
+        local: (local.offset() / 8) as usize,
+    };
+    ctx.post(n1, faa, d).unwrap();
+    ctx.wait(d).unwrap();
+    assert!(
+        !ctx.fenced(n1),
+        "a completed FAA's write may not have landed"
+    );
+    ctx.get(&local, &remote, d).unwrap();
+    ctx.rfence(n1).unwrap();
+    ctx.get(&local, &remote, d).unwrap();
+    ctx.wait(d).unwrap();
+    assert!(ctx.fenced(n1), "gets and fences write nothing remotely");
+    // A get that fails (its node died) proves nothing.
+    let far = c.alloc_word(n2).unwrap();
+    ctx.put(&far, &local, d).unwrap();
+    ctx.wait(d).unwrap();
+    c.kill(n2).unwrap();
+    let _ = ctx.get(&local, &far, d).and_then(|()| ctx.wait(d));
+    assert!(!ctx.fenced(n2), "a dead node is never fenced");
+}

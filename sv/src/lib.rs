@@ -188,6 +188,12 @@ pub trait GlobalFence {
     /// `gf(N)`: blocks until every earlier operation of this thread towards the nodes of `nodes`
     /// has fully completed, remote writes included (see the [crate docs](crate)).
     ///
+    /// A node nothing of the thread's can still be on its way to costs nothing: no operation
+    /// towards it since its last fence, or only gets after it ([`Ctx::fenced`]); a fence right
+    /// after another, or a strong lock's release towards nodes its section did not touch, posts
+    /// nothing there. A put that was only waited for is fenced: its completion does not mean it
+    /// landed (Fig. 5).
+    ///
     /// Every node is checked before anything is posted (unknown: `UnknownNode`; dead: `PeerDead`
     /// naming it); an empty set returns at once. A node of the set that dies during the fence
     /// makes it fail with `PeerDead` naming that node, instead of blocking.

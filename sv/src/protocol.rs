@@ -32,15 +32,21 @@ pub struct GfWords<W> {
 }
 
 /// `gf(N)` (docs/model.md §5.2): for each node n of `nodes`, `rfence(n)` and a get of n's dummy
-/// word tagged [`GF_WORK_ID`](crate::GF_WORK_ID); then `wait` for them. An empty set does
-/// nothing.
+/// word tagged [`GF_WORK_ID`](crate::GF_WORK_ID); then `wait` for them. A node the machine
+/// knows to be fenced already ([`Machine::fenced`]: nothing of the thread's is on its way
+/// there) is left out; an empty set, or one of such nodes only, does nothing.
 pub fn gf<M: Machine>(m: &mut M, w: &GfWords<M::Word>, nodes: &[NodeId]) -> Result<(), M::Error> {
-    if nodes.is_empty() {
-        return Ok(());
-    }
+    let mut any = false;
     for &n in nodes {
+        if m.fenced(n) {
+            continue;
+        }
         m.rfence(n)?;
         m.get(w.scratch, w.dummy[n.index()], crate::GF_WORK_ID)?;
+        any = true;
     }
-    m.wait(crate::GF_WORK_ID)
+    if any {
+        m.wait(crate::GF_WORK_ID)?;
+    }
+    Ok(())
 }

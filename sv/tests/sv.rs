@@ -163,3 +163,34 @@ fn fig5_sb_put_wait_allowed() -> Result<()> {
     }
     Ok(())
 }
+
+/// `gf` leaves out the nodes nothing of the thread's is on its way to (`Ctx::fenced`), and only
+/// those: a put that was waited for is still fenced, and lands (every chaos schedule).
+#[test]
+fn gf_fences_only_what_may_be_on_its_way() -> Result<()> {
+    let (n1, n2) = (NodeId(1), NodeId(2));
+    let posted_by = |ctx: &loco_rdmawait::Ctx, f: &dyn Fn() -> Result<()>| -> Result<u64> {
+        let before = ctx.posted();
+        f()?;
+        Ok(ctx.posted() - before)
+    };
+    for seed in 0..runs(2_000, 200) {
+        let cluster = chaos(3, seed);
+        let src = cluster.alloc_word(NodeId(0))?;
+        let dst = cluster.alloc_word(n1)?;
+        let ctx = cluster.context(NodeId(0))?;
+        ctx.gf([])?; // makes the fence's words first
+        ctx.store(&src, seed + 1)?;
+        ctx.put(&dst, &src, D)?;
+        ctx.wait(D)?;
+        let posted = posted_by(&ctx, &|| ctx.gf([n1, n2]))?;
+        assert_eq!(
+            cluster.peek(&dst)?,
+            seed + 1,
+            "seed {seed}: the waited put not landed"
+        );
+        assert_eq!(posted, 1, "only the put's node is fenced");
+        assert_eq!(posted_by(&ctx, &|| ctx.gf([n1, n2]))?, 0, "fenced just now");
+    }
+    Ok(())
+}
