@@ -1011,6 +1011,11 @@ impl Machine for Emit<'_> {
         Ok(())
     }
 
+    fn mfence(&mut self) -> Result<(), Infallible> {
+        self.lib(Instr::Mfence, "mfence".into());
+        Ok(())
+    }
+
     fn put(&mut self, remote: Word, local: Word, wid: WorkId) -> Result<(), Infallible> {
         self.at(remote, |e, remote| {
             let what = format!("put({}, {})", e.name(remote), e.name(local));

@@ -5,7 +5,7 @@
 //! | lock | protocol | a release publishes | release blocks? |
 //! |---|---|---|---|
 //! | [`WLock`] | distributed ticket lock (Fig. 10) | CPU accesses only: mutual exclusion, nothing more | no |
-//! | [`SLock`] | `gf(all)` + the weak release | every earlier operation, towards every node | yes (one round trip per node written to since the thread's last fence) |
+//! | [`SLock`] | `gf(all)` + the weak release | every earlier operation, towards every node | yes (one round trip; nodes not written to since the thread's last fence are left out) |
 //! | [`NLock`] on n | centralised ticket lock on n (Fig. 13) | operations towards n | no |
 //!
 //! A handle is cheap to clone, `Send` and `Sync`, and is used by threads on every node; each call

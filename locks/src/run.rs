@@ -207,6 +207,10 @@ impl Machine for Run<'_> {
         Ok(self.ctx.store(&w, v)?)
     }
 
+    fn mfence(&mut self) -> Result<()> {
+        Ok(self.ctx.mfence()?)
+    }
+
     fn put(&mut self, remote: Loc, local: Loc, wid: WorkId) -> Result<()> {
         self.towards_live(self.ctx.put(&remote, &local, wid))?;
         if self.me.is_slot(&remote) {

@@ -553,9 +553,15 @@ impl Cluster {
     /// here (operations towards them fail when they are made).
     pub fn context(&self, node: NodeId) -> Result<Ctx> {
         self.check_node(node)?;
+        // Read before the queue pairs are made: a node that restarts in between is taken for
+        // restarted by the context (see `Ctx::fenced`), never the other way round.
+        let incarnations = self
+            .node_ids()
+            .map(|n| self.inner.backend.incarnation(n))
+            .collect();
         let nic = self.inner.backend.open(node)?;
         tracing::debug!(target: "loco::rdmawait", cluster = self.inner.id, %node, "context opened");
-        Ok(Ctx::new(self.clone(), node, nic))
+        Ok(Ctx::new(self.clone(), node, nic, incarnations))
     }
 
     /// Blocks until every posted operation of every thread has fully taken effect in memory,

@@ -92,6 +92,9 @@ struct Inner {
     track: Vec<Track>,
     /// Network operations posted (puts, gets, RMWs; fences apart), for [`Ctx::posted`].
     posted: u64,
+    /// Per node, its incarnation when the context was made: a node restarted since is never
+    /// [`Ctx::fenced`] (the context's operations towards it fail, and a fence must say so).
+    incarnations: Vec<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -100,16 +103,21 @@ struct Track {
     /// Unpolled operations per work id (few distinct ids are live at once).
     counts: Vec<(WorkId, usize)>,
     /// A remote write of this queue pair may not have landed yet: set by a put or remote RMW,
-    /// cleared by a later get (whose remote read waits for every earlier write on the queue pair
-    /// to land, docs/model.md §5.2), set again if any polled request fails. See [`Ctx::fenced`].
+    /// cleared by a later get of at least one word (whose remote read waits for every earlier
+    /// write on the queue pair to land, docs/model.md §5.2). See [`Ctx::fenced`].
     dirty: bool,
+    /// A poll towards the node failed: from then on nothing is known of the queue pair (a get
+    /// may not have read, a failure may not have consumed what it was counted against), for
+    /// good.
+    unknown: bool,
 }
 
 impl Track {
     /// What a post of `wr` tells about the queue pair's remote writes.
     fn posted(&mut self, wr: &WorkRequest) {
-        match wr {
-            WorkRequest::Read { .. } => self.dirty = false,
+        match *wr {
+            // A read of no words need not touch memory, so it need not flush writes.
+            WorkRequest::Read { words, .. } => self.dirty &= words == 0,
             WorkRequest::Write { .. }
             | WorkRequest::CompareSwap { .. }
             | WorkRequest::FetchAdd { .. } => self.dirty = true,
@@ -117,10 +125,16 @@ impl Track {
         }
     }
 
-    /// A polled request failed: a get among them may not have read, so nothing is known.
+    /// A poll failed (the request consumed, per [`ThreadNic::poll`]): nothing is known of the
+    /// queue pair any more.
     fn failed(&mut self) {
         self.pop();
-        self.dirty = true;
+        self.unknown = true;
+    }
+
+    /// Nothing of the thread's can still be on its way on this queue pair.
+    fn fenced(&self) -> bool {
+        self.fifo.is_empty() && !self.dirty && !self.unknown
     }
 
     fn push(&mut self, wid: WorkId) {
@@ -152,7 +166,12 @@ impl Track {
 }
 
 impl Ctx {
-    pub(crate) fn new(cluster: Cluster, node: NodeId, nic: Box<dyn ThreadNic>) -> Ctx {
+    pub(crate) fn new(
+        cluster: Cluster,
+        node: NodeId,
+        nic: Box<dyn ThreadNic>,
+        incarnations: Vec<u64>,
+    ) -> Ctx {
         let track = (0..cluster.nodes()).map(|_| Track::default()).collect();
         Ctx {
             cluster,
@@ -161,6 +180,7 @@ impl Ctx {
                 nic,
                 track,
                 posted: 0,
+                incarnations,
             }),
             settled: Settled::default(),
             extensions: RefCell::new(HashMap::new()),
@@ -425,7 +445,7 @@ impl Ctx {
                             // it failed (later posts towards it fail at once).
                             Error::PeerDead { node, .. } if node.index() == n => {
                                 *t = Track {
-                                    dirty: true,
+                                    unknown: true,
                                     ..Track::default()
                                 };
                             }
@@ -491,19 +511,20 @@ impl Ctx {
         self.inner.borrow().nic.completion_events()
     }
 
-    /// Whether a global fence towards `node` (`loco-sv`'s `gf`) would change nothing: every
-    /// operation this thread posted towards `node` has been polled, and none of them wrote
-    /// remotely (put, rCAS, rFAA) after the last get towards `node`, which succeeded. That get's
-    /// remote read waited for every earlier write of the queue pair to land (docs/model.md
-    /// §5.2), so nothing the thread issued towards `node` is still on its way. A put that was
-    /// only waited for is not enough: its completion does not mean it landed (Fig. 5).
-    /// False for an unknown node.
+    /// Whether a global fence towards `node` (`loco-sv`'s `gf`) would change nothing there:
+    /// every operation this thread posted towards `node` has been polled, and none of them
+    /// wrote remotely (put, rCAS, rFAA) after the last get towards `node`. That get's remote
+    /// read waited for every earlier write of the queue pair to land (docs/model.md §5.2), so
+    /// nothing the thread issued towards `node` is still on its way. A put that was only
+    /// waited for is not enough: its completion does not mean it landed (Fig. 5).
+    ///
+    /// False for an unknown node, after any failed poll towards `node`, and once `node` has
+    /// restarted since the context was made.
     pub fn fenced(&self, node: NodeId) -> bool {
-        self.inner
-            .borrow()
-            .track
-            .get(node.index())
-            .is_some_and(|t| t.fifo.is_empty() && !t.dirty)
+        let inner = self.inner.borrow();
+        let i = node.index();
+        inner.track.get(i).is_some_and(Track::fenced)
+            && inner.incarnations.get(i).copied() == self.cluster.incarnation(node).ok()
     }
 
     /// Number of operations towards `node` posted and not yet polled.

@@ -156,6 +156,8 @@ pub trait Machine {
     fn load(&mut self, w: Self::Word) -> Result<Self::Val, Self::Error>;
     /// `store(w, v)`: CPU store to a word of the thread's node.
     fn store(&mut self, w: Self::Word, v: Self::Val) -> Result<(), Self::Error>;
+    /// `mfence`: the thread's buffered stores reach memory.
+    fn mfence(&mut self) -> Result<(), Self::Error>;
     /// `put(remote, local, d)`.
     fn put(
         &mut self,
@@ -320,6 +322,10 @@ impl Machine for &Ctx {
 
     fn fenced(&mut self, node: NodeId) -> bool {
         Ctx::fenced(self, node)
+    }
+
+    fn mfence(&mut self) -> Result<()> {
+        Ctx::mfence(self)
     }
 
     fn rfence(&mut self, node: NodeId) -> Result<()> {

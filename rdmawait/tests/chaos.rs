@@ -60,7 +60,7 @@ fn fenced_only_after_a_completed_get_behind_the_writes() {
     use loco_rdmawait::backend::WorkRequest;
     let d = WorkId::new(1);
     let c = Cluster::builder()
-        .nodes(3)
+        .nodes(4)
         .memory_per_node(512)
         .soft(Schedule::Chaos { seed: 7 })
         .build()
@@ -95,6 +95,26 @@ fn fenced_only_after_a_completed_get_behind_the_writes() {
     ctx.get(&local, &remote, d).unwrap();
     ctx.wait(d).unwrap();
     assert!(ctx.fenced(n1), "gets and fences write nothing remotely");
+    ctx.put(&remote, &local, d).unwrap();
+    let empty = WorkRequest::Read {
+        local: (local.offset() / 8) as usize,
+        remote: (remote.offset() / 8) as usize,
+        words: 0,
+    };
+    ctx.post(n1, empty, d).unwrap();
+    ctx.wait(d).unwrap();
+    assert!(!ctx.fenced(n1), "a read of no words need not flush the put");
+    // A node restarted since the context was made is never fenced: the context's operations
+    // towards it fail, and a fence must say so.
+    let n3 = NodeId(3);
+    assert!(ctx.fenced(n3));
+    c.kill(n3).unwrap();
+    c.restart(n3).unwrap();
+    assert!(!ctx.fenced(n3), "restarted since the context was made");
+    assert!(
+        c.context(NodeId(0)).unwrap().fenced(n3),
+        "a new context knows the new one"
+    );
     // A get that fails (its node died) proves nothing.
     let far = c.alloc_word(n2).unwrap();
     ctx.put(&far, &local, d).unwrap();

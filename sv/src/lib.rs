@@ -191,8 +191,9 @@ pub trait GlobalFence {
     /// A node nothing of the thread's can still be on its way to costs nothing: no operation
     /// towards it since its last fence, or only gets after it ([`Ctx::fenced`]); a fence right
     /// after another, or a strong lock's release towards nodes its section did not touch, posts
-    /// nothing there. A put that was only waited for is fenced: its completion does not mean it
-    /// landed (Fig. 5).
+    /// nothing there (if it leaves every node out, an `mfence` drains the store buffer, as the
+    /// full fence's wait would). A put that was only waited for still gets a fence: its
+    /// completion does not mean it landed (Fig. 5).
     ///
     /// Every node is checked before anything is posted (unknown: `UnknownNode`; dead: `PeerDead`
     /// naming it); an empty set returns at once. A node of the set that dies during the fence

@@ -34,7 +34,9 @@ pub struct GfWords<W> {
 /// `gf(N)` (docs/model.md §5.2): for each node n of `nodes`, `rfence(n)` and a get of n's dummy
 /// word tagged [`GF_WORK_ID`](crate::GF_WORK_ID); then `wait` for them. A node the machine
 /// knows to be fenced already ([`Machine::fenced`]: nothing of the thread's is on its way
-/// there) is left out; an empty set, or one of such nodes only, does nothing.
+/// there) is left out. If that leaves none of a non-empty set, an `mfence` stands in for the
+/// wait, which would have drained the store buffer (the gets travel through it). An empty set
+/// does nothing.
 pub fn gf<M: Machine>(m: &mut M, w: &GfWords<M::Word>, nodes: &[NodeId]) -> Result<(), M::Error> {
     let mut any = false;
     for &n in nodes {
@@ -46,7 +48,10 @@ pub fn gf<M: Machine>(m: &mut M, w: &GfWords<M::Word>, nodes: &[NodeId]) -> Resu
         any = true;
     }
     if any {
-        m.wait(crate::GF_WORK_ID)?;
+        m.wait(crate::GF_WORK_ID)
+    } else if !nodes.is_empty() {
+        m.mfence()
+    } else {
+        Ok(())
     }
-    Ok(())
 }

@@ -108,3 +108,45 @@ fn an_unfenced_publication_is_caught_and_replayed() {
     let again = sim::replay(config(), f.seed(), publish(false)).expect_err("replays");
     assert_eq!(again.trace(), f.trace());
 }
+
+/// Store buffering on one node with `gf` as the fence: `store(x, 1); gf([n0]); load(y)` beside
+/// `store(y, 1); gf([n0]); load(x)`, both on n0. Neither thread has posted anything, so `gf`
+/// leaves n0 out (`Ctx::fenced`); it must still drain the store buffer, as the full fence's
+/// wait does (its get travels through the buffer), so both loads cannot read 0 (docs/model.md
+/// §5.2).
+fn sb_with_gf(cluster: &Cluster) -> Result<(), BoxError> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let x = cluster.alloc_word(NodeId(0))?;
+    let y = cluster.alloc_word(NodeId(0))?;
+    let read = Arc::new([AtomicU64::new(9), AtomicU64::new(9)]);
+    let side = |i: usize, mine: loco_rdmawait::Loc, other: loco_rdmawait::Loc| {
+        let read = read.clone();
+        sim::spawn(
+            cluster,
+            NodeId(0),
+            move |ctx: &Ctx| -> Result<(), BoxError> {
+                ctx.store(&mine, 1)?;
+                ctx.gf([NodeId(0)])?;
+                read[i].store(ctx.load(&other)?, Ordering::Relaxed);
+                Ok(())
+            },
+        )
+    };
+    let (t0, t1) = (side(0, x, y), side(1, y, x));
+    t0.join()?;
+    t1.join()?;
+    let r = (
+        read[0].load(Ordering::Relaxed),
+        read[1].load(Ordering::Relaxed),
+    );
+    if r == (0, 0) {
+        return Err("both loads read 0 after gf".into());
+    }
+    Ok(())
+}
+
+#[test]
+fn a_gf_that_leaves_every_node_out_still_drains_the_store_buffer() {
+    sim::check(Config::new(1).runs(2000), sb_with_gf).unwrap_or_else(|f| panic!("{}", f.report()));
+}
