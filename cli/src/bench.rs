@@ -181,6 +181,13 @@ pub struct LocksArgs {
     /// Seed of the simulated runs (`--backend sim`, `--vs-sim`).
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Runs every configuration this many times (1-100), all configurations once per round,
+    /// so that a host whose speed drifts slows every configuration alike; each row gives the
+    /// medians over the rounds and the range of the throughput (and, with `--vs-sim`, the
+    /// median and range of the per-round errors, each round fitted on its own). Under
+    /// `--backend sim` round r uses seed `--seed` + r.
+    #[arg(long, default_value_t = 1, value_parser = count::<100>)]
+    rounds: usize,
     /// With `--backend verbs` in one process: set each configuration beside the simulator's
     /// prediction of it. The requests of an uncontended lock cycle (put, rFAA, get, wait; two
     /// puts, rCAS, wait; n0 to n1, 100 times) are timed on the device just before and after
@@ -229,6 +236,86 @@ struct Row {
     net_ops_per_acquire: f64,
     /// `--vs-sim`: the simulator's prediction of this configuration.
     sim: Option<Prediction>,
+    /// `--rounds` above 1: what the rounds spread over.
+    spread: Option<Spread>,
+}
+
+/// How the rounds of one configuration spread (`--rounds`).
+#[derive(Clone, Copy, Debug)]
+struct Spread {
+    rounds: usize,
+    /// The lowest and highest throughput of a round.
+    ops: (f64, f64),
+    /// `--vs-sim`: the median, lowest and highest of the rounds' prediction errors.
+    error: Option<(f64, f64, f64)>,
+}
+
+/// The median of `v` (the mean of the middle two for an even count); 0 for none.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+impl Row {
+    /// One row for the rounds of a configuration: each figure the median over the rounds
+    /// (the prediction's too), with the spread. One round is returned as it is.
+    fn over_rounds(mut rounds: Vec<Row>) -> Option<Row> {
+        if rounds.len() <= 1 {
+            return rounds.pop();
+        }
+        let m = |f: fn(&Row) -> f64| median(rounds.iter().map(f).collect());
+        let ops = rounds.iter().map(|r| r.ops_per_sec);
+        let spread = Spread {
+            rounds: rounds.len(),
+            ops: (
+                ops.clone().fold(f64::INFINITY, f64::min),
+                ops.fold(0.0, f64::max),
+            ),
+            error: rounds
+                .iter()
+                .map(|r| r.sim.map(|p| p.error(r.ops_per_sec)))
+                .collect::<Option<Vec<f64>>>()
+                .map(|e| {
+                    let lo = e.iter().copied().fold(f64::INFINITY, f64::min);
+                    let hi = e.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    (median(e), lo, hi)
+                }),
+        };
+        let sim = rounds
+            .iter()
+            .map(|r| r.sim)
+            .collect::<Option<Vec<Prediction>>>()
+            .map(|p| Prediction {
+                mix_us: median(p.iter().map(|p| p.mix_us).collect()),
+                scale: median(p.iter().map(|p| p.scale).collect()),
+                ops_per_sec: median(p.iter().map(|p| p.ops_per_sec).collect()),
+            });
+        Some(Row {
+            lock: rounds[0].lock,
+            nodes: rounds[0].nodes,
+            threads: rounds[0].threads,
+            ops_per_sec: m(|r| r.ops_per_sec),
+            p50_us: m(|r| r.p50_us),
+            p99_us: m(|r| r.p99_us),
+            fairness: m(|r| r.fairness),
+            net_ops_per_acquire: m(|r| r.net_ops_per_acquire),
+            sim,
+            spread: Some(spread),
+        })
+    }
+
+    /// The prediction's error: the median of the rounds' errors where there were rounds, else
+    /// the one prediction's.
+    fn sim_error(&self) -> Option<f64> {
+        match self.spread.and_then(|s| s.error) {
+            Some((median, _, _)) => Some(median),
+            None => self.sim.map(|p| p.error(self.ops_per_sec)),
+        }
+    }
 }
 
 /// The simulator's prediction of a configuration measured on a device (`--vs-sim`).
@@ -281,6 +368,7 @@ impl Row {
                 net as f64 / count as f64
             },
             sim: None,
+            spread: None,
         }
     }
 }
@@ -337,7 +425,7 @@ pub fn locks(args: &LocksArgs) -> Result<(), String> {
                 .flat_map(move |&n| args.threads.iter().map(move |&t| (l, n, t)))
         })
         .collect();
-    let bar = progress(configs.len());
+    let bar = progress(configs.len() * args.rounds);
     // A multi-process verbs cluster: one for every configuration, its node count fixed by the
     // peer list.
     let spanning = match args.backend {
@@ -349,10 +437,18 @@ pub fn locks(args: &LocksArgs) -> Result<(), String> {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
     let mut rows = Vec::new();
+    // Per configuration, the rows of its rounds.
+    let mut rounds: Vec<Vec<Row>> = configs.iter().map(|_| Vec::new()).collect();
     // `--vs-sim`: the yardstick's simulated time, per node count (deterministic: once each).
     let mut yardsticks = std::collections::HashMap::new();
-    for (lock, nodes, threads) in configs {
-        bar.set_message(format!("{} n={nodes} t={threads}", lock.name()));
+    for (round, (i, &(lock, nodes, threads))) in
+        (0..args.rounds).flat_map(|r| configs.iter().enumerate().map(move |c| (r, c)))
+    {
+        let message = format!("{} n={nodes} t={threads}", lock.name());
+        bar.set_message(match args.rounds {
+            1 => message,
+            n => format!("round {}/{n}: {message}", round + 1),
+        });
         // `None`: another process of a spanning run prints this configuration.
         let row = match (args.backend, &spanning) {
             (BenchBackend::Verbs, Some(sp)) => measure_spanning(sp, lock, threads, secs),
@@ -369,17 +465,23 @@ pub fn locks(args: &LocksArgs) -> Result<(), String> {
                 threads,
                 args.profile.scaled(args.profile_scale),
                 Duration::from_micros(args.sim_us as u64),
-                args.seed,
+                args.seed.wrapping_add(round as u64),
             )
             .map(Some),
         }
         .map_err(|e| format!("{} on {nodes} nodes, {threads} threads: {e}", lock.name()))?;
         bar.inc(1);
         if let Some(row) = row {
-            if args.json {
-                bar.suspend(|| crate::ops::out(&json_row(&row, args).to_string()));
+            rounds[i].push(row);
+            // A configuration's row is printed once its last round is in.
+            if round + 1 == args.rounds {
+                if let Some(row) = Row::over_rounds(std::mem::take(&mut rounds[i])) {
+                    if args.json {
+                        bar.suspend(|| crate::ops::out(&json_row(&row, args).to_string()));
+                    }
+                    rows.push(row);
+                }
             }
-            rows.push(row);
         }
     }
     bar.finish_and_clear();
@@ -554,20 +656,31 @@ fn json_row(r: &Row, args: &LocksArgs) -> serde_json::Value {
         v["sim_profile"] = json!(args.profile.profile().name);
         v["sim_profile_scale"] = json!(p.scale);
         v["sim_ops_per_sec"] = json!(p.ops_per_sec);
-        v["sim_error"] = json!(p.error(r.ops_per_sec));
+        v["sim_error"] = json!(r.sim_error());
+    }
+    if let Some(sp) = r.spread {
+        v["rounds"] = json!(sp.rounds);
+        v["ops_per_sec_min"] = json!(sp.ops.0);
+        v["ops_per_sec_max"] = json!(sp.ops.1);
+        if let Some((_, lo, hi)) = sp.error {
+            v["sim_error_min"] = json!(lo);
+            v["sim_error_max"] = json!(hi);
+        }
     }
     v
 }
 
 fn table(rows: &[Row], args: &LocksArgs) -> String {
     let mut s = String::new();
-    let _ = writeln!(
+    let spread = rows.iter().any(|r| r.spread.is_some());
+    let _ = write!(
         s,
         "{:<16} {:>5} {:>7} {:>12} {:>9} {:>9} {:>9} {:>8}",
         "lock", "nodes", "threads", "ops/s", "p50 us", "p99 us", "fairness", "net ops"
     );
+    let _ = writeln!(s, "{}", if spread { "   ops/s range" } else { "" });
     for r in rows {
-        let _ = writeln!(
+        let _ = write!(
             s,
             "{:<16} {:>5} {:>7} {:>12.0} {:>9.1} {:>9.1} {:>9.2} {:>8.2}",
             r.lock,
@@ -579,6 +692,11 @@ fn table(rows: &[Row], args: &LocksArgs) -> String {
             r.fairness,
             r.net_ops_per_acquire
         );
+        let range = r
+            .spread
+            .map(|sp| format!("   {:.0}-{:.0}", sp.ops.0, sp.ops.1))
+            .unwrap_or_default();
+        let _ = writeln!(s, "{range}");
     }
     if rows.iter().any(|r| r.sim.is_some()) {
         let _ = writeln!(
@@ -589,27 +707,52 @@ fn table(rows: &[Row], args: &LocksArgs) -> String {
         );
         let _ = writeln!(
             s,
-            "{:<16} {:>5} {:>7} {:>12} {:>12} {:>8} {:>9} {:>7}",
-            "lock", "nodes", "threads", "ops/s", "sim ops/s", "error", "mix us", "scale"
+            "{:<16} {:>5} {:>7} {:>12} {:>12} {:>8} {:>9} {:>7}{}",
+            "lock",
+            "nodes",
+            "threads",
+            "ops/s",
+            "sim ops/s",
+            "error",
+            "mix us",
+            "scale",
+            if spread { "   error range" } else { "" }
         );
         for r in rows {
-            if let Some(p) = r.sim {
+            if let (Some(p), Some(e)) = (r.sim, r.sim_error()) {
+                let range = r
+                    .spread
+                    .and_then(|sp| sp.error)
+                    .map(|(_, lo, hi)| format!("   {:+.0}% to {:+.0}%", lo * 100.0, hi * 100.0))
+                    .unwrap_or_default();
                 let _ = writeln!(
                     s,
-                    "{:<16} {:>5} {:>7} {:>12.0} {:>12.0} {:>+7.0}% {:>9.1} {:>7.3}",
+                    "{:<16} {:>5} {:>7} {:>12.0} {:>12.0} {:>+7.0}% {:>9.1} {:>7.3}{range}",
                     r.lock,
                     r.nodes,
                     r.threads,
                     r.ops_per_sec,
                     p.ops_per_sec,
-                    p.error(r.ops_per_sec) * 100.0,
+                    e * 100.0,
                     p.mix_us,
                     p.scale
                 );
             }
         }
+        if spread {
+            let _ = writeln!(
+                s,
+                "(medians over the rounds; the error is the median of the rounds' errors)"
+            );
+        }
     }
     let backend = match (args.backend, profile_name(args)) {
+        (_, Some(p)) if args.rounds > 1 => format!(
+            "backend sim, profile {p}: simulated time ({} µs per configuration, seeds {} to {})",
+            args.sim_us,
+            args.seed,
+            args.seed.wrapping_add(args.rounds as u64 - 1)
+        ),
         (_, Some(p)) => format!(
             "backend sim, profile {p}: simulated time ({} µs per configuration, seed {})",
             args.sim_us, args.seed

@@ -165,6 +165,70 @@ fn bench_locks_under_the_simulator_is_deterministic() {
     assert!(solo["p99_us"].as_f64().unwrap() < 2.0 * solo["p50_us"].as_f64().unwrap());
 }
 
+/// `--rounds`: every configuration once per round, one row per configuration with the medians
+/// and the range; under the simulator round r is seed `--seed` + r, so a row of 3 rounds is the
+/// median of the rows of seeds 1, 2 and 3 run one by one.
+#[test]
+fn bench_locks_rounds_give_medians_and_ranges() {
+    let run = |extra: &[&str]| -> Vec<serde_json::Value> {
+        let mut args = vec![
+            "bench",
+            "locks",
+            "--backend",
+            "sim",
+            "--sim-us",
+            "60",
+            "--threads",
+            "3",
+            "--nodes",
+            "2",
+            "--lock",
+            "nlock,rcas-spinlock",
+            "--json",
+            "--no-plot",
+        ];
+        args.extend_from_slice(extra);
+        let out = loco(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON object per line"))
+            .collect()
+    };
+    let rounds = run(&["--rounds", "3"]);
+    assert_eq!(rounds.len(), 2, "one row per configuration, not per round");
+    let by_seed: Vec<Vec<serde_json::Value>> = ["1", "2", "3"]
+        .iter()
+        .map(|s| run(&["--seed", s]))
+        .collect();
+    for (i, row) in rounds.iter().enumerate() {
+        assert_eq!(row["rounds"], 3, "{row}");
+        let mut ops: Vec<f64> = by_seed
+            .iter()
+            .map(|r| r[i]["ops_per_sec"].as_f64().unwrap())
+            .collect();
+        ops.sort_by(f64::total_cmp);
+        assert_eq!(
+            row["ops_per_sec"].as_f64().unwrap(),
+            ops[1],
+            "the median: {row}"
+        );
+        assert_eq!(row["ops_per_sec_min"].as_f64().unwrap(), ops[0], "{row}");
+        assert_eq!(row["ops_per_sec_max"].as_f64().unwrap(), ops[2], "{row}");
+    }
+    let one = run(&[]);
+    assert!(
+        one.iter().all(|r| r.get("rounds").is_none()),
+        "one round, no spread"
+    );
+    let bad = loco(&["bench", "locks", "--rounds", "101"]);
+    assert!(!bad.status.success());
+}
+
 /// `--backend verbs` in a build without the verbs backend says how to get it.
 #[cfg(not(feature = "verbs"))]
 #[test]
