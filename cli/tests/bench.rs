@@ -1,13 +1,8 @@
 //! `loco bench locks`: JSON lines with the documented fields, and clear errors for bad options.
 
+mod common;
+use common::{json_lines, loco, SIM_LOCKS};
 use std::process::Command;
-
-fn loco(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_loco"))
-        .args(args)
-        .output()
-        .expect("runs loco")
-}
 
 #[test]
 fn bench_locks_prints_one_json_object_per_configuration() {
@@ -125,31 +120,15 @@ fn bench_locks_refuses_bad_options() {
 #[test]
 fn bench_locks_under_the_simulator_is_deterministic() {
     let args = [
-        "bench",
-        "locks",
-        "--backend",
-        "sim",
-        "--profile",
-        "connectx5",
-        "--sim-us",
-        "60",
-        "--threads",
-        "1,3",
-        "--nodes",
-        "2",
-        "--lock",
-        "nlock,rcas-spinlock",
-        "--json",
-        "--no-plot",
-    ];
+        &SIM_LOCKS[..],
+        &["--profile", "connectx5", "--threads", "1,3"],
+    ]
+    .concat();
     let a = loco(&args);
     assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
     let b = loco(&args);
     assert_eq!(a.stdout, b.stdout, "same options, same figures");
-    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&a.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON object per line"))
-        .collect();
+    let lines = json_lines(&a);
     assert_eq!(lines.len(), 2 * 2);
     for v in &lines {
         assert_eq!(v["backend"], "sim");
@@ -170,34 +149,10 @@ fn bench_locks_under_the_simulator_is_deterministic() {
 /// median of the rows of seeds 1, 2 and 3 run one by one.
 #[test]
 fn bench_locks_rounds_give_medians_and_ranges() {
-    let run = |extra: &[&str]| -> Vec<serde_json::Value> {
-        let mut args = vec![
-            "bench",
-            "locks",
-            "--backend",
-            "sim",
-            "--sim-us",
-            "60",
-            "--threads",
-            "3",
-            "--nodes",
-            "2",
-            "--lock",
-            "nlock,rcas-spinlock",
-            "--json",
-            "--no-plot",
-        ];
-        args.extend_from_slice(extra);
-        let out = loco(&args);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("a JSON object per line"))
-            .collect()
+    let run = |extra: &[&str]| {
+        json_lines(&loco(
+            &[&SIM_LOCKS[..], &["--threads", "3"], extra].concat(),
+        ))
     };
     let rounds = run(&["--rounds", "3"]);
     assert_eq!(rounds.len(), 2, "one row per configuration, not per round");

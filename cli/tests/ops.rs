@@ -1,26 +1,9 @@
 //! `loco bench ops`: JSON lines with the documented fields, a deterministic simulator, and
 //! clear errors for bad options.
 
+mod common;
+use common::{json_lines, loco};
 use std::process::Command;
-
-fn loco(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_loco"))
-        .args(args)
-        .output()
-        .expect("runs loco")
-}
-
-fn json_lines(out: &std::process::Output) -> Vec<serde_json::Value> {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON object per line"))
-        .collect()
-}
 
 #[test]
 fn bench_ops_prints_one_json_object_per_configuration() {
