@@ -16,10 +16,12 @@
 //! Bandwidth compares loco's MiB/s with perftest's `BW average[MB/sec]` (perftest's MB are
 //! 2^20 bytes), perftest with `-t` (its tx depth) set to loco's outstanding count.
 //!
-//! Both sides are pinned the same way where the host allows it ([`Pinning`]): perftest's
-//! server on the first CPU, its client on the second (`taskset -c`), and loco's measuring
-//! thread on the client's CPU (loco's target node needs no thread: RDMA does not involve its
-//! CPU), so that neither side gains from the scheduler moving it around.
+//! Both sides run alike. Each round of either is a process of its own ([`loco_round`]: where
+//! a process's memory lands, and what the emulator has translated of it, then weigh on both),
+//! and both are pinned the same way where the host allows it ([`Pinning`]): perftest's server
+//! on the first CPU, its client on the second (`taskset -c`), and loco's round on the client's
+//! CPU (loco's target node needs no thread: RDMA does not involve its CPU), so that neither
+//! side gains from the scheduler moving it around.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -48,12 +50,12 @@ enum Kind {
     Bw,
 }
 
-/// Where perftest's processes and loco's measuring thread run.
+/// Where perftest's processes and loco's rounds run.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Pinning {
     /// perftest's server.
     server: usize,
-    /// perftest's client, and loco's measuring thread.
+    /// perftest's client, and loco's rounds.
     client: usize,
 }
 
@@ -421,6 +423,71 @@ fn ours(c: &Comparison, row: &crate::ops::Row) -> f64 {
     }
 }
 
+/// One round of loco for comparison `c`, in a process of its own as each of perftest's rounds
+/// is (`loco bench ops --backend verbs` with the comparison's configuration, `--json`),
+/// pinned to `cpu` as perftest's client is: where a process's memory lands, and what the
+/// emulator has cached of it, then weighs on both sides alike. Its figure, as [`ours`].
+fn loco_round(
+    exe: &std::path::Path,
+    c: &Comparison,
+    args: &OpsArgs,
+    cpu: Option<usize>,
+) -> Result<f64, String> {
+    let mut cmd = match cpu {
+        Some(cpu) => {
+            let mut t = Command::new("taskset");
+            t.arg("-c").arg(cpu.to_string()).arg(exe);
+            t
+        }
+        None => Command::new(exe),
+    };
+    cmd.args([
+        "bench",
+        "ops",
+        "--backend",
+        "verbs",
+        "--json",
+        "--no-plot",
+        "--op",
+    ])
+    .arg(c.config.op.name())
+    .arg("--sizes")
+    .arg(c.config.size.to_string())
+    .arg("--outstanding")
+    .arg(c.config.outstanding.to_string())
+    .arg("--iters")
+    .arg(args.iters.to_string())
+    .arg("--warmup")
+    .arg(args.warmup.to_string());
+    if !c.config.batch {
+        cmd.arg("--no-batch");
+    }
+    let file: PathBuf = std::env::temp_dir().join(format!("loco-round-{}.out", std::process::id()));
+    let out = std::fs::File::create(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let result = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(out))
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", exe.display()))
+        .and_then(|child| finish(child, "loco bench ops"))
+        .and_then(|()| {
+            std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))
+        });
+    let _ = std::fs::remove_file(&file);
+    let row: serde_json::Value = result?
+        .lines()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .ok_or("loco bench ops printed no JSON line")?;
+    let field = match c.kind {
+        Kind::Lat { .. } => "p50_us",
+        Kind::Bw => "mib_per_sec",
+    };
+    row[field]
+        .as_f64()
+        .ok_or_else(|| format!("loco bench ops gave no {field}: {row}"))
+}
+
 /// One round's figures of one comparison: perftest's, loco's, and their ratio.
 type Seen = (f64, f64, f64);
 
@@ -552,14 +619,11 @@ pub(crate) fn compare(args: &OpsArgs) -> Result<(), String> {
         return across::compare(args);
     }
     let target = Target::from_env()?;
-    let cluster = crate::bench::verbs_single(2, crate::ops::MAX_SIZE + 4096)?;
-    let b = crate::ops::Buffers::alloc(&cluster, crate::ops::MAX_SIZE)?;
-    let ctx = cluster
-        .context(loco_rdmawait::NodeId(0))
-        .map_err(|e| e.to_string())?;
+    // The device works for loco before perftest is run against it (a clear error if not).
+    drop(crate::bench::verbs_single(2, 4096)?);
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find loco's binary: {e}"))?;
     let cmps = comparisons(args);
-    let pin =
-        Pinning::probe().and_then(|(p, core)| core_affinity::set_for_current(core).then_some(p));
+    let pin = Pinning::probe().map(|(p, _)| p);
     let seen = rounds(
         args,
         &cmps,
@@ -567,10 +631,7 @@ pub(crate) fn compare(args: &OpsArgs) -> Result<(), String> {
             let opts = options(c, &target.device, target.gid_index, args.iters);
             run_once(c.tool, &opts, port, &target.server, pin).and_then(|out| figure(c, &out))
         },
-        |c| {
-            crate::ops::measure(&ctx, &b, c.config, args.iters, args.warmup)
-                .map(|row| ours(c, &row))
-        },
+        |c| loco_round(&exe, c, args, pin.map(|p| p.client)),
     )?;
     let placement = json!({
         "placement": "loopback",
@@ -583,7 +644,7 @@ pub(crate) fn compare(args: &OpsArgs) -> Result<(), String> {
         method(args),
         match pin {
             Some(p) => format!(
-                "pinned: perftest's server on CPU {}, its client and loco's measuring thread \
+                "pinned: perftest's server on CPU {}, its client and loco's rounds \
                  on CPU {}",
                 p.server, p.client
             ),
