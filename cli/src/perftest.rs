@@ -416,6 +416,7 @@ fn figure(c: &Comparison, out: &str) -> Result<f64, String> {
 }
 
 /// loco's figure of comparison `c` in a measured row.
+#[cfg(feature = "verbs")]
 fn ours(c: &Comparison, row: &crate::ops::Row) -> f64 {
     match c.kind {
         Kind::Lat { .. } => row.p50_us,
@@ -426,7 +427,8 @@ fn ours(c: &Comparison, row: &crate::ops::Row) -> f64 {
 /// One round of loco for comparison `c`, in a process of its own as each of perftest's rounds
 /// is (`loco bench ops --backend verbs` with the comparison's configuration, `--json`),
 /// pinned to `cpu` as perftest's client is: where a process's memory lands, and what the
-/// emulator has cached of it, then weighs on both sides alike. Its figure, as [`ours`].
+/// emulator has cached of it, then weighs on both sides alike. Its figure: the p50 for a
+/// latency, MiB/s for a bandwidth.
 fn loco_round(
     exe: &std::path::Path,
     c: &Comparison,
