@@ -63,6 +63,10 @@ if [ "$soft_only" = 0 ]; then
     # timeouts): they need no RDMA device, so they run here, in about a second once built.
     step "verbs unit tests that need no device (rendezvous, authentication)"
     cargo test -p loco-rdmawait --features verbs --lib --quiet
+    # About 20 s: the CLI as built with verbs, on a host without a device (doctor's advice,
+    # the benchmarks' refusals and simulated runs).
+    step "loco CLI tests with the verbs feature, no device"
+    cargo test -p loco-cli --features verbs --quiet
     step "verbs test suite on Soft-RoCE (rdma_rxe)"
     soft-roce-ci/run.sh
     # About 3 min: seven cases on 3 VMs (async on 2) joined by an in-host Ethernet segment

@@ -278,6 +278,18 @@ fn listens_in(table: &str, port: u16) -> bool {
     })
 }
 
+/// A command for `program`, run on CPU `cpu` (through `taskset -c`) if given.
+fn pinned(program: &std::ffi::OsStr, cpu: Option<usize>) -> Command {
+    match cpu {
+        Some(cpu) => {
+            let mut c = Command::new("taskset");
+            c.arg("-c").arg(cpu.to_string()).arg(program);
+            c
+        }
+        None => Command::new(program),
+    }
+}
+
 /// Starts one side of perftest test `tool` on `port`: the server (`peer` is `None`) or the
 /// client towards `peer`, pinned to `cpu` if given, its output to `out`.
 fn spawn(
@@ -288,14 +300,7 @@ fn spawn(
     cpu: Option<usize>,
     out: Stdio,
 ) -> Result<Child, String> {
-    let mut c = match cpu {
-        Some(cpu) => {
-            let mut c = Command::new("taskset");
-            c.arg("-c").arg(cpu.to_string()).arg(tool);
-            c
-        }
-        None => Command::new(tool),
-    };
+    let mut c = pinned(tool.as_ref(), cpu);
     c.args(opts).arg("-p").arg(port.to_string());
     if let Some(a) = peer {
         c.arg(a);
@@ -435,14 +440,7 @@ fn loco_round(
     args: &OpsArgs,
     cpu: Option<usize>,
 ) -> Result<f64, String> {
-    let mut cmd = match cpu {
-        Some(cpu) => {
-            let mut t = Command::new("taskset");
-            t.arg("-c").arg(cpu.to_string()).arg(exe);
-            t
-        }
-        None => Command::new(exe),
-    };
+    let mut cmd = pinned(exe.as_os_str(), cpu);
     cmd.args([
         "bench",
         "ops",

@@ -555,8 +555,15 @@ fn expect(what: &str, got: u64, want: u64) -> Result<(), Box<dyn std::error::Err
 pub(super) fn key_check() -> Check {
     let name = "cluster key";
     match VerbsConfig::from_env() {
-        Err(e) => check(name, Status::Fail, e.to_string())
-            .fix("export LOCO_CLUSTER_KEY=$(loco keygen), the same key on every node"),
+        // A key that does not parse.
+        Err(e) if e.to_string().contains("LOCO_CLUSTER_KEY") => {
+            check(name, Status::Fail, e.to_string())
+                .fix("export LOCO_CLUSTER_KEY=$(loco keygen), the same key on every node")
+        }
+        // Something else of the environment is refused (e.g. LOCO_PEERS without LOCO_NODE_ID,
+        // as before a node's id is chosen): the cluster starts with that error; this check is
+        // about the key.
+        Err(_) => super::key_check_plain(),
         Ok(c) if c.has_cluster_key() => check(name, Status::Pass, "LOCO_CLUSTER_KEY is set"),
         Ok(c) if c.allows_no_key() => check(
             name,
