@@ -266,10 +266,13 @@ fn fifo_with(schedule: Schedule, threads: usize, iters: usize, cohort: u32) -> R
     for_each_lock(&c, threads, |l| {
         l.set_cohort(cohort);
         let log = Arc::new(Mutex::new(Vec::new()));
+        // Tries that timed out: each gave its ticket up, and the others skip it.
+        let given_up = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let start = Arc::new(Barrier::new(threads));
         let workers: Vec<_> = (0..threads)
             .map(|i| {
                 let (l, c, log, start) = (l.boxed(), c.clone(), log.clone(), start.clone());
+                let given_up = given_up.clone();
                 thread::spawn(move || -> Result<()> {
                     let ctx = c.context(NodeId((i % 3) as u16))?;
                     start.wait();
@@ -278,7 +281,10 @@ fn fifo_with(schedule: Schedule, threads: usize, iters: usize, cohort: u32) -> R
                             loop {
                                 match l.try_for_ticket(&ctx, Duration::from_millis(2)) {
                                     Ok(t) => break t,
-                                    Err(Error::Timeout { .. }) => continue,
+                                    Err(Error::Timeout { .. }) => {
+                                        given_up.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                        continue;
+                                    }
                                     Err(e) => return Err(e),
                                 }
                             }
@@ -296,14 +302,23 @@ fn fifo_with(schedule: Schedule, threads: usize, iters: usize, cohort: u32) -> R
             w.join().expect("worker")?;
         }
         let log = log.lock().unwrap();
+        // Served in ticket order, every ticket but those given up (a slow host, e.g. rxe under
+        // emulation, times some 2 ms tries out).
+        let in_order = |tickets: &[u64]| {
+            let skipped = tickets
+                .last()
+                .map_or(0, |&t| t + 1)
+                .saturating_sub(tickets.len() as u64);
+            tickets.windows(2).all(|w| w[0] < w[1])
+                && skipped <= given_up.load(std::sync::atomic::Ordering::Relaxed)
+        };
         if cohort == 0 {
-            let want: Vec<u64> = (0..(threads * iters) as u64).collect();
-            assert_eq!(*log, want, "tickets not served in order");
+            assert_eq!(log.len(), threads * iters);
+            assert!(in_order(&log), "tickets not served in order: {log:?}");
         } else {
             let mut tickets = log.clone();
             tickets.dedup();
-            let want: Vec<u64> = (0..tickets.len() as u64).collect();
-            assert_eq!(tickets, want, "tickets not served in order: {log:?}");
+            assert!(in_order(&tickets), "tickets not served in order: {log:?}");
             let longest = log.chunk_by(|a, b| a == b).map(<[u64]>::len).max();
             assert!(longest <= Some(cohort as usize + 1), "{log:?}");
         }
