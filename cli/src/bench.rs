@@ -44,6 +44,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use loco_locks::{Lock, LockGuard, NLock, RawLock, SLock, WLock};
 use loco_rdmawait::sim::{self, Profile};
 use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, Schedule, WorkId};
+
+use crate::perftest::median_spread;
 use loco_rdmawaitrmw::Rmw;
 use loco_sv::GlobalFence;
 use serde_json::json;
@@ -250,16 +252,6 @@ struct Spread {
     error: Option<(f64, f64, f64)>,
 }
 
-/// The median of `v` (the mean of the middle two for an even count); 0 for none.
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 impl Row {
     /// One row for the rounds of a configuration: each figure the median over the rounds
     /// (the prediction's too), with the spread. One round is returned as it is.
@@ -267,32 +259,29 @@ impl Row {
         if rounds.len() <= 1 {
             return rounds.pop();
         }
-        let m = |f: fn(&Row) -> f64| median(rounds.iter().map(f).collect());
-        let ops = rounds.iter().map(|r| r.ops_per_sec);
+        // The median of a figure over the rounds (at least two).
+        fn median<T>(v: &[T], f: impl Fn(&T) -> f64) -> f64 {
+            median_spread(&v.iter().map(f).collect::<Vec<_>>()).0
+        }
+        let m = |f: fn(&Row) -> f64| median(&rounds, f);
+        let (_, lo, hi) = median_spread(&rounds.iter().map(|r| r.ops_per_sec).collect::<Vec<_>>());
         let spread = Spread {
             rounds: rounds.len(),
-            ops: (
-                ops.clone().fold(f64::INFINITY, f64::min),
-                ops.fold(0.0, f64::max),
-            ),
+            ops: (lo, hi),
             error: rounds
                 .iter()
                 .map(|r| r.sim.map(|p| p.error(r.ops_per_sec)))
                 .collect::<Option<Vec<f64>>>()
-                .map(|e| {
-                    let lo = e.iter().copied().fold(f64::INFINITY, f64::min);
-                    let hi = e.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                    (median(e), lo, hi)
-                }),
+                .map(|e| median_spread(&e)),
         };
         let sim = rounds
             .iter()
             .map(|r| r.sim)
             .collect::<Option<Vec<Prediction>>>()
             .map(|p| Prediction {
-                mix_us: median(p.iter().map(|p| p.mix_us).collect()),
-                scale: median(p.iter().map(|p| p.scale).collect()),
-                ops_per_sec: median(p.iter().map(|p| p.ops_per_sec).collect()),
+                mix_us: median(&p, |p| p.mix_us),
+                scale: median(&p, |p| p.scale),
+                ops_per_sec: median(&p, |p| p.ops_per_sec),
             });
         Some(Row {
             lock: rounds[0].lock,

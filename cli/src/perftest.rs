@@ -339,9 +339,22 @@ fn client(
 ) -> Result<String, String> {
     let file: PathBuf =
         std::env::temp_dir().join(format!("loco-perftest-{}-{port}.out", std::process::id()));
+    output_of(tool, file, |out| {
+        spawn(tool, opts, port, Some(server), cpu, out)
+    })
+}
+
+/// What a process prints, run to its end ([`finish`]): `start` spawns it with the given
+/// standard output, which goes to `file` (a file, not a pipe: nothing would read a pipe while
+/// we wait), read back and removed.
+fn output_of(
+    what: &str,
+    file: PathBuf,
+    start: impl FnOnce(Stdio) -> Result<Child, String>,
+) -> Result<String, String> {
     let out = std::fs::File::create(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let result = spawn(tool, opts, port, Some(server), cpu, Stdio::from(out))
-        .and_then(|c| finish(c, tool))
+    let result = start(Stdio::from(out))
+        .and_then(|c| finish(c, what))
         .and_then(|()| {
             std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))
         });
@@ -463,19 +476,14 @@ fn loco_round(
         cmd.arg("--no-batch");
     }
     let file: PathBuf = std::env::temp_dir().join(format!("loco-round-{}.out", std::process::id()));
-    let out = std::fs::File::create(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let result = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(out))
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", exe.display()))
-        .and_then(|child| finish(child, "loco bench ops"))
-        .and_then(|()| {
-            std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))
-        });
-    let _ = std::fs::remove_file(&file);
-    let row: serde_json::Value = result?
+    let output = output_of("loco bench ops", file, |out| {
+        cmd.stdin(Stdio::null())
+            .stdout(out)
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot run {}: {e}", exe.display()))
+    })?;
+    let row: serde_json::Value = output
         .lines()
         .find_map(|l| serde_json::from_str(l).ok())
         .ok_or("loco bench ops printed no JSON line")?;
