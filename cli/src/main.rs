@@ -125,6 +125,19 @@ struct ModelArgs {
     /// `run`, it also sets the soft NIC's behaviour; on verbs, say what the device does.
     #[arg(long, value_enum)]
     atomics: Option<AtomicsArg>,
+    /// How global fences read each node's dummy word, for every test (default: each test's
+    /// `fence` line, else `get`): `get` (the paper's) or `cas` (a remote CAS that cannot
+    /// succeed, as the verbs backend does on Soft-RoCE). With `run`, the cluster does the same.
+    #[arg(long, value_enum)]
+    fence: Option<FenceArg>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum FenceArg {
+    /// A get (the paper's fence).
+    Get,
+    /// A remote CAS that cannot succeed.
+    Cas,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -140,6 +153,11 @@ impl ModelArgs {
         match self.atomics {
             Some(AtomicsArg::Model) => test.atomics = FailedCas::Reads,
             Some(AtomicsArg::Rxe) => test.atomics = FailedCas::WritesBack,
+            None => {}
+        }
+        match self.fence {
+            Some(FenceArg::Get) => test.fence = loco_rdmawait::FenceRead::Get,
+            Some(FenceArg::Cas) => test.fence = loco_rdmawait::FenceRead::Cas,
             None => {}
         }
     }

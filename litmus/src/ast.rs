@@ -7,7 +7,7 @@
 use std::fmt;
 
 pub use loco_rdmawait::model::FailedCas;
-pub use loco_rdmawait::NodeId;
+pub use loco_rdmawait::{FenceRead, NodeId};
 
 macro_rules! index {
     ($(#[$m:meta])* $name:ident) => {
@@ -79,6 +79,10 @@ pub struct Test {
     /// What a failed remote CAS does: the model's rule 9 ([`FailedCas::Reads`], the default),
     /// or rxe's write-back (`atomics rxe`: [`FailedCas::WritesBack`]).
     pub atomics: FailedCas,
+    /// How `gf` (and every lock or SC operation that fences) reads each node's dummy word:
+    /// the paper's get ([`FenceRead::Get`], the default) or a remote CAS that cannot succeed
+    /// (`fence cas`: [`FenceRead::Cas`], what the verbs backend uses on Soft-RoCE).
+    pub fence: FenceRead,
     /// The `exists` condition.
     pub exists: Cond,
     /// The expected verdict.

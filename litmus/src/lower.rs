@@ -1040,6 +1040,32 @@ impl Machine for Emit<'_> {
         Ok(())
     }
 
+    /// The test's `fence` setting: a get, or a remote CAS expecting a value the dummy word never
+    /// holds (it holds 0), as contexts post it ([`loco_rdmawait::Ctx::fence_read`]).
+    fn fence_read(&mut self, local: Word, remote: Word, wid: WorkId) -> Result<(), Infallible> {
+        match self.test.fence {
+            loco_rdmawait::FenceRead::Get => self.get(local, remote, wid),
+            loco_rdmawait::FenceRead::Cas => {
+                self.at(remote, |e, remote| {
+                    let k = loco_rdmawait::FENCE_CAS_EXPECTED;
+                    let what = format!(
+                        "rcas({}, {k:#x}, {k:#x}, {})",
+                        e.name(remote),
+                        e.name(local)
+                    );
+                    let op = PostOp::Rcas {
+                        remote: remote.word,
+                        expected: Val::constant(k),
+                        new: Val::constant(k),
+                        local: local.word,
+                    };
+                    e.post(remote.node, op, wid, what);
+                });
+                Ok(())
+            }
+        }
+    }
+
     /// Left out: see [`Emit::get_until_from`].
     fn peek(&mut self, _local: Word, _remote: Word, _wid: WorkId) -> Result<(), Infallible> {
         Ok(())

@@ -375,6 +375,7 @@ fn cluster(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Cluster, RunError>
         .nodes(test.cluster_nodes())
         .memory_per_node(4096)
         .failed_cas(test.atomics)
+        .fence_read(test.fence)
         .timeout(cfg.timeout);
     let c = match cfg.backend {
         RunBackend::SoftChaos => b.soft(Schedule::Chaos { seed }).build(),
@@ -441,6 +442,7 @@ fn sim_once(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Outcome, RunError
     let config = sim::Config::new(test.cluster_nodes())
         .memory_per_node(4096)
         .failed_cas(test.atomics)
+        .fence_read(test.fence)
         .timeout(SIM_TIMEOUT.min(cfg.timeout))
         .max_steps(1_000_000);
     let res = sim::replay(config, seed, body);

@@ -232,6 +232,10 @@ impl Machine for Run<'_> {
         r
     }
 
+    fn fence_read(&mut self, local: Loc, remote: Loc, wid: WorkId) -> Result<()> {
+        self.towards_live(self.ctx.fence_read(&local, &remote, wid))
+    }
+
     fn fenced(&mut self, node: NodeId) -> bool {
         self.ctx.fenced(node)
     }

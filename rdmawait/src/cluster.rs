@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use crate::backend::soft::{Schedule, SoftBackend};
 use crate::backend::Backend;
 use crate::model::FailedCas;
-use crate::{Ctx, Error, Loc, NodeId, Result, WORD};
+use crate::{Ctx, Error, FenceRead, Loc, NodeId, Result, WORD};
 
 static NEXT_CLUSTER: AtomicU32 = AtomicU32::new(1);
 
@@ -70,6 +70,8 @@ struct Inner {
     extensions: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
     /// Set by [`Cluster::shutdown`]: loops of the layers above (lock spins) check it.
     shut_down: std::sync::atomic::AtomicBool,
+    /// How global fences read ([`Cluster::fence_read`]).
+    fence_read: FenceRead,
 }
 
 /// The NIC backends a [`ClusterBuilder`] can be switched between at run time
@@ -181,6 +183,8 @@ pub struct ClusterBuilder {
     schedule: Schedule,
     failed_cas: FailedCas,
     timeout: Duration,
+    /// The fence read asked for (`None`: the backend's choice).
+    fence_read: Option<FenceRead>,
     /// The verbs backend's configuration, when it replaces the soft NIC.
     #[cfg(feature = "verbs")]
     verbs: Option<crate::backend::verbs::VerbsConfig>,
@@ -194,6 +198,7 @@ impl Default for ClusterBuilder {
             schedule: Schedule::default(),
             failed_cas: FailedCas::Reads,
             timeout: DEFAULT_TIMEOUT,
+            fence_read: None,
             #[cfg(feature = "verbs")]
             verbs: None,
         }
@@ -238,6 +243,14 @@ impl ClusterBuilder {
     /// those calls then wait as long as needed (a shutdown or a dead peer still ends them).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// How global fences read a node's dummy word ([`FenceRead`], docs/model.md §5.2). Both
+    /// give the same guarantee; by default the backend picks the cheaper: a remote CAS on
+    /// Soft-RoCE, a get on other devices and on the soft NIC.
+    pub fn fence_read(mut self, read: FenceRead) -> Self {
+        self.fence_read = Some(read);
         self
     }
 
@@ -307,11 +320,21 @@ impl ClusterBuilder {
         })?;
         #[cfg(feature = "verbs")]
         if let Some(config) = self.verbs {
-            return crate::backend::verbs::build_cluster(self.nodes, words, self.timeout, config);
+            return crate::backend::verbs::build_cluster(
+                self.nodes,
+                words,
+                self.timeout,
+                config,
+                self.fence_read,
+            );
         }
         let backend =
             SoftBackend::with_failed_cas(self.nodes, words, self.schedule, self.failed_cas)?;
-        Ok(Cluster::with_backend(Box::new(backend), self.timeout))
+        Ok(Cluster::assemble(
+            Box::new(backend),
+            self.timeout,
+            self.fence_read,
+        ))
     }
 }
 
@@ -323,6 +346,17 @@ impl Cluster {
 
     /// A cluster over any backend (this is how the verbs backend, or your own, plugs in).
     pub fn with_backend(backend: Box<dyn Backend>, timeout: Duration) -> Cluster {
+        Cluster::assemble(backend, timeout, None)
+    }
+
+    /// A cluster over `backend`, whose fences read as `fence_read` says (`None`: as the backend
+    /// prefers).
+    pub(crate) fn assemble(
+        backend: Box<dyn Backend>,
+        timeout: Duration,
+        fence_read: Option<FenceRead>,
+    ) -> Cluster {
+        let fence_read = fence_read.unwrap_or_else(|| backend.fence_read());
         let n = backend.nodes();
         let sizes: Vec<u64> = (0..n)
             .map(|i| (backend.words(NodeId(i as u16)) as u64).saturating_mul(WORD))
@@ -338,8 +372,14 @@ impl Cluster {
                 timeout,
                 extensions: Mutex::new(HashMap::new()),
                 shut_down: std::sync::atomic::AtomicBool::new(false),
+                fence_read,
             }),
         }
+    }
+
+    /// How this cluster's global fences read a node's dummy word ([`Ctx::fence_read`]).
+    pub fn fence_read(&self) -> FenceRead {
+        self.inner.fence_read
     }
 
     /// This cluster's id, unique in the process (location handles carry it).

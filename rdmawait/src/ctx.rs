@@ -261,6 +261,41 @@ impl Ctx {
         )
     }
 
+    /// The read a global fence makes of `dummy`, a word on the fenced node, into the local word
+    /// `scratch`, tagged `wid`, as the cluster's [`FenceRead`](crate::FenceRead) says: a get, or
+    /// a remote CAS that expects [`FENCE_CAS_EXPECTED`](crate::FENCE_CAS_EXPECTED) (docs/model.md
+    /// §5.2, "The fence's read"). Either reads `dummy` on the NIC only once every earlier write
+    /// of this queue pair has landed, and counts as such a read for [`Ctx::fenced`] once polled.
+    ///
+    /// `dummy` must be a word that nothing but fence reads ever writes and that never holds
+    /// `FENCE_CAS_EXPECTED` (a fresh word holds 0): then the CAS never succeeds, and where a
+    /// device writes a failed CAS's value back (Soft-RoCE) it writes the value the word
+    /// already had. `scratch` receives the word's value (ignore it). Both must be single
+    /// 8-byte-aligned words (`Misaligned`, `NotAWord`, `OutOfRange`, `NotLocal` otherwise).
+    pub fn fence_read(&self, scratch: &Loc, dummy: &Loc, wid: WorkId) -> Result<()> {
+        self.check_local(scratch)?;
+        let local = self.cluster.check_word(scratch)?;
+        let remote = self.cluster.check_word(dummy)?;
+        let wr = match self.cluster.fence_read() {
+            crate::FenceRead::Get => WorkRequest::Read {
+                local,
+                remote,
+                words: 1,
+            },
+            crate::FenceRead::Cas => WorkRequest::CompareSwap {
+                remote,
+                expected: crate::FENCE_CAS_EXPECTED,
+                new: crate::FENCE_CAS_EXPECTED,
+                local,
+            },
+        };
+        self.post(dummy.node(), wr, wid)?;
+        // The CAS, like the get, read only once the queue pair's earlier writes had landed, and
+        // it writes nothing that changes memory.
+        self.inner.borrow_mut().track[dummy.node().index()].dirty = false;
+        Ok(())
+    }
+
     /// `get(dst, src, d)`: copies `src` (on any node) to local `dst` by RDMA READ. The value is in
     /// `dst` once `wait(d)` returns.
     #[doc(alias = "RDMA_READ")]

@@ -102,7 +102,7 @@ pub use cluster::{BackendKind, Cluster, ClusterBuilder, DEFAULT_MEMORY, DEFAULT_
 pub use ctx::{Ctx, Raw, RdmaTso, Settled, DROP_SETTLE};
 pub use error::{Error, Result, TimeoutKind};
 pub use model::FailedCas;
-pub use types::{Loc, NodeId, WorkId, WORD};
+pub use types::{FenceRead, Loc, NodeId, WorkId, FENCE_CAS_EXPECTED, WORD};
 
 #[cfg(feature = "verbs")]
 pub use backend::verbs::{Bootstrap, VerbsBackend, VerbsConfig};

@@ -187,6 +187,18 @@ pub trait Machine {
     ) -> Result<(), Self::Error> {
         self.get(local, remote, wid)
     }
+    /// The global fence's read of `remote`, a dummy word that nothing else writes, into the
+    /// scratch word `local` (docs/model.md §5.2, "The fence's read"): a get, or a remote CAS
+    /// that cannot succeed, as [`FenceRead`](crate::FenceRead) says. The default is the get;
+    /// contexts read as their cluster says ([`Ctx::fence_read`]), the explorer as the test says.
+    fn fence_read(
+        &mut self,
+        local: Self::Word,
+        remote: Self::Word,
+        wid: WorkId,
+    ) -> Result<(), Self::Error> {
+        self.get(local, remote, wid)
+    }
     /// Whether a global fence towards `node` would change nothing, so that `gf` may leave
     /// `node` out ([`Ctx::fenced`]: everything the thread issued towards it has completed and
     /// its remote writes have landed). The default, and the explorer, say no: the fence is
@@ -318,6 +330,10 @@ impl Machine for &Ctx {
 
     fn get(&mut self, local: Loc, remote: Loc, wid: WorkId) -> Result<()> {
         Ctx::get(self, &local, &remote, wid)
+    }
+
+    fn fence_read(&mut self, local: Loc, remote: Loc, wid: WorkId) -> Result<()> {
+        Ctx::fence_read(self, &local, &remote, wid)
     }
 
     fn fenced(&mut self, node: NodeId) -> bool {

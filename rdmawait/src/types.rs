@@ -213,6 +213,50 @@ impl fmt::Display for Loc {
     }
 }
 
+/// How the global fence reads a node's dummy word (docs/model.md §5.2, "The fence's read"):
+/// what [`Ctx::fence_read`](crate::Ctx::fence_read) posts.
+///
+/// Both give the fence its guarantee: the read's remote step waits until every earlier write of
+/// the queue pair has landed (a get: rule 6; a remote CAS that fails: rule 9, the same premise
+/// plus the target's remote-atomic lock), so once its completion is polled they all have. They
+/// differ in cost only. On hardware NICs a read is as cheap as anything; on Soft-RoCE the
+/// responder defers every RDMA READ to a kernel tasklet and runs atomics inline, so a remote
+/// CAS costs about half a get there (docs/simulation.md §3).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+pub enum FenceRead {
+    /// A get of the word (the paper's fence).
+    #[default]
+    Get,
+    /// A remote CAS of the word that cannot succeed: it expects
+    /// [`FENCE_CAS_EXPECTED`](crate::FENCE_CAS_EXPECTED), which the dummy word never holds, so it
+    /// reads the word and writes nothing (rule 9); on Soft-RoCE, which writes a failed CAS's
+    /// value back, it writes the word's own value, which changes nothing.
+    Cas,
+}
+
+impl FenceRead {
+    /// `get` or `cas`.
+    pub fn name(self) -> &'static str {
+        match self {
+            FenceRead::Get => "get",
+            FenceRead::Cas => "cas",
+        }
+    }
+
+    /// The fence read named `get` or `cas`.
+    pub fn by_name(name: &str) -> Option<FenceRead> {
+        match name {
+            "get" => Some(FenceRead::Get),
+            "cas" => Some(FenceRead::Cas),
+            _ => None,
+        }
+    }
+}
+
+/// The value a [`FenceRead::Cas`] expects (and would write): a fence's dummy word never holds
+/// it.
+pub const FENCE_CAS_EXPECTED: u64 = u64::MAX;
+
 #[cfg(test)]
 mod tests {
     use super::*;

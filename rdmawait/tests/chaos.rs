@@ -123,3 +123,79 @@ fn fenced_only_after_a_completed_get_behind_the_writes() {
     let _ = ctx.get(&local, &far, d).and_then(|()| ctx.wait(d));
     assert!(!ctx.fenced(n2), "a dead node is never fenced");
 }
+
+/// A fence read by CAS (`FenceRead::Cas`) reads the dummy word and changes nothing there, in the
+/// model and with Soft-RoCE's write-back; once polled it fences its node as a get does; the
+/// profiles pick the cheaper read; bad words are refused.
+#[test]
+fn a_cas_fence_read_reads_changes_nothing_and_fences() {
+    use loco_rdmawait::sim::Profile;
+    use loco_rdmawait::{FailedCas, FenceRead};
+    let d = WorkId::new(1);
+    for atomics in [FailedCas::Reads, FailedCas::WritesBack] {
+        for seed in 0..50 {
+            let c = Cluster::builder()
+                .nodes(2)
+                .memory_per_node(512)
+                .soft(Schedule::Chaos { seed })
+                .failed_cas(atomics)
+                .fence_read(FenceRead::Cas)
+                .build()
+                .unwrap();
+            let n1 = NodeId(1);
+            let (src, scratch) = (
+                c.alloc_word(NodeId(0)).unwrap(),
+                c.alloc_word(NodeId(0)).unwrap(),
+            );
+            let (data, dummy) = (c.alloc_word(n1).unwrap(), c.alloc_word(n1).unwrap());
+            let ctx = c.context(NodeId(0)).unwrap();
+            ctx.store(&src, 7).unwrap();
+            ctx.put(&data, &src, d).unwrap();
+            ctx.fence_read(&scratch, &dummy, d).unwrap();
+            assert!(!ctx.fenced(n1), "seed {seed}: not polled yet");
+            ctx.wait(d).unwrap();
+            assert!(
+                ctx.fenced(n1),
+                "seed {seed}: a completed fence read behind the put"
+            );
+            assert_eq!(
+                c.peek(&data).unwrap(),
+                7,
+                "seed {seed}: the put landed first"
+            );
+            c.quiesce().unwrap();
+            assert_eq!(
+                c.peek(&dummy).unwrap(),
+                0,
+                "seed {seed} {atomics:?}: dummy changed"
+            );
+            assert_eq!(
+                c.peek(&scratch).unwrap(),
+                0,
+                "seed {seed}: the dummy's value"
+            );
+        }
+    }
+    let c = Cluster::builder().nodes(2).build().unwrap();
+    assert_eq!(
+        c.fence_read(),
+        FenceRead::Get,
+        "the soft NIC reads with a get"
+    );
+    let ctx = c.context(NodeId(0)).unwrap();
+    let two = c.alloc_words(NodeId(1), 2).unwrap();
+    let scratch = c.alloc_word(NodeId(0)).unwrap();
+    let remote_scratch = c.alloc_word(NodeId(1)).unwrap();
+    assert!(matches!(
+        ctx.fence_read(&scratch, &two, d),
+        Err(loco_rdmawait::Error::NotAWord { .. })
+    ));
+    assert!(ctx.fence_read(&remote_scratch, &remote_scratch, d).is_err());
+    assert_eq!(Profile::rxe().fence_read(), FenceRead::Cas);
+    assert_eq!(Profile::connectx5().fence_read(), FenceRead::Get);
+    assert_eq!(FenceRead::by_name("cas"), Some(FenceRead::Cas));
+    assert_eq!(
+        FenceRead::by_name(FenceRead::Get.name()),
+        Some(FenceRead::Get)
+    );
+}

@@ -31,8 +31,9 @@ pub struct GfWords<W> {
     pub scratch: W,
 }
 
-/// `gf(N)` (docs/model.md §5.2): for each node n of `nodes`, `rfence(n)` and a get of n's dummy
-/// word tagged [`GF_WORK_ID`](crate::GF_WORK_ID); then `wait` for them. A node the machine
+/// `gf(N)` (docs/model.md §5.2): for each node n of `nodes`, `rfence(n)` and a read of n's dummy
+/// word tagged [`GF_WORK_ID`](crate::GF_WORK_ID) (the paper's get, or a remote CAS that cannot
+/// succeed where that is cheaper: [`Machine::fence_read`]); then `wait` for them. A node the machine
 /// knows to be fenced already ([`Machine::fenced`]: nothing of the thread's is on its way
 /// there) is left out. If that leaves none of a non-empty set, an `mfence` stands in for the
 /// wait, which would have drained the store buffer (the gets travel through it). An empty set
@@ -44,7 +45,7 @@ pub fn gf<M: Machine>(m: &mut M, w: &GfWords<M::Word>, nodes: &[NodeId]) -> Resu
             continue;
         }
         m.rfence(n)?;
-        m.get(w.scratch, w.dummy[n.index()], crate::GF_WORK_ID)?;
+        m.fence_read(w.scratch, w.dummy[n.index()], crate::GF_WORK_ID)?;
         any = true;
     }
     if any {

@@ -5,7 +5,7 @@
 use std::thread;
 
 use loco_rdmawait::testing::{self, runs, shows_weak_outcomes};
-use loco_rdmawait::{Cluster, NodeId, Schedule, WorkId};
+use loco_rdmawait::{Cluster, FailedCas, FenceRead, NodeId, Schedule, WorkId};
 use loco_sv::{GlobalFence, Result, SharedVar};
 
 const D: WorkId = WorkId::new(1);
@@ -174,8 +174,22 @@ fn gf_fences_only_what_may_be_on_its_way() -> Result<()> {
         f()?;
         Ok(ctx.posted() - before)
     };
+    // Both fence reads (docs/model.md §5.2), the CAS also as Soft-RoCE runs a failed one.
+    let kinds = [
+        (FenceRead::Get, FailedCas::Reads),
+        (FenceRead::Cas, FailedCas::Reads),
+        (FenceRead::Cas, FailedCas::WritesBack),
+    ];
     for seed in 0..runs(2_000, 200) {
-        let cluster = chaos(3, seed);
+        let (read, atomics) = kinds[seed as usize % kinds.len()];
+        let cluster = Cluster::builder()
+            .nodes(3)
+            .memory_per_node(4096)
+            .soft(Schedule::Chaos { seed })
+            .failed_cas(atomics)
+            .fence_read(read)
+            .build()?;
+        assert_eq!(cluster.fence_read(), read);
         let src = cluster.alloc_word(NodeId(0))?;
         let dst = cluster.alloc_word(n1)?;
         let ctx = cluster.context(NodeId(0))?;
@@ -187,7 +201,7 @@ fn gf_fences_only_what_may_be_on_its_way() -> Result<()> {
         assert_eq!(
             cluster.peek(&dst)?,
             seed + 1,
-            "seed {seed}: the waited put not landed"
+            "seed {seed} ({read:?}, {atomics:?}): the waited put not landed"
         );
         assert_eq!(posted, 1, "only the put's node is fenced");
         assert_eq!(posted_by(&ctx, &|| ctx.gf([n1, n2]))?, 0, "fenced just now");

@@ -262,6 +262,8 @@ struct Parser {
     expect: Option<Expect>,
     /// `atomics ...`, with where it was given.
     atomics: Option<(FailedCas, Span)>,
+    /// `fence ...`, with where it was given.
+    fence: Option<(FenceRead, Span)>,
     /// Condition atoms naming sv copies: their node must be a node of the test, known at the end.
     sv_atoms: Vec<(NodeId, Span)>,
 }
@@ -283,6 +285,7 @@ impl Parser {
             exists: None,
             expect: None,
             atomics: None,
+            fence: None,
             sv_atoms: Vec::new(),
         }
     }
@@ -309,6 +312,27 @@ impl Parser {
         };
         line.end()?;
         self.atomics = Some((mode, kw));
+        Ok(())
+    }
+
+    /// `fence get` (the default) or `fence cas`: how global fences read.
+    fn decl_fence(&mut self, line: &mut Line, kw: Span) -> PResult<()> {
+        if let Some((_, first)) = self.fence {
+            let kind = ParseErrorKind::Duplicate {
+                what: "setting",
+                name: "fence".to_string(),
+                first,
+            };
+            return Err((kw, kind));
+        }
+        const WANT: &str = "`get` or `cas` after `fence`";
+        let (v, _) = line.ident(WANT)?;
+        let Some(read) = FenceRead::by_name(&v) else {
+            line.pos -= 1;
+            return Err(line.err(WANT));
+        };
+        line.end()?;
+        self.fence = Some((read, kw));
         Ok(())
     }
 
@@ -454,6 +478,7 @@ impl Parser {
             work_ids: self.work_ids,
             nodes: self.nodes,
             atomics: self.atomics.map_or(FailedCas::Reads, |(a, _)| a),
+            fence: self.fence.map_or(FenceRead::Get, |(f, _)| f),
             exists: self.exists.expect("phase Done has a condition"),
             expect: self.expect.expect("phase Done has a verdict"),
         })
@@ -479,13 +504,14 @@ impl Parser {
             }
             Phase::Top => {
                 const WANT: &str =
-                    "a declaration (`loc`, `sv`, `sc`, `lock`, `atomics`), a `thread`, or `exists`";
+                    "a declaration (`loc`, `sv`, `sc`, `lock`, `atomics`, `fence`), a `thread`, or `exists`";
                 let (kw, span) = line.ident(WANT)?;
                 match kw.as_str() {
                     "loc" | "sc" => self.decl_word(&kw == "sc", line, span).map(|()| Phase::Top),
                     "sv" => self.decl_sv(line, span).map(|()| Phase::Top),
                     "lock" => self.decl_lock(line, span).map(|()| Phase::Top),
                     "atomics" => self.decl_atomics(line, span).map(|()| Phase::Top),
+                    "fence" => self.decl_fence(line, span).map(|()| Phase::Top),
                     "thread" => self.open_thread(line, span).map(|()| Phase::Thread),
                     "exists" => {
                         let cond = self.cond(line)?;
@@ -510,7 +536,7 @@ impl Parser {
                     return Ok(Phase::Top);
                 }
                 let top_kw = matches!(line.peek(), Some(Tok::Ident(k))
-                    if matches!(k.as_str(), "exists" | "thread" | "loc" | "sv" | "sc" | "lock" | "atomics" | "expect"))
+                    if matches!(k.as_str(), "exists" | "thread" | "loc" | "sv" | "sc" | "lock" | "atomics" | "fence" | "expect"))
                     && !matches!(line.toks.get(1), Some((Tok::LParen | Tok::Eq, _)));
                 if top_kw {
                     let (t, opened) = self.threads.last().expect("an open thread");

@@ -165,6 +165,12 @@ pub trait Backend: Send + Sync + fmt::Debug {
         let _ = node;
         true
     }
+    /// How a global fence should read a node's dummy word on this backend, unless the cluster's
+    /// builder says otherwise ([`ClusterBuilder::fence_read`](crate::ClusterBuilder::fence_read)):
+    /// the cheaper of the two where they differ. Default: a get.
+    fn fence_read(&self) -> crate::FenceRead {
+        crate::FenceRead::Get
+    }
     /// Opens a thread's NIC on `node`: one queue pair towards every node and one completion queue.
     fn open(&self, node: NodeId) -> Result<Box<dyn ThreadNic>>;
     /// Blocks until every posted operation of every thread has fully taken effect in memory

@@ -258,6 +258,7 @@ pub struct Config {
     faults: Vec<Fault>,
     profile: Option<Profile>,
     failed_cas: FailedCas,
+    fence_read: Option<crate::FenceRead>,
     watchdog: Duration,
 }
 
@@ -276,6 +277,7 @@ impl Config {
             faults: Vec::new(),
             profile: None,
             failed_cas: FailedCas::Reads,
+            fence_read: None,
             watchdog: DEFAULT_WATCHDOG,
         }
     }
@@ -295,6 +297,13 @@ impl Config {
     /// puts or stores on one word under both before running it on rxe.
     pub fn failed_cas(mut self, mode: FailedCas) -> Self {
         self.failed_cas = mode;
+        self
+    }
+
+    /// How global fences read ([`FenceRead`](crate::FenceRead)). Default: as the profile
+    /// says ([`Profile::fence_read`]), a get without one.
+    pub fn fence_read(mut self, read: crate::FenceRead) -> Self {
+        self.fence_read = Some(read);
         self
     }
 
@@ -777,7 +786,10 @@ where
     }
     .map(Arc::new)
     .map_err(|e| setup(e.to_string()))?;
-    let cluster = Cluster::with_backend(Box::new(soft.clone()), config.timeout);
+    let fence_read = config
+        .fence_read
+        .or_else(|| config.profile.as_ref().map(Profile::fence_read));
+    let cluster = Cluster::assemble(Box::new(soft.clone()), config.timeout, fence_read);
     for fault in &config.faults {
         let node = match *fault {
             Fault::Crash { node, .. } | Fault::Partition { node, .. } => node,

@@ -252,6 +252,17 @@ impl Profile {
         self.predict_fetch(self.atomic)
     }
 
+    /// The cheaper read for a global fence under this profile: a remote CAS where an idle rCAS
+    /// round trip is shorter than a get's (`rxe`, as on the Soft-RoCE device it mirrors), else
+    /// a get (`connectx5`). What [`Config::fence_read`](super::Config::fence_read) defaults to.
+    pub fn fence_read(&self) -> crate::FenceRead {
+        if self.predict_rmw() < self.predict_get() {
+            crate::FenceRead::Cas
+        } else {
+            crate::FenceRead::Get
+        }
+    }
+
     /// A request that fetches a word back (a get or an RMW), `at_target` being its work at the
     /// target's NIC.
     fn predict_fetch(&self, at_target: Duration) -> Duration {

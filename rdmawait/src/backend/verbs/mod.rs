@@ -314,6 +314,7 @@ pub struct VerbsConfig {
     ack_timeout: u8,
     retry_count: u8,
     software_fence: Option<bool>,
+    fence_read: Option<crate::FenceRead>,
     distributed: Option<Distributed>,
     cluster_key: Option<Secret>,
     allow_no_key: bool,
@@ -414,6 +415,7 @@ impl Default for VerbsConfig {
             ack_timeout: 14,
             retry_count: 7,
             software_fence: None,
+            fence_read: None,
             distributed: None,
             cluster_key: None,
             allow_no_key: false,
@@ -436,7 +438,8 @@ impl VerbsConfig {
     /// `LOCO_CLUSTER_KEY` (hex, see [`VerbsConfig::cluster_key`]), `LOCO_CLUSTER_INSECURE=1`
     /// ([`VerbsConfig::allow_no_key`]) and `LOCO_PEER_TIMEOUT_MS`
     /// ([`VerbsConfig::peer_timeout`]), `LOCO_BOOTSTRAP` (`tcp` or `rdma_cm`,
-    /// [`VerbsConfig::bootstrap`]). Fails on values that do not parse.
+    /// [`VerbsConfig::bootstrap`]), `LOCO_FENCE_READ` (`get` or `cas`,
+    /// [`VerbsConfig::fence_read`]). Fails on values that do not parse.
     pub fn from_env() -> Result<Self> {
         let mut c = VerbsConfig::new();
         if let Some(v) = env("LOCO_RDMA_DEVICE") {
@@ -474,6 +477,12 @@ impl VerbsConfig {
         }
         if let Some(v) = env("LOCO_BOOTSTRAP") {
             c = c.bootstrap(parse_env("LOCO_BOOTSTRAP", &v)?);
+        }
+        if let Some(v) = env("LOCO_FENCE_READ") {
+            let read = crate::FenceRead::by_name(v.trim()).ok_or_else(|| {
+                verbs_error(format!("LOCO_FENCE_READ: `{v}` is neither `get` nor `cas`"))
+            })?;
+            c = c.fence_read(read);
         }
         Ok(c)
     }
@@ -526,6 +535,15 @@ impl VerbsConfig {
     /// (see the [module docs](crate::backend::verbs)), off for other devices.
     pub fn software_fence(mut self, on: bool) -> Self {
         self.software_fence = Some(on);
+        self
+    }
+
+    /// How global fences read a node's dummy word (`LOCO_FENCE_READ`; see
+    /// [`FenceRead`](crate::FenceRead)). Default: a remote CAS on Soft-RoCE, whose responder
+    /// defers reads to a tasklet and runs atomics inline, a get on other devices.
+    /// [`ClusterBuilder::fence_read`](crate::ClusterBuilder::fence_read) overrides it.
+    pub fn fence_read(mut self, read: crate::FenceRead) -> Self {
+        self.fence_read = Some(read);
         self
     }
 
@@ -703,6 +721,8 @@ pub(crate) struct Shared {
     timeout: Duration,
     /// `rfence` waits for earlier READs and atomics instead of setting the Fence flag.
     software_fence: bool,
+    /// How global fences read (the backend's [`Backend::fence_read`]).
+    fence_read: crate::FenceRead,
     shutdown: AtomicBool,
     peers: Peers,
     /// Responder queue pairs serving other processes' threads.
@@ -886,12 +906,18 @@ impl VerbsBackend {
             locals.push(Some(Arc::new(node)));
         }
         let software_fence = config.software_fence.unwrap_or(device.soft_roce);
-        tracing::debug!(target: "loco::rdmawait", device = %device.name, software_fence, "rfence implementation chosen");
+        let fence_read = config.fence_read.unwrap_or(if device.soft_roce {
+            crate::FenceRead::Cas
+        } else {
+            crate::FenceRead::Get
+        });
+        tracing::debug!(target: "loco::rdmawait", device = %device.name, software_fence, ?fence_read, "rfence and fence read chosen");
         let incarnation = super::rendezvous::auth::incarnation()
             .map_err(|e| io_source("cannot draw this process's incarnation", e))?;
         let shared = Arc::new(Shared {
             incarnation,
             software_fence,
+            fence_read,
             device,
             me,
             locals,
@@ -956,10 +982,11 @@ pub(crate) fn build_cluster(
     words: usize,
     timeout: Duration,
     config: VerbsConfig,
+    fence_read: Option<crate::FenceRead>,
 ) -> Result<Cluster> {
     let backend = VerbsBackend::new(nodes, words, timeout, config)?;
     let process = backend.process();
-    let cluster = Cluster::with_backend(Box::new(backend), timeout);
+    let cluster = Cluster::assemble(Box::new(backend), timeout, fence_read);
     cluster.extension(|_| Ok(ProcessHandle(process)))?;
     Ok(cluster)
 }
@@ -970,6 +997,13 @@ pub(crate) struct ProcessHandle(pub(crate) Arc<Process>);
 impl Backend for VerbsBackend {
     fn name(&self) -> &'static str {
         "verbs"
+    }
+
+    /// As configured ([`VerbsConfig::fence_read`]); by default a remote CAS on Soft-RoCE (its
+    /// responder defers reads to a tasklet and runs atomics inline: an 8-byte get + wait costs
+    /// about 1.7 times an rFAA + wait there), a get elsewhere.
+    fn fence_read(&self) -> crate::FenceRead {
+        self.shared.fence_read
     }
 
     fn nodes(&self) -> usize {
