@@ -236,6 +236,8 @@ struct Row {
     p99_us: f64,
     fairness: f64,
     net_ops_per_acquire: f64,
+    /// How the cluster's global fences read (`get` or `cas`, docs/model.md §5.2).
+    fence_read: &'static str,
     /// `--vs-sim`: the simulator's prediction of this configuration.
     sim: Option<Prediction>,
     /// `--rounds` above 1: what the rounds spread over.
@@ -292,6 +294,7 @@ impl Row {
             p99_us: m(|r| r.p99_us),
             fairness: m(|r| r.fairness),
             net_ops_per_acquire: m(|r| r.net_ops_per_acquire),
+            fence_read: rounds[0].fence_read,
             sim,
             spread: Some(spread),
         })
@@ -356,6 +359,7 @@ impl Row {
             } else {
                 net as f64 / count as f64
             },
+            fence_read: loco_rdmawait::FenceRead::Get.name(),
             sim: None,
             spread: None,
         }
@@ -639,6 +643,7 @@ fn json_row(r: &Row, args: &LocksArgs) -> serde_json::Value {
         "p99_us": r.p99_us,
         "fairness": r.fairness,
         "net_ops_per_acquire": r.net_ops_per_acquire,
+        "fence_read": r.fence_read,
     });
     if let Some(p) = r.sim {
         v["mix_us"] = json!(p.mix_us);
@@ -686,6 +691,13 @@ fn table(rows: &[Row], args: &LocksArgs) -> String {
             .map(|sp| format!("   {:.0}-{:.0}", sp.ops.0, sp.ops.1))
             .unwrap_or_default();
         let _ = writeln!(s, "{range}");
+    }
+    if let Some(r) = rows.first() {
+        let _ = writeln!(
+            s,
+            "(global fences read with a {}: docs/model.md §5.2)",
+            r.fence_read
+        );
     }
     if rows.iter().any(|r| r.sim.is_some()) {
         let _ = writeln!(
@@ -809,7 +821,9 @@ fn measure_with(
         net += n;
     }
     let elapsed = began.elapsed().as_secs_f64();
-    Ok(summarise(lock, nodes, threads, lat, &counts, net, elapsed))
+    let mut row = summarise(lock, nodes, threads, lat, &counts, net, elapsed);
+    row.fence_read = cluster.fence_read().name();
+    Ok(row)
 }
 
 /// The figures of one configuration from every acquire's latency (ns), each thread's count of
@@ -880,6 +894,7 @@ fn measure_sim(
         }
         Ok(())
     };
+    let fence_read = profile.fence_read().name();
     let config = sim::Config::new(nodes)
         .profile(profile)
         .memory_per_node(1 << 20)
@@ -892,7 +907,9 @@ fn measure_sim(
     let lat = per.into_iter().flat_map(|(l, _)| l).collect();
     // Throughput over the span every thread cycled in (the last cycles end a little after).
     let elapsed = run.time.max(span).as_secs_f64();
-    Ok(summarise(lock, nodes, threads, lat, &counts, net, elapsed))
+    let mut row = summarise(lock, nodes, threads, lat, &counts, net, elapsed);
+    row.fence_read = fence_read;
+    Ok(row)
 }
 
 /// The lock under test, on a cluster whose data node is `data_node`.
@@ -1246,7 +1263,7 @@ fn measure_spanning(
     } else {
         total.least
     };
-    Ok(Some(Row::new(
+    let mut row = Row::new(
         lock,
         (nodes, threads),
         total.count,
@@ -1254,7 +1271,9 @@ fn measure_spanning(
         (total.percentile(0.5), total.percentile(0.99)),
         (least, total.most),
         total.net,
-    )))
+    );
+    row.fence_read = cluster.fence_read().name();
+    Ok(Some(row))
 }
 
 /// One process's (or, merged, every process's) statistics in a spanning run: the layout of a

@@ -1,6 +1,6 @@
 //! The global fence may read each node's dummy word with a remote CAS that cannot succeed instead
 //! of the paper's get (`FenceRead::Cas`, docs/model.md §5.2 "The fence's read"): the verbs
-//! backend does so on Soft-RoCE, where atomics cost about half a read. Every shipped litmus test
+//! backend does so on Soft-RoCE, where a read costs 1.6-1.8 times an atomic. Every shipped litmus test
 //! keeps its verdict with that fence, in the model and, for the tests of locks and SC locations,
 //! with Soft-RoCE's failed CAS that writes back (`atomics rxe`), as the device runs them.
 

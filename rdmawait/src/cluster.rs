@@ -72,6 +72,8 @@ struct Inner {
     shut_down: std::sync::atomic::AtomicBool,
     /// How global fences read ([`Cluster::fence_read`]).
     fence_read: FenceRead,
+    /// Per node, the dummy word global fences read there ([`Cluster::fence_word`]), once made.
+    fence_words: Mutex<Vec<Option<Loc>>>,
 }
 
 /// The NIC backends a [`ClusterBuilder`] can be switched between at run time
@@ -361,10 +363,24 @@ impl Cluster {
         let sizes: Vec<u64> = (0..n)
             .map(|i| (backend.words(NodeId(i as u16)) as u64).saturating_mul(WORD))
             .collect();
-        let sizes_for_next = sizes.iter().map(|&s| (0, s)).collect();
+        let mut sizes_for_next: Vec<(u64, u64)> = sizes.iter().map(|&s| (0, s)).collect();
+        let id = NEXT_CLUSTER.fetch_add(1, Ordering::Relaxed);
+        // Where nodes live in other processes, every process reserves the top word of every
+        // node as its fence word before anything else is allocated, so that all of them read the
+        // same word, which nobody's private memory can be (a fence's CAS may write it back).
+        let spread = (0..n).any(|i| !backend.is_local(NodeId(i as u16)));
+        let fence_words = (0..n)
+            .map(|i| {
+                let top = &mut sizes_for_next[i].1;
+                (spread && *top >= WORD).then(|| {
+                    *top -= WORD;
+                    Loc::new(id, NodeId(i as u16), *top, WORD)
+                })
+            })
+            .collect();
         Cluster {
             inner: Arc::new(Inner {
-                id: NEXT_CLUSTER.fetch_add(1, Ordering::Relaxed),
+                id,
                 backend,
                 sizes,
                 next: Mutex::new(sizes_for_next),
@@ -373,6 +389,7 @@ impl Cluster {
                 extensions: Mutex::new(HashMap::new()),
                 shut_down: std::sync::atomic::AtomicBool::new(false),
                 fence_read,
+                fence_words: Mutex::new(fence_words),
             }),
         }
     }
@@ -380,6 +397,25 @@ impl Cluster {
     /// How this cluster's global fences read a node's dummy word ([`Ctx::fence_read`]).
     pub fn fence_read(&self) -> FenceRead {
         self.inner.fence_read
+    }
+
+    /// The dummy word on `node` that global fences read ([`Ctx::fence_read`]): nothing else
+    /// uses it, so it holds 0 for good. In a cluster spread over processes it is the node's top
+    /// word, reserved by every process when the cluster is made, so that all of them read (and,
+    /// with a CAS that writes back, write) the same word and none of their private words; in
+    /// one process it is a private word made on first use. The same word on every call.
+    pub fn fence_word(&self, node: NodeId) -> Result<Loc> {
+        self.check_node(node)?;
+        if let Some(w) = self.inner.fence_words.lock()[node.index()] {
+            return Ok(w);
+        }
+        let w = self.alloc_private(node, WORD)?;
+        let first = *self.inner.fence_words.lock()[node.index()].get_or_insert(w);
+        if first != w {
+            // Another thread made one meanwhile: the first stays, this one goes back unused.
+            let _ = self.free_private(w);
+        }
+        Ok(first)
     }
 
     /// This cluster's id, unique in the process (location handles carry it).
@@ -437,8 +473,9 @@ impl Cluster {
     }
 
     /// Allocates `bytes` (rounded up to whole words) of zeroed registered memory on `node` for
-    /// one process's own use: scratch words, per-thread lock state, dummy words that are only
-    /// read.
+    /// one process's own use: scratch words, per-thread lock state. (A global fence's dummy
+    /// word is [`Cluster::fence_word`]: in a cluster spread over processes, one process's
+    /// private word on a remote node may be another's.)
     ///
     /// Private words come from the top of the node's memory, downwards, so they never shift the
     /// offsets [`Cluster::alloc`] hands out: in a multi-process cluster, each process may allocate

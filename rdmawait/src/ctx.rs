@@ -103,8 +103,8 @@ struct Track {
     /// Unpolled operations per work id (few distinct ids are live at once).
     counts: Vec<(WorkId, usize)>,
     /// A remote write of this queue pair may not have landed yet: set by a put or remote RMW,
-    /// cleared by a later get of at least one word (whose remote read waits for every earlier
-    /// write on the queue pair to land, docs/model.md §5.2). See [`Ctx::fenced`].
+    /// cleared by a later get of at least one word or a fence read (whose remote step waits for
+    /// every earlier write on the queue pair to land, docs/model.md §5.2). See [`Ctx::fenced`].
     dirty: bool,
     /// A poll towards the node failed: from then on nothing is known of the queue pair (a get
     /// may not have read, a failure may not have consumed what it was counted against), for
@@ -268,9 +268,9 @@ impl Ctx {
     /// of this queue pair has landed, and counts as such a read for [`Ctx::fenced`] once polled.
     ///
     /// `dummy` must be a word that nothing but fence reads ever writes and that never holds
-    /// `FENCE_CAS_EXPECTED` (a fresh word holds 0): then the CAS never succeeds, and where a
-    /// device writes a failed CAS's value back (Soft-RoCE) it writes the value the word
-    /// already had. `scratch` receives the word's value (ignore it). Both must be single
+    /// `FENCE_CAS_EXPECTED`, as [`Cluster::fence_word`](crate::Cluster::fence_word) is: then the
+    /// CAS never succeeds, and where a device writes a failed CAS's value back (Soft-RoCE) it
+    /// writes the value the word already had. `scratch` receives the word's value (ignore it). Both must be single
     /// 8-byte-aligned words (`Misaligned`, `NotAWord`, `OutOfRange`, `NotLocal` otherwise).
     pub fn fence_read(&self, scratch: &Loc, dummy: &Loc, wid: WorkId) -> Result<()> {
         self.check_local(scratch)?;
@@ -548,10 +548,12 @@ impl Ctx {
 
     /// Whether a global fence towards `node` (`loco-sv`'s `gf`) would change nothing there:
     /// every operation this thread posted towards `node` has been polled, and none of them
-    /// wrote remotely (put, rCAS, rFAA) after the last get towards `node`. That get's remote
-    /// read waited for every earlier write of the queue pair to land (docs/model.md §5.2), so
-    /// nothing the thread issued towards `node` is still on its way. A put that was only
-    /// waited for is not enough: its completion does not mean it landed (Fig. 5).
+    /// wrote remotely (put, rCAS, rFAA) after the last get (or [`Ctx::fence_read`]) towards
+    /// `node`. That read's remote step waited for every earlier write of the queue pair to land
+    /// (docs/model.md §5.2), so nothing the thread issued towards `node` is still on its way
+    /// but, after a fence read by CAS on a device that writes a failed CAS back, that CAS's
+    /// write of the fence word's own value, which changes nothing. A put that was only waited
+    /// for is not enough: its completion does not mean it landed (Fig. 5).
     ///
     /// False for an unknown node, after any failed poll towards `node`, and once `node` has
     /// restarted since the context was made.

@@ -220,8 +220,8 @@ impl fmt::Display for Loc {
 /// the queue pair has landed (a get: rule 6; a remote CAS that fails: rule 9, the same premise
 /// plus the target's remote-atomic lock), so once its completion is polled they all have. They
 /// differ in cost only. On hardware NICs a read is as cheap as anything; on Soft-RoCE the
-/// responder defers every RDMA READ to a kernel tasklet and runs atomics inline, so a remote
-/// CAS costs about half a get there (docs/simulation.md §3).
+/// responder defers every RDMA READ to a kernel tasklet and runs atomics inline, so a get
+/// costs 1.6-1.8 times a remote CAS there (docs/simulation.md §3).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 pub enum FenceRead {
     /// A get of the word (the paper's fence).

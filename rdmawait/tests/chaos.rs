@@ -147,7 +147,12 @@ fn a_cas_fence_read_reads_changes_nothing_and_fences() {
                 c.alloc_word(NodeId(0)).unwrap(),
                 c.alloc_word(NodeId(0)).unwrap(),
             );
-            let (data, dummy) = (c.alloc_word(n1).unwrap(), c.alloc_word(n1).unwrap());
+            let (data, dummy) = (c.alloc_word(n1).unwrap(), c.fence_word(n1).unwrap());
+            assert_eq!(
+                c.fence_word(n1).unwrap(),
+                dummy,
+                "the same fence word each time"
+            );
             let ctx = c.context(NodeId(0)).unwrap();
             ctx.store(&src, 7).unwrap();
             ctx.put(&data, &src, d).unwrap();

@@ -818,3 +818,49 @@ fn a_thread_spinning_on_local_memory_takes_device_time_under_spin_share() {
         "no share: the spinner costs nothing"
     );
 }
+
+/// Under the `rxe` profile fences read with a remote CAS (`Profile::fence_read`), which costs an
+/// rCAS round trip, not a get's: the context posts what its cluster says. The config's own
+/// choice overrides the profile's.
+#[test]
+fn a_fence_read_costs_what_the_cluster_reads_with() {
+    use loco_rdmawait::sim::Profile;
+    use loco_rdmawait::FenceRead;
+    let rxe = Profile {
+        jitter: 0.0,
+        ..Profile::rxe()
+    };
+    let took = |read: Option<FenceRead>| -> (FenceRead, Duration) {
+        let out = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let o = out.clone();
+        let f = move |cluster: &Cluster| {
+            let dummy = cluster.fence_word(NodeId(1))?;
+            let scratch = cluster.alloc_word(NodeId(0))?;
+            let read = cluster.fence_read();
+            let o = o.clone();
+            sim::spawn(cluster, NodeId(0), move |ctx: &Ctx| {
+                let t0 = sim::now();
+                ctx.fence_read(&scratch, &dummy, WorkId::new(1))?;
+                ctx.wait(WorkId::new(1))?;
+                *o.lock().unwrap() = Some((read, sim::now() - t0));
+                Ok::<(), loco_rdmawait::Error>(())
+            })
+            .join()?;
+            Ok::<(), BoxError>(())
+        };
+        let mut config = Config::new(2).profile(rxe.clone());
+        if let Some(r) = read {
+            config = config.fence_read(r);
+        }
+        sim::replay(config, 1, f).unwrap();
+        let got = out.lock().unwrap().take().unwrap();
+        got
+    };
+    let mid = (rxe.predict_get() + rxe.predict_rmw()) / 2;
+    let (read, t) = took(None);
+    assert_eq!(read, FenceRead::Cas, "rxe's default");
+    assert!(t < mid, "a CAS read took {t:?}");
+    let (read, t) = took(Some(FenceRead::Get));
+    assert_eq!(read, FenceRead::Get, "the config's choice");
+    assert!(t > mid, "a get took {t:?}");
+}

@@ -434,6 +434,15 @@ fn run_child(role: &str) -> loco_rdmawait::Result<()> {
         .timeout(Duration::from_secs(20))
         .verbs(config)
         .build()?;
+    // Every process reads the same fence word on every node, the top one, whatever it took
+    // privately first: none is another process's private word (a fence's CAS may write it).
+    for q in cluster.node_ids() {
+        let private = cluster.alloc_private(q, 8)?;
+        let f = cluster.fence_word(q)?;
+        assert_eq!(f.offset(), 64 * 1024 - 8, "{q}'s fence word");
+        assert_ne!(private.offset(), f.offset(), "{q}'s fence word is private");
+        cluster.free_private(private)?;
+    }
     let process = Process::of(&cluster)?;
     let me = process.node().expect("a multi-process cluster");
     let l = layout(&cluster);

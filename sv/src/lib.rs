@@ -44,12 +44,14 @@
 //!
 //! # Implementation
 //! `gf(N)` is the LOCO global fence (docs/model.md §5.2): for each n in N, `rfence(n)` then a
-//! get of a per-node dummy word into a per-thread scratch word, tagged with the reserved work id
-//! [`GF_WORK_ID`]; then `wait` for it. The get's remote read cannot pass the fence, and a NIC read
-//! flushes every earlier write of the queue pair (docs/model.md rule 6), so once it completes everything
-//! before it towards n has landed. The dummy words are allocated once per cluster, the scratch word
-//! once per thread, both on first use: in a cluster spanning several processes, make the shared
-//! objects before any thread's first `gf`, so that every process allocates them in the same order.
+//! read of a per-node dummy word into a per-thread scratch word, tagged with the reserved work id
+//! [`GF_WORK_ID`]; then `wait` for it. The read is the paper's get, or where atomics are cheaper
+//! (Soft-RoCE) a remote CAS that cannot succeed ([`Ctx::fence_read`],
+//! [`FenceRead`](loco_rdmawait::FenceRead)). Its remote step cannot pass the fence, and a NIC read
+//! or atomic flushes every earlier write of the queue pair (docs/model.md rules 6 and 9), so once it
+//! completes everything before it towards n has landed. The dummy words are the cluster's
+//! ([`Cluster::fence_word`](loco_rdmawait::Cluster::fence_word)); the scratch word is made once
+//! per thread, on first use, among the thread's private words.
 //!
 //! # Errors
 //! Only those of the rdmawait layer ([`Error::Rdma`]): unknown nodes, locations of another
@@ -81,7 +83,7 @@ pub enum Error {
 /// `Result` with [`Error`] as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// The library-reserved work id of the global fence's gets. A user's `wait(d)` never waits for a
+/// The library-reserved work id of the global fence's reads. A user's `wait(d)` never waits for a
 /// fence, and a fence never waits for a user's operations beyond what the fence itself orders.
 pub const GF_WORK_ID: WorkId = WorkId::internal(0x5356_0001);
 
@@ -189,7 +191,7 @@ pub trait GlobalFence {
     /// has fully completed, remote writes included (see the [crate docs](crate)).
     ///
     /// A node nothing of the thread's can still be on its way to costs nothing: no operation
-    /// towards it since its last fence, or only gets after it ([`Ctx::fenced`]); a fence right
+    /// towards it since its last fence, or only gets (or fence reads) after it ([`Ctx::fenced`]); a fence right
     /// after another, or a strong lock's release towards nodes its section did not touch, posts
     /// nothing there (if it leaves every node out, an `mfence` drains the store buffer, as the
     /// full fence's wait would). A put that was only waited for still gets a fence: its
@@ -204,13 +206,13 @@ pub trait GlobalFence {
     fn gf_all(&self) -> Result<()>;
 }
 
-/// Per-cluster state: the dummy word on every node that the fence's gets read.
+/// Per-cluster state: the dummy word on every node that the fence's reads read.
 #[derive(Debug)]
 struct GfTargets {
     words: Vec<Loc>,
 }
 
-/// Per-thread state: where the fence's gets land, and the cluster's dummy words.
+/// Per-thread state: where the fence's reads land, and the cluster's dummy words.
 #[derive(Debug)]
 struct GfThread {
     words: std::rc::Rc<protocol::GfWords<Loc>>,
@@ -232,7 +234,7 @@ fn gf_thread(ctx: &Ctx) -> Result<std::rc::Rc<GfThread>> {
         let targets = ctx.cluster().extension::<GfTargets>(|c| {
             let words = c
                 .node_ids()
-                .map(|n| c.alloc_private(n, 8))
+                .map(|n| c.fence_word(n))
                 .collect::<loco_rdmawait::Result<Vec<_>>>()?;
             Ok(GfTargets { words })
         })?;

@@ -1001,7 +1001,7 @@ impl Backend for VerbsBackend {
 
     /// As configured ([`VerbsConfig::fence_read`]); by default a remote CAS on Soft-RoCE (its
     /// responder defers reads to a tasklet and runs atomics inline: an 8-byte get + wait costs
-    /// about 1.7 times an rFAA + wait there), a get elsewhere.
+    /// 1.6-1.8 times an rFAA + wait there), a get elsewhere.
     fn fence_read(&self) -> crate::FenceRead {
         self.shared.fence_read
     }
