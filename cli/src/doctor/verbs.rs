@@ -292,7 +292,26 @@ fn device_check(d: &DeviceReport) -> Check {
         )
         .fix("use another device (LOCO_RDMA_DEVICE=<name>)")
     } else {
-        check(name, Status::Pass, what)
+        match fence_read(d.soft_roce) {
+            Ok(fence) => check(name, Status::Pass, format!("{what}, {fence}")),
+            Err(e) => check(name, Status::Fail, format!("{what}: {e}"))
+                .fix("LOCO_FENCE_READ=get or LOCO_FENCE_READ=cas, or unset it"),
+        }
+    }
+}
+
+/// How global fences will read on this device (docs/model.md §5.2): `LOCO_FENCE_READ`, else a
+/// CAS on Soft-RoCE and a get elsewhere, as the verbs backend decides.
+fn fence_read(soft_roce: bool) -> Result<String, String> {
+    match std::env::var("LOCO_FENCE_READ") {
+        Ok(v) => match loco_rdmawait::FenceRead::by_name(v.trim()) {
+            Some(f) => Ok(format!("fences read with a {} (LOCO_FENCE_READ)", f.name())),
+            None => Err(format!("LOCO_FENCE_READ is `{v}`, neither `get` nor `cas`")),
+        },
+        Err(_) if soft_roce => {
+            Ok("fences read with a cas (Soft-RoCE: its reads are slower than atomics)".into())
+        }
+        Err(_) => Ok("fences read with a get".into()),
     }
 }
 
