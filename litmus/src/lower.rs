@@ -1046,22 +1046,8 @@ impl Machine for Emit<'_> {
         match self.test.fence {
             loco_rdmawait::FenceRead::Get => self.get(local, remote, wid),
             loco_rdmawait::FenceRead::Cas => {
-                self.at(remote, |e, remote| {
-                    let k = loco_rdmawait::FENCE_CAS_EXPECTED;
-                    let what = format!(
-                        "rcas({}, {k:#x}, {k:#x}, {})",
-                        e.name(remote),
-                        e.name(local)
-                    );
-                    let op = PostOp::Rcas {
-                        remote: remote.word,
-                        expected: Val::constant(k),
-                        new: Val::constant(k),
-                        local: local.word,
-                    };
-                    e.post(remote.node, op, wid, what);
-                });
-                Ok(())
+                let k = Val::constant(loco_rdmawait::FENCE_CAS_EXPECTED);
+                RmwMachine::rcas(self, remote, k, k, local, wid)
             }
         }
     }
