@@ -242,6 +242,12 @@ struct Row {
     sim: Option<Prediction>,
     /// `--rounds` above 1: what the rounds spread over.
     spread: Option<Spread>,
+    /// The throughput of each round, in round order (one value without `--rounds`).
+    round_ops: Vec<f64>,
+    /// Against the rCAS spinlock of the same node and thread count in the same run: the
+    /// median, lowest and highest of the per-round ratios of throughputs (see
+    /// [`vs_spinlock`]). `None` for the spinlock itself, or without it in the run.
+    vs_spinlock: Option<(f64, f64, f64)>,
 }
 
 /// How the rounds of one configuration spread (`--rounds`).
@@ -285,6 +291,7 @@ impl Row {
                 scale: median(&p, |p| p.scale),
                 ops_per_sec: median(&p, |p| p.ops_per_sec),
             });
+        let round_ops = rounds.iter().map(|r| r.ops_per_sec).collect();
         Some(Row {
             lock: rounds[0].lock,
             nodes: rounds[0].nodes,
@@ -297,6 +304,8 @@ impl Row {
             fence_read: rounds[0].fence_read,
             sim,
             spread: Some(spread),
+            round_ops,
+            vs_spinlock: None,
         })
     }
 
@@ -362,6 +371,8 @@ impl Row {
             fence_read: loco_rdmawait::FenceRead::Get.name(),
             sim: None,
             spread: None,
+            round_ops: vec![count as f64 / elapsed],
+            vs_spinlock: None,
         }
     }
 }
@@ -429,7 +440,9 @@ pub fn locks(args: &LocksArgs) -> Result<(), String> {
     if quiet {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    let mut rows = Vec::new();
+    // Per configuration, its row once every round is in, and whether it has been shown.
+    let mut done: Vec<Option<Row>> = configs.iter().map(|_| None).collect();
+    let mut shown = vec![false; configs.len()];
     // Per configuration, the rows of its rounds.
     let mut rounds: Vec<Vec<Row>> = configs.iter().map(|_| Vec::new()).collect();
     // `--vs-sim`: the yardstick's simulated time, per node count (deterministic: once each).
@@ -466,17 +479,23 @@ pub fn locks(args: &LocksArgs) -> Result<(), String> {
         bar.inc(1);
         if let Some(row) = row {
             rounds[i].push(row);
-            // A configuration's row is printed once its last round is in.
+            // A configuration's row is printed once its last round is in, and, where the run
+            // has the spinlock, once the spinlock's row of the same size is in too (its ratio).
             if round + 1 == args.rounds {
                 if let Some(row) = Row::over_rounds(std::mem::take(&mut rounds[i])) {
-                    if args.json {
-                        bar.suspend(|| crate::ops::out(&json_row(&row, args).to_string()));
+                    done[i] = Some(row);
+                    for j in ready(&mut done, &mut shown, &configs) {
+                        if args.json {
+                            let line = json_row(done[j].as_ref().expect("ready"), args);
+                            bar.suspend(|| crate::ops::out(&line.to_string()));
+                        }
                     }
-                    rows.push(row);
                 }
             }
         }
     }
+    // Rows in the order of the configurations (the table's and the plot's).
+    let rows: Vec<Row> = done.into_iter().flatten().collect();
     bar.finish_and_clear();
     if quiet {
         return Ok(());
@@ -631,6 +650,59 @@ fn profile_name(args: &LocksArgs) -> Option<String> {
     (args.backend == BenchBackend::Sim).then(|| args.profile.scaled(args.profile_scale).name)
 }
 
+/// The configurations whose rows can be shown now, in order, marked shown: every finished row
+/// whose spinlock row of the same node and thread count is finished too, or that has none in
+/// the run (the spinlock's own rows among them). Sets their ratio to the spinlock on the way.
+fn ready(
+    done: &mut [Option<Row>],
+    shown: &mut [bool],
+    configs: &[(LockArg, usize, usize)],
+) -> Vec<usize> {
+    let spin_of = |nodes: usize, threads: usize| {
+        configs
+            .iter()
+            .position(|&c| c == (LockArg::RcasSpinlock, nodes, threads))
+    };
+    let mut now = Vec::new();
+    for i in 0..configs.len() {
+        if shown[i] || done[i].is_none() {
+            continue;
+        }
+        let (lock, nodes, threads) = configs[i];
+        let ratio = match spin_of(nodes, threads) {
+            Some(s) if s != i => match &done[s] {
+                Some(spin) => vs_spinlock(done[i].as_ref().expect("finished"), spin),
+                None => continue, // wait for the spinlock
+            },
+            _ => None,
+        };
+        debug_assert!(lock != LockArg::RcasSpinlock || ratio.is_none());
+        if let Some(row) = done[i].as_mut() {
+            row.vs_spinlock = ratio;
+        }
+        shown[i] = true;
+        now.push(i);
+    }
+    now
+}
+
+/// A lock's throughput against the spinlock's in the same run: the median of the per-round
+/// ratios (round r of the lock over round r of the spinlock, which ran in the same minutes
+/// and so on a host at the same speed), with the lowest and highest of them.
+fn vs_spinlock(row: &Row, spin: &Row) -> Option<(f64, f64, f64)> {
+    if row.round_ops.len() != spin.round_ops.len() {
+        return None;
+    }
+    let ratios: Vec<f64> = row
+        .round_ops
+        .iter()
+        .zip(&spin.round_ops)
+        .filter(|(_, s)| **s > 0.0)
+        .map(|(r, s)| r / s)
+        .collect();
+    (!ratios.is_empty()).then(|| median_spread(&ratios))
+}
+
 fn json_row(r: &Row, args: &LocksArgs) -> serde_json::Value {
     let mut v = json!({
         "lock": r.lock,
@@ -645,6 +717,13 @@ fn json_row(r: &Row, args: &LocksArgs) -> serde_json::Value {
         "net_ops_per_acquire": r.net_ops_per_acquire,
         "fence_read": r.fence_read,
     });
+    if let Some((median, lo, hi)) = r.vs_spinlock {
+        v["vs_spinlock"] = json!(median);
+        if r.spread.is_some() {
+            v["vs_spinlock_min"] = json!(lo);
+            v["vs_spinlock_max"] = json!(hi);
+        }
+    }
     if let Some(p) = r.sim {
         v["mix_us"] = json!(p.mix_us);
         v["sim_profile"] = json!(args.profile.profile().name);
@@ -672,7 +751,18 @@ fn table(rows: &[Row], args: &LocksArgs) -> String {
         "{:<16} {:>5} {:>7} {:>12} {:>9} {:>9} {:>9} {:>8}",
         "lock", "nodes", "threads", "ops/s", "p50 us", "p99 us", "fairness", "net ops"
     );
-    let _ = writeln!(s, "{}", if spread { "   ops/s range" } else { "" });
+    let ratios = rows.iter().any(|r| r.vs_spinlock.is_some());
+    let _ = writeln!(
+        s,
+        "{}{}{}",
+        if ratios { "  x spin" } else { "" },
+        if spread { "    ops/s range" } else { "" },
+        if ratios && spread {
+            "  x spin range"
+        } else {
+            ""
+        }
+    );
     for r in rows {
         let _ = write!(
             s,
@@ -686,11 +776,31 @@ fn table(rows: &[Row], args: &LocksArgs) -> String {
             r.fairness,
             r.net_ops_per_acquire
         );
-        let range = r
-            .spread
-            .map(|sp| format!("   {:.0}-{:.0}", sp.ops.0, sp.ops.1))
-            .unwrap_or_default();
-        let _ = writeln!(s, "{range}");
+        if ratios {
+            let x = r
+                .vs_spinlock
+                .map(|(m, _, _)| format!("{m:.2}"))
+                .unwrap_or_else(|| "-".into());
+            let _ = write!(s, "  {x:>6}");
+        }
+        if let Some(sp) = r.spread {
+            let _ = write!(s, "  {:>13}", format!("{:.0}-{:.0}", sp.ops.0, sp.ops.1));
+            if let Some((_, lo, hi)) = r.vs_spinlock {
+                let _ = write!(s, "  {:>12}", format!("{lo:.2}-{hi:.2}"));
+            }
+        }
+        let _ = writeln!(s);
+    }
+    if ratios {
+        let _ = writeln!(
+            s,
+            "(x spin: throughput over the rCAS spinlock's at the same nodes and threads{})",
+            if spread {
+                ", the median of the rounds' ratios, each round against the same round"
+            } else {
+                ""
+            }
+        );
     }
     if let Some(r) = rows.first() {
         let _ = writeln!(

@@ -175,11 +175,39 @@ fn bench_locks_rounds_give_medians_and_ranges() {
         assert_eq!(row["ops_per_sec_min"].as_f64().unwrap(), ops[0], "{row}");
         assert_eq!(row["ops_per_sec_max"].as_f64().unwrap(), ops[2], "{row}");
     }
+    // Against the spinlock: the median of the per-round ratios, round r against round r.
+    let mut ratios: Vec<f64> = by_seed
+        .iter()
+        .map(|r| r[0]["ops_per_sec"].as_f64().unwrap() / r[1]["ops_per_sec"].as_f64().unwrap())
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    let (nlock, spin) = (&rounds[0], &rounds[1]);
+    assert_eq!(
+        (nlock["lock"].as_str(), spin["lock"].as_str()),
+        (Some("nlock"), Some("rcas-spinlock"))
+    );
+    assert_eq!(nlock["vs_spinlock"].as_f64().unwrap(), ratios[1], "{nlock}");
+    assert_eq!(
+        nlock["vs_spinlock_min"].as_f64().unwrap(),
+        ratios[0],
+        "{nlock}"
+    );
+    assert_eq!(
+        nlock["vs_spinlock_max"].as_f64().unwrap(),
+        ratios[2],
+        "{nlock}"
+    );
+    assert!(spin.get("vs_spinlock").is_none(), "{spin}");
     let one = run(&[]);
     assert!(
         one.iter().all(|r| r.get("rounds").is_none()),
         "one round, no spread"
     );
+    assert_eq!(
+        one[0]["vs_spinlock"].as_f64().unwrap(),
+        one[0]["ops_per_sec"].as_f64().unwrap() / one[1]["ops_per_sec"].as_f64().unwrap()
+    );
+    assert!(one[0].get("vs_spinlock_min").is_none(), "{}", one[0]);
     let bad = loco(&["bench", "locks", "--rounds", "101"]);
     assert!(!bad.status.success());
 }
