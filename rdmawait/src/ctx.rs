@@ -449,23 +449,30 @@ impl Ctx {
     }
 
     fn wait_now(&self, wid: WorkId, timeout: Duration) -> Result<()> {
-        // Read at the first poll, and only for later ones is the time left computed: a wait
-        // for one operation reads the clock once.
+        // The clock is read only once a request has not completed by the time the wait looks
+        // (`ThreadNic::try_poll`; on Soft-RoCE an atomic's completion is there as soon as its
+        // post returns), then for every later poll to compute the time left.
         let mut start = None;
         let mut inner = self.inner.borrow_mut();
         let Inner { nic, track, .. } = &mut *inner;
         for (n, t) in track.iter_mut().enumerate() {
             while t.count(wid) > 0 {
-                let left = match start {
+                let node = NodeId(n as u16);
+                let polled = match nic.try_poll(node) {
+                    Some(r) => r,
                     None => {
-                        start = Some(crate::clock::now());
-                        timeout
-                    }
-                    Some(s) => {
-                        timeout.saturating_sub(crate::clock::now().saturating_duration_since(s))
+                        let left = match start {
+                            None => {
+                                start = Some(crate::clock::now());
+                                timeout
+                            }
+                            Some(s) => timeout
+                                .saturating_sub(crate::clock::now().saturating_duration_since(s)),
+                        };
+                        nic.poll(node, left)
                     }
                 };
-                match nic.poll(NodeId(n as u16), left) {
+                match polled {
                     Ok(()) => t.pop(),
                     Err(Error::Timeout { .. }) => {
                         tracing::debug!(target: "loco::rdmawait", node = %self.node, %wid, ?timeout, "wait timed out");

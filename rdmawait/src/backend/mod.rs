@@ -231,6 +231,15 @@ pub trait ThreadNic: Send + fmt::Debug {
     /// On [`Error::Timeout`](crate::Error::Timeout) nothing was consumed; on any other error the
     /// request is consumed (it failed).
     fn poll(&mut self, target: NodeId, timeout: Duration) -> Result<()>;
+    /// [`ThreadNic::poll`] without waiting and without reading the clock: `Some` with what
+    /// `poll` would return once the earliest unpolled request towards `target` has completed
+    /// (or failed), `None` if it has not yet, or if the backend cannot tell more cheaply than
+    /// by polling (the default; the caller then polls). For `wait`, whose request has often
+    /// completed by the time it looks (Soft-RoCE completes atomics inside the post).
+    fn try_poll(&mut self, target: NodeId) -> Option<Result<()>> {
+        let _ = target;
+        None
+    }
     /// CPU load of a local word (x86-TSO: newest own buffered store, else memory).
     fn load(&mut self, word: usize) -> Result<u64>;
     /// CPU store to a local word.

@@ -130,6 +130,10 @@ struct Link {
     rkey: u32,
     remote_words: usize,
     next_state_check: Option<Instant>,
+    /// `Peers::changes` (the rendezvous) when [`Link::refresh`]
+    /// last looked (`u64::MAX`: never): while it stays the same there is nothing to look at,
+    /// and the check on every post and poll costs one atomic load.
+    seen_changes: u64,
 }
 
 enum Far {
@@ -382,6 +386,7 @@ impl Link {
             rkey,
             remote_words: info.words as usize,
             next_state_check: None,
+            seen_changes: u64::MAX,
         })
     }
 
@@ -422,6 +427,11 @@ impl Link {
     /// Marks the link dead if its peer is dead or was replaced by a new incarnation (see
     /// [`Link::kill`]).
     fn refresh(&mut self, shared: &Shared) {
+        let changes = shared.peers.changes();
+        if changes == self.seen_changes {
+            return;
+        }
+        self.seen_changes = changes;
         if let Some(reason) = shared.peers.dead(self.target) {
             self.kill(reason);
             return;
@@ -641,6 +651,12 @@ impl ThreadNic for VerbsNic {
         }
     }
 
+    fn try_poll(&mut self, target: NodeId) -> Option<Result<()>> {
+        self.ring_pending();
+        let mut st = self.state.lock();
+        look(&self.shared, &mut st, target)
+    }
+
     fn poll(&mut self, target: NodeId, timeout: Duration) -> Result<()> {
         let t = target.index();
         // The clock is read only once nothing is there yet: a completion already in the queue
@@ -652,32 +668,8 @@ impl ThreadNic for VerbsNic {
             let now = {
                 let mut guard = self.state.lock();
                 let st = &mut *guard;
-                if t >= st.links.len() {
-                    return Err(Error::UnknownNode {
-                        node: target,
-                        nodes: st.links.len(),
-                    });
-                }
-                // Drained completions are looked at without letting go of the lock.
-                loop {
-                    let link = &mut st.links[t];
-                    if let Some(status) = link.done.pop_front() {
-                        return link.result(status);
-                    }
-                    if link.in_flight == 0 {
-                        if link.lost > 0 {
-                            link.lost -= 1;
-                            return Err(link
-                                .failure()
-                                .unwrap_or(Error::QpInError { node: target }));
-                        }
-                        return Err(Error::NothingPending { node: target });
-                    }
-                    link.refresh(&self.shared);
-                    if st.drain()? == 0 {
-                        break;
-                    }
-                    idle = 0;
+                if let Some(r) = look(&self.shared, st, target) {
+                    return r;
                 }
                 let link = &mut st.links[t];
                 let now = Instant::now();
@@ -906,6 +898,41 @@ impl VerbsNic {
             message: format!("ibv_post_send towards {} failed", link.target),
             source: Some(os),
         })
+    }
+}
+
+/// Consumes the completion of the earliest request in flight towards `target` if it is there,
+/// draining the completion queue meanwhile (completions of other queue pairs are kept for
+/// them): `None` if that request has not completed yet. What [`ThreadNic::poll`] returns for
+/// it otherwise, without waiting or reading the clock.
+fn look(shared: &Shared, st: &mut State, target: NodeId) -> Option<Result<()>> {
+    let t = target.index();
+    if t >= st.links.len() {
+        return Some(Err(Error::UnknownNode {
+            node: target,
+            nodes: st.links.len(),
+        }));
+    }
+    loop {
+        let link = &mut st.links[t];
+        if let Some(status) = link.done.pop_front() {
+            return Some(link.result(status));
+        }
+        if link.in_flight == 0 {
+            if link.lost > 0 {
+                link.lost -= 1;
+                return Some(Err(link
+                    .failure()
+                    .unwrap_or(Error::QpInError { node: target })));
+            }
+            return Some(Err(Error::NothingPending { node: target }));
+        }
+        link.refresh(shared);
+        match st.drain() {
+            Err(e) => return Some(Err(e)),
+            Ok(0) => return None,
+            Ok(_) => {}
+        }
     }
 }
 

@@ -38,6 +38,8 @@ pub(crate) struct Peers {
     lock: Mutex<()>,
     /// This process's barrier count.
     pub(crate) epoch: AtomicU64,
+    /// Bumped after every change of a peer's `dead` or `incarnation` ([`Peers::changes`]).
+    changes: AtomicU64,
 }
 
 /// Our connection to a peer's listener (for our requests and heartbeats), bound to the peer
@@ -134,11 +136,20 @@ impl Peers {
             changed: Condvar::new(),
             lock: Mutex::new(()),
             epoch: AtomicU64::new(0),
+            changes: AtomicU64::new(0),
         }
     }
 
     /// Why `node` is dead, if it is (its current incarnation died, and no new one has
     /// completed a rejoin).
+    /// A count that has moved on whenever a peer was declared dead, came back or changed its
+    /// incarnation since it was last read: a reader that sees the same count as before has
+    /// nothing new to look at in [`Peers::dead`] and [`Peers::incarnation`] (the count is
+    /// bumped after the change, so one that sees the new count sees the change).
+    pub(crate) fn changes(&self) -> u64 {
+        self.changes.load(SeqCst)
+    }
+
     pub(crate) fn dead(&self, node: NodeId) -> Option<String> {
         let p = self.nodes.get(node.index())?;
         if !p.dead.load(SeqCst) {
@@ -199,6 +210,7 @@ impl Peers {
             }
             m.rejoining = false;
             p.dead.store(true, SeqCst);
+            self.changes.fetch_add(1, SeqCst);
             m.bury(incarnation);
         }
         if let Some(c) = p.client.lock().as_ref() {
@@ -244,6 +256,7 @@ impl Peers {
                 return Admit::Refuse("it announced its memory twice, differently".to_string());
             }
             p.incarnation.store(incarnation, SeqCst);
+            self.changes.fetch_add(1, SeqCst);
             m.joined = true;
             m.info = Some(info);
             return Admit::Join;
@@ -266,6 +279,7 @@ impl Peers {
              {cur:#x} died: {old_reason})"
         ));
         p.incarnation.store(incarnation, SeqCst);
+        self.changes.fetch_add(1, SeqCst);
         m.joined = true;
         m.info = Some(info);
         drop(m);
@@ -309,6 +323,7 @@ impl Peers {
             return Err("it announced its memory twice, differently".to_string());
         }
         p.incarnation.store(incarnation, SeqCst);
+        self.changes.fetch_add(1, SeqCst);
         m.info = Some(info);
         Ok(())
     }
@@ -357,6 +372,7 @@ impl Peers {
             *p.reason.lock() = None;
             p.rejoins.fetch_add(1, SeqCst);
             p.dead.store(false, SeqCst);
+            self.changes.fetch_add(1, SeqCst);
         }
         tracing::warn!(target: "loco::rdmawait", %node, incarnation, "peer rejoined (restarted)");
         self.notify();
