@@ -610,22 +610,27 @@ impl ThreadNic for VerbsNic {
         let link = &mut st.links[t];
         let hardware_fence = link.fence && !software_fence;
         let last_read = link.last_read;
-        link.chain.push((enc, hardware_fence));
         link.posted += 1;
         if enc.opcode != sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE {
             link.last_read = link.posted;
         }
-        st.chained += 1;
-        if self.batching > 0 {
-            self.unrung.set(true);
-            if st.links[t].chain.len() >= MAX_CHAIN {
-                self.ring(st, t);
+        let sent = if self.batching == 0 && link.chain.is_empty() {
+            // Not in a batch (a batch rings its chains as it ends): the request goes alone.
+            self.send_one(st, t, &enc, hardware_fence)
+        } else {
+            link.chain.push((enc, hardware_fence));
+            st.chained += 1;
+            if self.batching > 0 {
+                self.unrung.set(true);
+                if st.links[t].chain.len() >= MAX_CHAIN {
+                    self.ring(st, t);
+                }
+                st.links[t].fence = false;
+                return Ok(());
             }
-            st.links[t].fence = false;
-            return Ok(());
-        }
-        // Not in a batch: the chain is this one request (a batch rings everything as it ends).
-        match self.send_chain(st, t) {
+            self.send_chain(st, t)
+        };
+        match sent {
             Ok(()) => {
                 st.links[t].fence = false;
                 Ok(())
@@ -814,45 +819,11 @@ impl VerbsNic {
         let mut wrs = [const { MaybeUninit::<sys::ibv_send_wr>::uninit() }; MAX_CHAIN];
         // One pointer for every access to the requests, so that the `next` links stay valid.
         let wr = wrs.as_mut_ptr().cast::<sys::ibv_send_wr>();
+        let remote = (link.rkey, link.max_inline);
         for (i, (enc, fence)) in link.chain.drain(..).enumerate() {
-            let sge = sges[i].write(sys::ibv_sge {
-                addr: base + enc.local as u64 * WORD,
-                length: enc.length,
-                lkey,
-            });
-            // SAFETY: `ibv_send_wr` is plain old data (integers, raw pointers, unions of
-            // those): all zeroes is a valid value of each field.
-            let mut swr: sys::ibv_send_wr = unsafe { MaybeUninit::zeroed().assume_init() };
-            swr.wr_id = ((first + i as u64) << SEQ_SHIFT) | t as u64;
-            swr.sg_list = sge;
-            swr.num_sge = 1;
-            swr.opcode = enc.opcode;
-            if i + 1 == n {
-                swr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
-            }
-            if fence {
-                swr.send_flags |= sys::ibv_send_flags::IBV_SEND_FENCE.0;
-            }
-            // A small put goes inline: the provider copies its source now, and the NIC need
-            // not read it over PCIe (the put reads its source at post time, one of the moments
-            // the model allows, docs/model.md §4).
-            if enc.opcode == sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE && enc.length <= link.max_inline
-            {
-                swr.send_flags |= sys::ibv_send_flags::IBV_SEND_INLINE.0;
-            }
-            if enc.atomic {
-                swr.wr.atomic = sys::atomic_t {
-                    remote_addr: enc.remote_addr,
-                    compare_add: enc.compare_add,
-                    swap: enc.swap,
-                    rkey: link.rkey,
-                };
-            } else {
-                swr.wr.rdma = sys::rdma_t {
-                    remote_addr: enc.remote_addr,
-                    rkey: link.rkey,
-                };
-            }
+            let sge = sges[i].write(sge_of(&enc, base, lkey));
+            let wr_id = ((first + i as u64) << SEQ_SHIFT) | t as u64;
+            let mut swr = request(&enc, fence, i + 1 == n, wr_id, sge, remote);
             if i + 1 < n {
                 // SAFETY: `i + 1 < n <= MAX_CHAIN`: the address is inside `wrs` (written in the
                 // next turn), which outlives the call below.
@@ -889,15 +860,109 @@ impl VerbsNic {
                 }
             }
         }
-        if qp::in_error(&link.qp) {
-            link.failed.get_or_insert(Failure::Qp);
-            return Err(Error::QpInError { node: link.target });
+        Err(refused(link, os))
+    }
+
+    /// Posts one request, signalled, outside a batch (the common case: `send_chain` for a
+    /// chain of one, without the chain). It is the link's latest: its sequence number is
+    /// `posted`. The caller has checked the local words and made room; on an error nothing is
+    /// in flight.
+    fn send_one(&self, st: &mut State, t: usize, enc: &Encoded, fence: bool) -> Result<()> {
+        let link = &mut st.links[t];
+        let mut sge = sge_of(
+            enc,
+            self.home.mem.words().addr() as u64,
+            self.home.mem.lkey(),
+        );
+        let wr_id = (link.posted << SEQ_SHIFT) | t as u64;
+        let mut swr = request(
+            enc,
+            fence,
+            true,
+            wr_id,
+            &mut sge,
+            (link.rkey, link.max_inline),
+        );
+        let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: the queue pair is alive (owned by the link); `swr` is a complete request
+        // (`next` null: zeroed) whose scatter entry `sge` outlives the call and names
+        // `lkey`-registered memory of this node, inside it (checked by the caller). The
+        // provider copies the request.
+        let ret = unsafe { sys::ibv_post_send(link.qp.qp().as_ptr(), &mut swr, &mut bad) };
+        if ret == 0 {
+            link.in_flight += 1;
+            st.in_flight += 1;
+            return Ok(());
         }
-        Err(Error::Backend {
-            backend: "verbs",
-            message: format!("ibv_post_send towards {} failed", link.target),
-            source: Some(os),
-        })
+        Err(refused(link, std::io::Error::from_raw_os_error(ret)))
+    }
+}
+
+/// The scatter entry of `enc`'s local words.
+fn sge_of(enc: &Encoded, base: u64, lkey: u32) -> sys::ibv_sge {
+    sys::ibv_sge {
+        addr: base + enc.local as u64 * WORD,
+        length: enc.length,
+        lkey,
+    }
+}
+
+/// `enc` as an `ibv_send_wr` with scatter entry `sge`, its Fence flag `fence`, signalled or not,
+/// not linked to a next one, for a queue pair whose target memory has `rkey` and which sends up
+/// to `max_inline` bytes inline.
+fn request(
+    enc: &Encoded,
+    fence: bool,
+    signalled: bool,
+    wr_id: u64,
+    sge: *mut sys::ibv_sge,
+    (rkey, max_inline): (u32, u32),
+) -> sys::ibv_send_wr {
+    // SAFETY: `ibv_send_wr` is plain old data (integers, raw pointers, unions of those): all
+    // zeroes is a valid value of each field.
+    let mut swr: sys::ibv_send_wr = unsafe { MaybeUninit::zeroed().assume_init() };
+    swr.wr_id = wr_id;
+    swr.sg_list = sge;
+    swr.num_sge = 1;
+    swr.opcode = enc.opcode;
+    if signalled {
+        swr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
+    }
+    if fence {
+        swr.send_flags |= sys::ibv_send_flags::IBV_SEND_FENCE.0;
+    }
+    // A small put goes inline: the provider copies its source now, and the NIC need not read
+    // it over PCIe (the put reads its source at post time, one of the moments the model
+    // allows, docs/model.md §4).
+    if enc.opcode == sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE && enc.length <= max_inline {
+        swr.send_flags |= sys::ibv_send_flags::IBV_SEND_INLINE.0;
+    }
+    if enc.atomic {
+        swr.wr.atomic = sys::atomic_t {
+            remote_addr: enc.remote_addr,
+            compare_add: enc.compare_add,
+            swap: enc.swap,
+            rkey,
+        };
+    } else {
+        swr.wr.rdma = sys::rdma_t {
+            remote_addr: enc.remote_addr,
+            rkey,
+        };
+    }
+    swr
+}
+
+/// The error of an `ibv_post_send` that `link`'s queue pair refused with `os`.
+fn refused(link: &mut Link, os: std::io::Error) -> Error {
+    if qp::in_error(&link.qp) {
+        link.failed.get_or_insert(Failure::Qp);
+        return Error::QpInError { node: link.target };
+    }
+    Error::Backend {
+        backend: "verbs",
+        message: format!("ibv_post_send towards {} failed", link.target),
+        source: Some(os),
     }
 }
 
