@@ -208,6 +208,21 @@ fn bench_locks_rounds_give_medians_and_ranges() {
         one[0]["ops_per_sec"].as_f64().unwrap() / one[1]["ops_per_sec"].as_f64().unwrap()
     );
     assert!(one[0].get("vs_spinlock_min").is_none(), "{}", one[0]);
+    // Without the spinlock in the run there is nothing to divide by.
+    let alone: Vec<&str> = SIM_LOCKS
+        .iter()
+        .map(|&a| {
+            if a == "nlock,rcas-spinlock" {
+                "nlock"
+            } else {
+                a
+            }
+        })
+        .chain(["--threads", "3"])
+        .collect();
+    let alone = json_lines(&loco(&alone));
+    assert_eq!(alone.len(), 1);
+    assert!(alone[0].get("vs_spinlock").is_none(), "{}", alone[0]);
     let bad = loco(&["bench", "locks", "--rounds", "101"]);
     assert!(!bad.status.success());
 }

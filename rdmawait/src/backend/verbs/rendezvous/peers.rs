@@ -601,6 +601,52 @@ mod tests {
         assert!(p.learn(n, 30, info(8), 8).is_err(), "it is dead");
     }
 
+    /// `Peers::changes` moves whenever what a link's check reads (`dead`, `incarnation`) has
+    /// changed: a link that sees the same count skips the check (`Link::refresh`), so a change
+    /// without a bump would leave it blind to a dead or restarted peer.
+    #[test]
+    fn every_change_a_link_checks_moves_the_count() {
+        let p = Peers::new(3);
+        let n = NodeId(2);
+        let look = |p: &Peers| {
+            let seen: Vec<_> = (0..3)
+                .map(|i| (p.dead(NodeId(i)), p.incarnation(NodeId(i))))
+                .collect();
+            (seen, p.changes())
+        };
+        let mut before = look(&p);
+        let mut step = |what: &str, f: &dyn Fn(&Peers)| {
+            f(&p);
+            let after = look(&p);
+            if after.0 != before.0 {
+                assert_ne!(
+                    after.1, before.1,
+                    "{what} changed {:?} without a bump",
+                    after.0
+                );
+            }
+            before = after;
+        };
+        step("a join", &|p| {
+            assert_eq!(p.admit(n, 10, info(8), 8), Admit::Join)
+        });
+        step("a refused join", &|p| {
+            assert!(matches!(p.admit(n, 11, info(8), 8), Admit::Retry(_)))
+        });
+        step("our own join", &|p| {
+            p.learn(NodeId(1), 5, info(8), 8).unwrap()
+        });
+        step("a death", &|p| p.mark_dead_of(n, 10, "killed".into()));
+        step("a rejoin", &|p| {
+            assert_eq!(p.admit(n, 20, info(8), 8), Admit::Rejoin { old: 10 })
+        });
+        step("a stale death", &|p| p.mark_dead_of(n, 10, "late".into()));
+        step("the rejoin's end", &|p| assert!(p.rejoined(n, 20, 0)));
+        step("a second death", &|p| p.mark_dead_of(n, 20, "again".into()));
+        let bumps = p.changes();
+        assert!(bumps >= 5, "{bumps}");
+    }
+
     #[test]
     fn dead_incarnations_are_remembered_up_to_a_bound() {
         let p = Peers::new(2);
