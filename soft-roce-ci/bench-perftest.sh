@@ -57,17 +57,7 @@ fi
 need_cmd ib_write_lat perftest
 need_cmd ss iproute2
 
-# The out-of-band TCP exchange goes to the device's own IPv4 address (from the IPv4-mapped GID,
-# ::ffff:a.b.c.d); 127.0.0.1 also works without rdma_cm, so it is the fallback.
-gid=$(wait_gid "$dev" "$gid_index" 5) || die "GID index $gid_index of $dev is not populated"
-case $gid in
-    0000:0000:0000:0000:0000:ffff:*)
-        hex=${gid#0000:0000:0000:0000:0000:ffff:}
-        hex=${hex//:/}
-        server=$((16#${hex:0:2})).$((16#${hex:2:2})).$((16#${hex:4:2})).$((16#${hex:6:2}))
-        ;;
-    *) server=127.0.0.1 ;;
-esac
+server=$(perftest_server "$dev" "$gid_index") || die "GID index $gid_index of $dev is not populated"
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -35,6 +35,23 @@ now() { date +%s.%N | cut -c1-14; }
 # elapsed START: seconds since START (from now()) with one decimal.
 elapsed() { awk -v s="$1" -v e="$(now)" 'BEGIN { printf "%.1f", e - s }'; }
 
+# perftest_server DEV GID_INDEX: the address a perftest client on this host reaches the server
+# on DEV at: the device's own IPv4 address (from its IPv4-mapped GID, ::ffff:a.b.c.d), else
+# 127.0.0.1 (the out-of-band TCP exchange works there too without rdma_cm). Fails if the GID
+# is not populated within 5 s.
+perftest_server() {
+    local gid hex
+    gid=$(wait_gid "$1" "$2" 5) || return 1
+    case $gid in
+        0000:0000:0000:0000:0000:ffff:*)
+            hex=${gid#0000:0000:0000:0000:0000:ffff:}
+            hex=${hex//:/}
+            echo "$((16#${hex:0:2})).$((16#${hex:2:2})).$((16#${hex:4:2})).$((16#${hex:6:2}))"
+            ;;
+        *) echo 127.0.0.1 ;;
+    esac
+}
+
 # wait_gid DEV INDEX TIMEOUT_S: wait until the GID at INDEX of DEV port 1 is non-zero and
 # print it. Reads sysfs with builtins only (it runs in the VM, where every exec is slow).
 wait_gid() {

@@ -52,15 +52,7 @@ if [ ! -e "/sys/class/infiniband/$dev" ]; then
 fi
 need_cmd ib_read_lat perftest
 
-gid=$(wait_gid "$dev" "$gid_index" 5) || die "GID index $gid_index of $dev is not populated"
-case $gid in
-    0000:0000:0000:0000:0000:ffff:*)
-        hex=${gid#0000:0000:0000:0000:0000:ffff:}
-        hex=${hex//:/}
-        server=$((16#${hex:0:2})).$((16#${hex:2:2})).$((16#${hex:4:2})).$((16#${hex:6:2}))
-        ;;
-    *) server=127.0.0.1 ;;
-esac
+server=$(perftest_server "$dev" "$gid_index") || die "GID index $gid_index of $dev is not populated"
 
 out=${keep:-$(mktemp -d)}
 mkdir -p "$out"
