@@ -447,9 +447,14 @@ pub fn locks(args: &LocksArgs) -> Result<(), String> {
     let mut rounds: Vec<Vec<Row>> = configs.iter().map(|_| Vec::new()).collect();
     // `--vs-sim`: the yardstick's simulated time, per node count (deterministic: once each).
     let mut yardsticks = std::collections::HashMap::new();
-    for (round, (i, &(lock, nodes, threads))) in
-        (0..args.rounds).flat_map(|r| configs.iter().enumerate().map(move |c| (r, c)))
-    {
+    // Within a round the spinlock's configurations go first: the others' ratios to it are then
+    // known as soon as their own rows are in, and rows are printed as they come.
+    let order: Vec<usize> = (0..configs.len())
+        .filter(|&i| configs[i].0 == LockArg::RcasSpinlock)
+        .chain((0..configs.len()).filter(|&i| configs[i].0 != LockArg::RcasSpinlock))
+        .collect();
+    for (round, i) in (0..args.rounds).flat_map(|r| order.iter().map(move |&i| (r, i))) {
+        let (lock, nodes, threads) = configs[i];
         let message = format!("{} n={nodes} t={threads}", lock.name());
         bar.set_message(match args.rounds {
             1 => message,
@@ -653,6 +658,7 @@ fn profile_name(args: &LocksArgs) -> Option<String> {
 /// The configurations whose rows can be shown now, in order, marked shown: every finished row
 /// whose spinlock row of the same node and thread count is finished too, or that has none in
 /// the run (the spinlock's own rows among them). Sets their ratio to the spinlock on the way.
+/// (The spinlock runs first in every round, so no row waits long.)
 fn ready(
     done: &mut [Option<Row>],
     shown: &mut [bool],
@@ -670,13 +676,13 @@ fn ready(
         }
         let (lock, nodes, threads) = configs[i];
         let ratio = match spin_of(nodes, threads) {
-            Some(s) if s != i => match &done[s] {
+            // The spinlock's own rows (a configuration given twice among them) have none.
+            Some(s) if lock != LockArg::RcasSpinlock => match &done[s] {
                 Some(spin) => vs_spinlock(done[i].as_ref().expect("finished"), spin),
                 None => continue, // wait for the spinlock
             },
             _ => None,
         };
-        debug_assert!(lock != LockArg::RcasSpinlock || ratio.is_none());
         if let Some(row) = done[i].as_mut() {
             row.vs_spinlock = ratio;
         }

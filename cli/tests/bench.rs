@@ -176,15 +176,25 @@ fn bench_locks_rounds_give_medians_and_ranges() {
         assert_eq!(row["ops_per_sec_max"].as_f64().unwrap(), ops[2], "{row}");
     }
     // Against the spinlock: the median of the per-round ratios, round r against round r.
+    // (The spinlock runs first in a round, so its row comes first.)
+    let of = |rows: &[serde_json::Value], lock: &str| -> serde_json::Value {
+        rows.iter()
+            .find(|r| r["lock"] == lock)
+            .unwrap_or_else(|| panic!("no {lock} row"))
+            .clone()
+    };
     let mut ratios: Vec<f64> = by_seed
         .iter()
-        .map(|r| r[0]["ops_per_sec"].as_f64().unwrap() / r[1]["ops_per_sec"].as_f64().unwrap())
+        .map(|r| {
+            of(r, "nlock")["ops_per_sec"].as_f64().unwrap()
+                / of(r, "rcas-spinlock")["ops_per_sec"].as_f64().unwrap()
+        })
         .collect();
     ratios.sort_by(f64::total_cmp);
-    let (nlock, spin) = (&rounds[0], &rounds[1]);
+    let (nlock, spin) = (&of(&rounds, "nlock"), &of(&rounds, "rcas-spinlock"));
     assert_eq!(
-        (nlock["lock"].as_str(), spin["lock"].as_str()),
-        (Some("nlock"), Some("rcas-spinlock"))
+        rounds[0]["lock"], "rcas-spinlock",
+        "the spinlock's row first"
     );
     assert_eq!(nlock["vs_spinlock"].as_f64().unwrap(), ratios[1], "{nlock}");
     assert_eq!(
@@ -203,11 +213,12 @@ fn bench_locks_rounds_give_medians_and_ranges() {
         one.iter().all(|r| r.get("rounds").is_none()),
         "one round, no spread"
     );
+    let (nlock, spin) = (of(&one, "nlock"), of(&one, "rcas-spinlock"));
     assert_eq!(
-        one[0]["vs_spinlock"].as_f64().unwrap(),
-        one[0]["ops_per_sec"].as_f64().unwrap() / one[1]["ops_per_sec"].as_f64().unwrap()
+        nlock["vs_spinlock"].as_f64().unwrap(),
+        nlock["ops_per_sec"].as_f64().unwrap() / spin["ops_per_sec"].as_f64().unwrap()
     );
-    assert!(one[0].get("vs_spinlock_min").is_none(), "{}", one[0]);
+    assert!(nlock.get("vs_spinlock_min").is_none(), "{nlock}");
     // Without the spinlock in the run there is nothing to divide by.
     let alone: Vec<&str> = SIM_LOCKS
         .iter()
@@ -223,6 +234,23 @@ fn bench_locks_rounds_give_medians_and_ranges() {
     let alone = json_lines(&loco(&alone));
     assert_eq!(alone.len(), 1);
     assert!(alone[0].get("vs_spinlock").is_none(), "{}", alone[0]);
+    // The spinlock given twice: two rows of it, neither with a ratio.
+    let twice: Vec<&str> = SIM_LOCKS
+        .iter()
+        .map(|&a| {
+            if a == "nlock,rcas-spinlock" {
+                "nlock,rcas-spinlock,rcas-spinlock"
+            } else {
+                a
+            }
+        })
+        .chain(["--threads", "3"])
+        .collect();
+    let twice = json_lines(&loco(&twice));
+    assert_eq!(twice.len(), 3);
+    for r in &twice {
+        assert_eq!(r.get("vs_spinlock").is_some(), r["lock"] == "nlock", "{r}");
+    }
     let bad = loco(&["bench", "locks", "--rounds", "101"]);
     assert!(!bad.status.success());
 }

@@ -140,8 +140,6 @@ impl Peers {
         }
     }
 
-    /// Why `node` is dead, if it is (its current incarnation died, and no new one has
-    /// completed a rejoin).
     /// A count that has moved on whenever a peer was declared dead, came back or changed its
     /// incarnation since it was last read: a reader that sees the same count as before has
     /// nothing new to look at in [`Peers::dead`] and [`Peers::incarnation`] (the count is
@@ -150,6 +148,8 @@ impl Peers {
         self.changes.load(SeqCst)
     }
 
+    /// Why `node` is dead, if it is (its current incarnation died, and no new one has
+    /// completed a rejoin).
     pub(crate) fn dead(&self, node: NodeId) -> Option<String> {
         let p = self.nodes.get(node.index())?;
         if !p.dead.load(SeqCst) {
