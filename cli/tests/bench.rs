@@ -219,34 +219,21 @@ fn bench_locks_rounds_give_medians_and_ranges() {
         nlock["ops_per_sec"].as_f64().unwrap() / spin["ops_per_sec"].as_f64().unwrap()
     );
     assert!(nlock.get("vs_spinlock_min").is_none(), "{nlock}");
+    // The same run with other locks (`--lock`).
+    let with_locks = |locks: &str| {
+        let args: Vec<&str> = SIM_LOCKS
+            .iter()
+            .map(|&a| if a == "nlock,rcas-spinlock" { locks } else { a })
+            .chain(["--threads", "3"])
+            .collect();
+        json_lines(&loco(&args))
+    };
     // Without the spinlock in the run there is nothing to divide by.
-    let alone: Vec<&str> = SIM_LOCKS
-        .iter()
-        .map(|&a| {
-            if a == "nlock,rcas-spinlock" {
-                "nlock"
-            } else {
-                a
-            }
-        })
-        .chain(["--threads", "3"])
-        .collect();
-    let alone = json_lines(&loco(&alone));
+    let alone = with_locks("nlock");
     assert_eq!(alone.len(), 1);
     assert!(alone[0].get("vs_spinlock").is_none(), "{}", alone[0]);
     // The spinlock given twice: two rows of it, neither with a ratio.
-    let twice: Vec<&str> = SIM_LOCKS
-        .iter()
-        .map(|&a| {
-            if a == "nlock,rcas-spinlock" {
-                "nlock,rcas-spinlock,rcas-spinlock"
-            } else {
-                a
-            }
-        })
-        .chain(["--threads", "3"])
-        .collect();
-    let twice = json_lines(&loco(&twice));
+    let twice = with_locks("nlock,rcas-spinlock,rcas-spinlock");
     assert_eq!(twice.len(), 3);
     for r in &twice {
         assert_eq!(r.get("vs_spinlock").is_some(), r["lock"] == "nlock", "{r}");
