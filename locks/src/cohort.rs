@@ -9,11 +9,14 @@
 //!
 //! The queue is process memory (a mutex per node and lock): the threads of one node are the
 //! threads of one process. No `Ctx` operation runs under its mutex, so a simulated thread is
-//! never stopped while holding it. Only the waiter next in line spins (with [`Spin`]: a
-//! scheduling point under the simulator); the others park (an OS thread until it is unparked
-//! on becoming next, a simulated one in steps of [`PARKED_STEP`]), so that a node's waiting
-//! threads do not take the CPUs its NIC needs (on Soft-RoCE the NIC is the kernel, on the same
-//! CPUs). Every waiter stops at its deadline, at a shutdown, or when its node is reported dead.
+//! never stopped while holding it. A waiter spins (with [`Spin`]: a scheduling point under the
+//! simulator) for [`SPIN_BUDGET`], then parks ([`clock::park_timeout`]: until unparked on
+//! becoming next in line or when a hold is left for it, or in an untimed simulation in steps of
+//! [`PARKED_STEP`]); the one next in line spins for a budget again when it becomes next. On a
+//! fast network the queue moves within the budget, and nobody pays for a wake-up (a system
+//! call for the waker, and microseconds for the woken). On a slow one (Soft-RoCE, where a
+//! section takes hundreds of microseconds) the waiting threads give back the CPUs that its
+//! NIC needs (the NIC is the kernel, on the same CPUs). Every waiter stops at its deadline, at a shutdown, or when its node is reported dead.
 //! A front left by an earlier incarnation of the node (a thread that died holding, its node
 //! restarted since) is cleared by the first waiter of the new incarnation.
 
@@ -21,10 +24,10 @@ use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
-use std::thread::Thread;
 use std::time::Duration;
 
-use loco_rdmawait::{clock, Cluster, Ctx, NodeId};
+use loco_rdmawait::clock::{self, Unparker};
+use loco_rdmawait::{Cluster, Ctx, NodeId};
 
 use crate::thread::{Deadline, Home, PinRef, Spin, ThreadLock};
 use crate::{Error, Result};
@@ -64,12 +67,19 @@ const NOBODY: u64 = u64::MAX;
 /// line, or a thread arriving meanwhile (barging).
 const OPEN: u64 = u64::MAX - 1;
 
-/// How long a parked simulated waiter lets pass before it looks again.
+/// Whether the calling thread is simulated without a profile: no time to wake up in, so
+/// parked waiters look again every [`PARKED_STEP`] rather than being unparked.
+fn untimed_sim() -> bool {
+    clock::simulated() && !clock::timed()
+}
+
+/// How long a parked simulated waiter of an untimed run lets pass before it looks again.
 const PARKED_STEP: Duration = Duration::from_micros(2);
 
-/// How long the waiter next in line spins before it parks too: a handover within a few
-/// round trips of a fast network finds it spinning; on a slow one (Soft-RoCE, where a section
-/// takes hundreds of microseconds and the NIC runs on the same CPUs) it gives the CPU back.
+/// How long a waiter spins before it parks (the next in line: from when it became next): a
+/// handover within a few round trips of a fast network finds it spinning; on a slow one
+/// (Soft-RoCE, where a section takes hundreds of microseconds and the NIC runs on the same
+/// CPUs) it gives the CPU back.
 const SPIN_BUDGET: Duration = Duration::from_micros(20);
 
 /// The longest an OS thread parks before it looks at its deadline and its node again.
@@ -272,8 +282,10 @@ struct Waiter {
     n: u64,
     /// The node's incarnation when it joined.
     inc: u64,
-    /// Its OS thread, to unpark when it becomes next in line (none under the simulator).
-    thread: Option<Thread>,
+    /// Its thread, to unpark when it becomes next in line or a hold is left open for it (none
+    /// in an async task's blocking call, which spins, nor in an untimed simulation, where a
+    /// parked waiter looks again every [`PARKED_STEP`]).
+    thread: Option<Unparker>,
 }
 
 impl Waiter {
@@ -385,7 +397,7 @@ impl NodeQueue {
         if barge || (s.front.is_none() && s.waiting.is_empty()) {
             self.set_front(&mut s, Some((n, inc)));
         } else {
-            let thread = (!clock::cooperative()).then(std::thread::current);
+            let thread = clock::unparker().filter(|_| !untimed_sim());
             s.waiting.push_back(Waiter { n, inc, thread });
             self.set_head(&s);
         }
@@ -413,6 +425,7 @@ impl NodeQueue {
         let cluster = ctx.cluster();
         // Since when the thread has been next in line.
         let mut head_since = None;
+        let queued = clock::now();
         loop {
             match self.front.load(Ordering::Acquire) {
                 f if f == n => return Ok(()),
@@ -442,21 +455,26 @@ impl NodeQueue {
                 return Err(d.timeout());
             }
             let head = self.head.load(Ordering::Acquire) == n;
-            let spinning = head && {
-                let since = *head_since.get_or_insert_with(clock::now);
-                clock::now().saturating_duration_since(since) < SPIN_BUDGET
+            // Every waiter spins for a budget before it parks: the next in line from when it
+            // became next, the others from when they queued (on a fast network the queue moves
+            // within that, and nobody pays a wake-up).
+            let since = if head {
+                *head_since.get_or_insert_with(clock::now)
+            } else {
+                queued
             };
+            let spinning = clock::now().saturating_duration_since(since) < SPIN_BUDGET;
             if head && !spinning {
                 self.asleep.store(n, Ordering::Release);
             }
             if spinning || (clock::cooperative() && !clock::simulated()) {
                 spin.wait(cluster)?;
-            } else if clock::simulated() {
+            } else if untimed_sim() {
                 cluster.check_open()?;
                 clock::sleep(PARKED_STEP);
             } else {
                 cluster.check_open()?;
-                std::thread::park_timeout(d.remaining().min(PARKED_MAX));
+                clock::park_timeout(d.remaining().min(PARKED_MAX));
             }
         }
     }

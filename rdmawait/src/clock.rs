@@ -40,6 +40,51 @@ pub fn sleep(d: Duration) {
     }
 }
 
+/// Parks the calling thread for at most `d`, until an [`Unparker`] of it wakes it:
+/// [`std::thread::park_timeout`] on an ordinary thread. On a simulated thread of a timed run
+/// the thread runs again when another simulated thread unparks it, after the profile's wake-up
+/// time ([`Profile::wake`](crate::sim::Profile::wake)), or once `d` of virtual time has passed;
+/// in an untimed run it sleeps `d` (nothing there is sized in time). In an async task's blocking
+/// call, where nothing can unpark it, the task is suspended for `d`. As with
+/// `std::thread::park_timeout`, a park may end early: callers check their condition again.
+pub fn park_timeout(d: Duration) {
+    match sched::current() {
+        Some(s) => s.park(d),
+        None if in_task() => sleep(d),
+        None => std::thread::park_timeout(d),
+    }
+}
+
+/// What wakes a thread parked in [`park_timeout`] (made by [`unparker`] on that thread).
+#[derive(Clone, Debug)]
+pub struct Unparker(Parked);
+
+#[derive(Clone, Debug)]
+enum Parked {
+    Os(std::thread::Thread),
+    Sim(sched::Handle),
+}
+
+impl Unparker {
+    /// Wakes the thread if it is parked; else its next park returns at once.
+    pub fn unpark(&self) {
+        match &self.0 {
+            Parked::Os(t) => t.unpark(),
+            Parked::Sim(h) => h.sched.unpark(sched::current().map(|w| w.me), h.me),
+        }
+    }
+}
+
+/// An [`Unparker`] of the calling thread; `None` in an async task's blocking call, which parks
+/// by suspending (see [`park_timeout`]).
+pub fn unparker() -> Option<Unparker> {
+    match sched::current() {
+        Some(h) => Some(Unparker(Parked::Sim(h))),
+        None if in_task() => None,
+        None => Some(Unparker(Parked::Os(std::thread::current()))),
+    }
+}
+
 /// A spin loop's pause between two rounds: a CPU hint, or on a simulated thread a scheduling
 /// point (the thread being waited for must get to run), or in an async task's blocking call a
 /// suspension of the task (the thread's other tasks run).

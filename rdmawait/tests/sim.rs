@@ -864,3 +864,77 @@ fn a_fence_read_costs_what_the_cluster_reads_with() {
     assert_eq!(read, FenceRead::Get, "the config's choice");
     assert!(t > mid, "a get took {t:?}");
 }
+
+/// In a timed run a park ends `Profile::wake` after another thread's unpark, which costs that
+/// thread `Profile::unpark`; a park with no unpark ends at its timeout; an unpark that comes
+/// before the park makes the park return at once; in an untimed run a park is a sleep.
+#[test]
+fn a_park_ends_wake_after_its_unpark_which_costs_the_waker_unpark() {
+    use loco_rdmawait::clock::{self, Unparker};
+    use std::sync::{Arc, Mutex};
+    let (wake, unpark) = (Duration::from_micros(7), Duration::from_micros(3));
+    let p = sim::Profile {
+        jitter: 0.0,
+        wake,
+        unpark,
+        ..sim::Profile::connectx5()
+    };
+    // (unpark at, waker's next step done at, woken at)
+    let seen = Arc::new(Mutex::new((Duration::ZERO, Duration::ZERO, Duration::ZERO)));
+    let s = seen.clone();
+    sim::replay(Config::new(1).profile(p), 1, move |c: &Cluster| {
+        let word = c.alloc_word(NodeId(0))?;
+        let slot: Arc<Mutex<Option<Unparker>>> = Arc::default();
+        let (slot2, s2) = (slot.clone(), s.clone());
+        let parked = sim::spawn(c, NodeId(0), move |_: &Ctx| -> Result<(), BoxError> {
+            *slot2.lock().unwrap() = clock::unparker();
+            clock::park_timeout(Duration::from_secs(1));
+            s2.lock().unwrap().2 = sim::now();
+            // No unpark: the park ends at its timeout.
+            let t = sim::now();
+            clock::park_timeout(Duration::from_micros(5));
+            assert_eq!(sim::now() - t, Duration::from_micros(5));
+            // An unpark first: the next park returns at once.
+            clock::unparker()
+                .expect("a simulated thread has one")
+                .unpark();
+            let t = sim::now();
+            clock::park_timeout(Duration::from_secs(1));
+            assert!(sim::now() - t < Duration::from_micros(1));
+            Ok(())
+        });
+        let s3 = s.clone();
+        let waker = sim::spawn(c, NodeId(0), move |ctx: &Ctx| -> Result<(), BoxError> {
+            clock::sleep(Duration::from_micros(50));
+            let u = slot
+                .lock()
+                .unwrap()
+                .take()
+                .ok_or("the parked thread has no unparker")?;
+            let t = sim::now();
+            u.unpark();
+            ctx.load(&word)?;
+            let mut s = s3.lock().unwrap();
+            s.0 = t;
+            s.1 = sim::now();
+            Ok(())
+        });
+        waker.join()?;
+        parked.join()?;
+        Ok::<(), BoxError>(())
+    })
+    .unwrap_or_else(|f| panic!("{}", f.report()));
+    let (at, waker_next, woken) = *seen.lock().unwrap();
+    assert_eq!(woken - at, wake, "woken {woken:?}, unparked at {at:?}");
+    let load = sim::Profile::connectx5().cpu_op;
+    assert_eq!(waker_next - at, unpark + load, "the waker's next step");
+
+    // Untimed: a park is a sleep of its timeout, and an unpark does nothing.
+    sim::replay(Config::new(1), 1, |_: &Cluster| {
+        let t = sim::now();
+        clock::park_timeout(Duration::from_millis(3));
+        assert!(sim::now() - t >= Duration::from_millis(3));
+        Ok::<(), BoxError>(())
+    })
+    .unwrap_or_else(|f| panic!("{}", f.report()));
+}

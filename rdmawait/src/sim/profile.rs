@@ -108,6 +108,21 @@ pub struct Profile {
     /// `lanes / that` times longer. `rxe`: 1 (a spinning thread takes a whole vCPU;
     /// docs/simulation.md §3 has the figures); 0 (no effect) for hardware NICs.
     pub spin_share: f64,
+    /// From an unpark until the parked thread runs again (the OS's wake-up: the futex, the
+    /// scheduler, a context switch). A thread parks where it waits for a thread of its own node
+    /// ([`crate::clock::park_timeout`]; the cohorts of `loco-locks` park the waiters not next
+    /// in line, and the one next in line after a short spin).
+    ///
+    /// With [`Profile::unpark`] it decides who comes first after a local handover: when an
+    /// unpark costs the waker at least `wake`, the woken thread looks before the waker can come
+    /// back for the lock (as on the VM, where a cohort's next thread takes the hold and the
+    /// previous holder queues behind it); when it costs less, the waker may take an open hold
+    /// first (barging, as on a host with idle cores). `rxe`: 100 µs, `connectx5`: 3 µs
+    /// (docs/simulation.md §3).
+    pub wake: Duration,
+    /// What unparking a parked thread costs the thread that unparks it (the system call; an
+    /// unpark of a thread that is not parked costs nothing). `rxe`: 100 µs, `connectx5`: 1 µs.
+    pub unpark: Duration,
 }
 
 impl Profile {
@@ -147,6 +162,8 @@ impl Profile {
             device_rmw: Duration::ZERO,
             device_lanes: 1,
             spin_share: 0.0,
+            wake: Duration::from_micros(3),
+            unpark: Duration::from_micros(1),
         }
     }
 
@@ -179,6 +196,8 @@ impl Profile {
             device_rmw: Duration::from_micros(89),
             device_lanes: 2,
             spin_share: 1.0,
+            wake: Duration::from_micros(100),
+            unpark: Duration::from_micros(100),
         }
     }
 
@@ -211,6 +230,8 @@ impl Profile {
             device_rmw: f(self.device_rmw),
             device_lanes: self.device_lanes,
             spin_share: self.spin_share,
+            wake: f(self.wake),
+            unpark: f(self.unpark),
         }
     }
 

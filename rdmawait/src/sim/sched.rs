@@ -97,6 +97,10 @@ pub(crate) enum Op {
     Sleep {
         nanos: u64,
     },
+    /// A park for at most `nanos` ([`Handle::park`]).
+    Park {
+        nanos: u64,
+    },
     Spawn {
         thread: usize,
     },
@@ -142,6 +146,7 @@ impl fmt::Display for Op {
             Op::Poll { target } => write!(f, "poll {target}"),
             Op::Pause => write!(f, "spin pause"),
             Op::Sleep { nanos } => write!(f, "sleep {nanos} ns"),
+            Op::Park { nanos } => write!(f, "park (at most {nanos} ns)"),
             Op::Spawn { thread } => write!(f, "spawn t{thread}"),
             Op::Join { thread } => write!(f, "join t{thread}"),
             Op::Start => write!(f, "start"),
@@ -205,6 +210,11 @@ struct Thread {
     /// Under a profile: the thread is in a spin loop on local memory (its last pause was a
     /// local one and it has only loaded since), counted for [`super::Profile::spin_share`].
     local_spin: bool,
+    /// Under a profile: the thread is parked ([`Handle::park`]) until its clock, or until
+    /// another thread unparks it ([`Sched::unpark`]).
+    parked: bool,
+    /// An unpark that came while the thread was not parked: its next park returns at once.
+    token: bool,
 }
 
 /// The scheduler's state.
@@ -301,8 +311,8 @@ impl fmt::Debug for Sched {
 /// A simulated thread's handle on its scheduler.
 #[derive(Clone, Debug)]
 pub(crate) struct Handle {
-    pub(super) sched: Arc<Sched>,
-    pub(super) me: usize,
+    pub(crate) sched: Arc<Sched>,
+    pub(crate) me: usize,
 }
 
 /// The payload a simulated thread unwinds with when its run is stopped (a failure elsewhere).
@@ -317,6 +327,7 @@ fn cost(p: &super::Profile, op: Op) -> Duration {
         Op::Poll { .. } => p.poll,
         Op::Pause => p.pause,
         Op::Sleep { .. }
+        | Op::Park { .. }
         | Op::Spawn { .. }
         | Op::Join { .. }
         | Op::Start
@@ -466,8 +477,44 @@ impl Sched {
             spinning: false,
             local_spin: false,
             posted: false,
+            parked: false,
+            token: false,
         });
         st.threads.len() - 1
+    }
+
+    /// Thread `waker` (running; `None` from outside the run) unparks thread `target`. In a
+    /// timed run a parked target runs again [`Profile::wake`](super::Profile::wake) after the
+    /// waker's present time (or at the end of its park, if sooner), and the waker's clock
+    /// moves on by [`Profile::unpark`](super::Profile::unpark); a target not parked keeps the
+    /// wake-up for its next park, at no cost. In an untimed run it does nothing (a park there
+    /// is a sleep).
+    pub(crate) fn unpark(&self, waker: Option<usize>, target: usize) {
+        let mut st = self.lock();
+        let Some((wake, unpark)) = st.profile.as_ref().map(|p| (p.wake, p.unpark)) else {
+            return;
+        };
+        if st.aborted.is_some()
+            || st
+                .threads
+                .get(target)
+                .is_none_or(|t| t.status == Status::Done)
+        {
+            return;
+        }
+        if !st.threads[target].parked || waker == Some(target) {
+            st.threads[target].token = true;
+            return;
+        }
+        let now = waker.map_or(st.now, |w| st.threads[w].clock.max(st.now));
+        let at = now.saturating_add(wake);
+        let th = &mut st.threads[target];
+        th.parked = false;
+        th.clock = th.clock.min(at).max(now);
+        if let Some(w) = waker {
+            let th = &mut st.threads[w];
+            th.clock = th.clock.saturating_add(unpark);
+        }
     }
 
     /// Stops the run with a failure (the first one counts).
@@ -940,6 +987,34 @@ impl Handle {
             },
             true,
         );
+    }
+
+    /// Parks the thread for at most `d`: in a timed run until another thread unparks it
+    /// ([`Sched::unpark`]) or `d` has passed (at once if an unpark came since its last park);
+    /// in an untimed run, a sleep of `d`.
+    pub(crate) fn park(&self, d: Duration) {
+        let timed = {
+            let mut st = self.sched.lock();
+            let timed = st.profile.is_some() && st.aborted.is_none();
+            if timed {
+                let th = &mut st.threads[self.me];
+                if !std::mem::take(&mut th.token) {
+                    th.parked = true;
+                    th.clock = th.clock.saturating_add(d);
+                }
+            }
+            timed
+        };
+        if !timed {
+            return self.sleep(d);
+        }
+        self.point_inner(
+            Op::Park {
+                nanos: d.as_nanos().min(u64::MAX as u128) as u64,
+            },
+            true,
+        );
+        self.sched.lock().threads[self.me].parked = false;
     }
 
     /// In a timed run: the thread has nothing to do before `at` (a poll that found nothing,
