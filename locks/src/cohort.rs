@@ -9,14 +9,17 @@
 //!
 //! The queue is process memory (a mutex per node and lock): the threads of one node are the
 //! threads of one process. No `Ctx` operation runs under its mutex, so a simulated thread is
-//! never stopped while holding it. A waiter spins (with [`Spin`]: a scheduling point under the
-//! simulator) for [`SPIN_BUDGET`], then parks ([`clock::park_timeout`]: until unparked on
-//! becoming next in line or when a hold is left for it, or in an untimed simulation in steps of
-//! [`PARKED_STEP`]); the one next in line spins for a budget again when it becomes next. On a
-//! fast network the queue moves within the budget, and nobody pays for a wake-up (a system
-//! call for the waker, and microseconds for the woken). On a slow one (Soft-RoCE, where a
-//! section takes hundreds of microseconds) the waiting threads give back the CPUs that its
-//! NIC needs (the NIC is the kernel, on the same CPUs). Every waiter stops at its deadline, at a shutdown, or when its node is reported dead.
+//! never stopped while holding it. Only the waiter next in line spins (with [`Spin`]: a
+//! scheduling point under the simulator), for [`SPIN_BUDGET`] from when it became next; the
+//! others, and then that one too, park ([`clock::park_timeout`]: until unparked on becoming
+//! next in line or when a hold is left for it, or in an untimed simulation in steps of
+//! [`PARKED_STEP`]), so that a node's waiting threads do not take the CPUs its NIC needs (on
+//! Soft-RoCE the NIC is the kernel, on the same CPUs). Parking has a price on a fast network:
+//! a wake-up is a system call for the waker and microseconds for the woken (the simulator
+//! charges both: `Profile::wake`, `Profile::unpark`). Letting every waiter spin for a budget
+//! before it parks made `loco bench locks` at 8 threads on the 2-vCPU VM 4-37% slower (one
+//! boot each way, 2026-12-05), so only the next in line does. Every waiter stops at its
+//! deadline, at a shutdown, or when its node is reported dead.
 //! A front left by an earlier incarnation of the node (a thread that died holding, its node
 //! restarted since) is cleared by the first waiter of the new incarnation.
 
@@ -76,10 +79,9 @@ fn untimed_sim() -> bool {
 /// How long a parked simulated waiter of an untimed run lets pass before it looks again.
 const PARKED_STEP: Duration = Duration::from_micros(2);
 
-/// How long a waiter spins before it parks (the next in line: from when it became next): a
-/// handover within a few round trips of a fast network finds it spinning; on a slow one
-/// (Soft-RoCE, where a section takes hundreds of microseconds and the NIC runs on the same
-/// CPUs) it gives the CPU back.
+/// How long the waiter next in line spins before it parks too: a handover within a few
+/// round trips of a fast network finds it spinning; on a slow one (Soft-RoCE, where a section
+/// takes hundreds of microseconds and the NIC runs on the same CPUs) it gives the CPU back.
 const SPIN_BUDGET: Duration = Duration::from_micros(20);
 
 /// The longest an OS thread parks before it looks at its deadline and its node again.
@@ -425,7 +427,6 @@ impl NodeQueue {
         let cluster = ctx.cluster();
         // Since when the thread has been next in line.
         let mut head_since = None;
-        let queued = clock::now();
         loop {
             match self.front.load(Ordering::Acquire) {
                 f if f == n => return Ok(()),
@@ -455,15 +456,10 @@ impl NodeQueue {
                 return Err(d.timeout());
             }
             let head = self.head.load(Ordering::Acquire) == n;
-            // Every waiter spins for a budget before it parks: the next in line from when it
-            // became next, the others from when they queued (on a fast network the queue moves
-            // within that, and nobody pays a wake-up).
-            let since = if head {
-                *head_since.get_or_insert_with(clock::now)
-            } else {
-                queued
+            let spinning = head && {
+                let since = *head_since.get_or_insert_with(clock::now);
+                clock::now().saturating_duration_since(since) < SPIN_BUDGET
             };
-            let spinning = clock::now().saturating_duration_since(since) < SPIN_BUDGET;
             if head && !spinning {
                 self.asleep.store(n, Ordering::Release);
             }
