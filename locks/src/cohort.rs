@@ -84,6 +84,13 @@ const PARKED_STEP: Duration = Duration::from_micros(2);
 /// takes hundreds of microseconds and the NIC runs on the same CPUs) it gives the CPU back.
 const SPIN_BUDGET: Duration = Duration::from_micros(20);
 
+/// A wake-up slower than this (from a hold left open to its sleeping next in line, until that
+/// thread claims it) is a host short of CPUs, where the woken thread waits for one: then a
+/// thread arriving meanwhile may take the hold first (barging). Where wake-ups are quicker
+/// (a host with a core per thread), nobody barges, and the next in line is not passed over
+/// for the price of a wake-up.
+const SLOW_WAKE: Duration = Duration::from_micros(20);
+
 /// The longest an OS thread parks before it looks at its deadline and its node again.
 const PARKED_MAX: Duration = Duration::from_millis(1);
 
@@ -158,6 +165,7 @@ impl Cohorts {
         };
         match taken {
             Ok(t) => {
+                q.hold_began();
                 me.turn.set(Some(n));
                 Ok(t)
             }
@@ -317,6 +325,16 @@ struct State {
     barges: u32,
     /// Local handovers since the last network acquire.
     handovers: u32,
+    /// When the front's hold began (taken over, or acquired on the network).
+    front_since: Option<std::time::Instant>,
+    /// Whether the last hold that ended through the queue was shorter than [`SPIN_BUDGET`]:
+    /// then the waiters behind the next in line are woken early ([`NodeQueue::open`]).
+    short: bool,
+    /// When the hold was last left open, and whether the next in line slept then.
+    opened: Option<(std::time::Instant, bool)>,
+    /// Whether the last sleeping next in line took longer than [`SLOW_WAKE`] from the hold's
+    /// opening to its claim: only then may newcomers barge.
+    wakes_slow: bool,
 }
 
 impl NodeQueue {
@@ -336,14 +354,28 @@ impl NodeQueue {
     }
 
     /// Nobody at the front, the hold parked (in incarnation `inc`) for the waiter next in line
-    /// or a barging newcomer, whichever comes first; the waiter is woken.
+    /// or a barging newcomer, whichever comes first; the waiter is woken, and after a short hold
+    /// the one behind it too.
     fn open(&self, s: &mut State, inc: u64) {
         s.front = None;
         s.open = Some(inc);
         self.front_inc.store(inc, Ordering::Release);
         self.front.store(OPEN, Ordering::Release);
+        let asleep = s
+            .waiting
+            .front()
+            .is_some_and(|w| self.asleep.load(Ordering::Acquire) == w.n);
+        s.opened = Some((clock::now(), asleep));
         if let Some(w) = s.waiting.front() {
             w.wake();
+        }
+        // Short holds: the second in line is woken now, so that it spins by the time the hold
+        // comes to it, and the one taking this hold does not pay for the wake-up inside its
+        // critical section (`claim` wakes the new next in line, for free if it is not parked).
+        if s.short {
+            if let Some(w) = s.waiting.get(1) {
+                w.wake();
+            }
         }
     }
 
@@ -358,6 +390,9 @@ impl NodeQueue {
         }
         s.waiting.pop_front();
         s.barges = 0;
+        if let Some((at, true)) = s.opened.take() {
+            s.wakes_slow = clock::now().saturating_duration_since(at) > SLOW_WAKE;
+        }
         self.set_front(&mut s, Some((n, inc)));
         true
     }
@@ -389,6 +424,7 @@ impl NodeQueue {
         s.next += 1;
         let barge = s.open == Some(inc)
             && s.parked.is_some()
+            && s.wakes_slow
             && s.barges < crate::COHORT_BARGES
             && s.waiting
                 .front()
@@ -511,6 +547,11 @@ impl NodeQueue {
         false
     }
 
+    /// The front's hold has begun (taken over or acquired on the network).
+    fn hold_began(&self) {
+        self.state().front_since = Some(clock::now());
+    }
+
     /// The hold the previous front parked, if any; if none, the front acquires on the network
     /// and a new run of handovers starts.
     fn take_parked(&self) -> Option<Hold> {
@@ -595,6 +636,9 @@ fn leave(net: &dyn NetLock, ctx: &Ctx, q: &NodeQueue, n: u64) -> Result<()> {
             if f != n {
                 return Ok(());
             }
+            s.short = s
+                .front_since
+                .is_some_and(|t| clock::now().saturating_duration_since(t) < SPIN_BUDGET);
             if !s.waiting.is_empty() {
                 if s.parked.is_some() {
                     q.open(&mut s, inc);

@@ -102,10 +102,13 @@
 //! Barging: when a holder hands over, the hold is left for whichever thread of the node comes
 //! first, the thread next in line or a thread arriving meanwhile (typically the holder itself
 //! coming back for its next section), but a newcomer may take it only once the next in line has
-//! spent its spin budget and sleeps between looks, and only [`COHORT_BARGES`] times in a row.
-//! A spinning next in line takes the hold at once, as on a fast network; a sleeping one must be
-//! woken, which on a host with more threads than CPUs (Soft-RoCE in a 2-vCPU VM, 8 threads) is a
-//! context switch the lock would otherwise sit through idle. There (8 threads over 2 nodes)
+//! spent its spin budget and sleeps between looks, only while the node's wake-ups are slow (the
+//! last sleeping next in line took more than 20 µs from the hold's opening to taking it), and
+//! only [`COHORT_BARGES`] times in a row. A spinning next in line takes the hold at once, as on
+//! a fast network; a sleeping one must be woken, which on a host with more threads than CPUs
+//! (Soft-RoCE in a 2-vCPU VM, 8 threads) is a context switch the lock would otherwise sit
+//! through idle, and on a host with a core per thread a few microseconds, not worth passing the
+//! next in line over for. There (8 threads over 2 nodes)
 //! barging took the node lock from 4290 to 4286-5366 sections per second, the weak lock from
 //! 2432 to 4555-4738 and the strong lock from 1906 to 3452-3653 (the rCAS spinlock: 4917-5398),
 //! with fairness 1.04-1.11; under the simulator's `connectx5` profile it changes little at 16
