@@ -95,9 +95,9 @@
 //!   bound).
 //!
 //! Measured in simulated time (`connectx5`, 16 threads over 4 nodes, a critical section that
-//! writes remote data): the node lock goes from 268 k to 348 k sections per second, with 6.5
-//! network operations per section instead of 19, and p99 acquire latency from 64 to 92 µs (the
-//! price of local runs); the README has the table.
+//! writes remote data, wake-ups of parked threads charged): the node lock goes from 268 k to
+//! 305 k sections per second, with 6.7 network operations per section instead of 19, and p99
+//! acquire latency from 64 to 104 µs (the price of local runs); the README has the table.
 //!
 //! Barging: when a holder hands over, the hold is left for whichever thread of the node comes
 //! first, the thread next in line or a thread arriving meanwhile (typically the holder itself
@@ -111,8 +111,10 @@
 //! next in line over for. There (8 threads over 2 nodes)
 //! barging took the node lock from 4290 to 4286-5366 sections per second, the weak lock from
 //! 2432 to 4555-4738 and the strong lock from 1906 to 3452-3653 (the rCAS spinlock: 4917-5398),
-//! with fairness 1.04-1.11; under the simulator's `connectx5` profile it changes little at 16
-//! threads (the README has the tables).
+//! with fairness 1.04-1.11 (an A/B on 2026-12-05: 1.30-1.65 times the spinlock at 2 nodes with
+//! barging, 1.12-1.42 without). Under the simulator's `connectx5` profile, where wake-ups take
+//! 3 µs, nobody barges; when they did, the node lock did 284 k sections per second at 16
+//! threads, with fairness 3.5, against 305 k and 2.0 (the README has the tables).
 //!
 //! Failures: a thread that gives up (timeout, error) while queued on its node leaves the queue;
 //! one that reaches the front as it gives up passes the front on, releasing on the network a hold
