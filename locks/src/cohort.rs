@@ -196,6 +196,7 @@ impl Cohorts {
         drop(q.take_parked());
         match net.try_acquire(ctx, d) {
             Ok(Some(t)) => {
+                q.hold_began();
                 me.turn.set(Some(n));
                 Ok(Some(t))
             }
