@@ -165,7 +165,7 @@ impl Cohorts {
         };
         match taken {
             Ok(t) => {
-                q.hold_began();
+                me.turn_since.set(Some(clock::now()));
                 me.turn.set(Some(n));
                 Ok(t)
             }
@@ -196,7 +196,7 @@ impl Cohorts {
         drop(q.take_parked());
         match net.try_acquire(ctx, d) {
             Ok(Some(t)) => {
-                q.hold_began();
+                me.turn_since.set(Some(clock::now()));
                 me.turn.set(Some(n));
                 Ok(Some(t))
             }
@@ -220,10 +220,14 @@ impl Cohorts {
         let Some(n) = me.turn.get() else {
             return net.release(ctx, poison);
         };
+        let short = me
+            .turn_since
+            .take()
+            .map(|t| clock::now().saturating_duration_since(t) < SPIN_BUDGET);
         if me.held.get().is_none() {
             // The hold ended without a release (its lock's node restarted): only the turn goes.
             me.turn.set(None);
-            leave(net, ctx, self.queue(ctx.node())?, n)?;
+            leave(net, ctx, self.queue(ctx.node())?, n, short)?;
             return Err(Error::NotHeld);
         }
         let q = self.queue(ctx.node())?;
@@ -252,7 +256,7 @@ impl Cohorts {
         // Whatever the release's outcome: a thread still holding after a failed release has
         // its hold but no turn, and the next thread of the node queues on the network.
         me.turn.set(None);
-        let left = leave(net, ctx, q, n);
+        let left = leave(net, ctx, q, n, short);
         r.and(left)
     }
 }
@@ -299,10 +303,50 @@ struct Waiter {
     thread: Option<Unparker>,
 }
 
-impl Waiter {
-    fn wake(&self) {
-        if let Some(t) = &self.thread {
+/// The threads a holder of a queue's mutex wakes, unparked once it lets the mutex go: a
+/// futex wake-up costs the waker tens of microseconds on the 2-vCPU VM, and a thread woken
+/// under the mutex would find it taken, sleep on it, and need a second wake-up.
+#[derive(Debug, Default)]
+struct Wakes([Option<Unparker>; 3]);
+
+impl Wakes {
+    fn push(&mut self, w: &Waiter) {
+        let Some(t) = &w.thread else { return };
+        match self.0.iter_mut().find(|u| u.is_none()) {
+            Some(slot) => *slot = Some(t.clone()),
+            None => t.unpark(), // never more than 3 per hold of the mutex; correct anyway
+        }
+    }
+
+    fn run(self) {
+        for t in self.0.into_iter().flatten() {
             t.unpark();
+        }
+    }
+}
+
+/// A queue's state, locked; the wake-ups noted in it run once it is unlocked.
+struct Locked<'a>(Option<MutexGuard<'a, State>>);
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        self.0.as_ref().expect("locked until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        self.0.as_mut().expect("locked until dropped")
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        if let Some(mut g) = self.0.take() {
+            let wakes = std::mem::take(&mut g.wakes);
+            drop(g);
+            wakes.run();
         }
     }
 }
@@ -326,8 +370,6 @@ struct State {
     barges: u32,
     /// Local handovers since the last network acquire.
     handovers: u32,
-    /// When the front's hold began (taken over, or acquired on the network).
-    front_since: Option<std::time::Instant>,
     /// Whether the last hold that ended through the queue was shorter than [`SPIN_BUDGET`]:
     /// then the waiters behind the next in line are woken early ([`NodeQueue::open`]).
     short: bool,
@@ -336,11 +378,13 @@ struct State {
     /// Whether the last sleeping next in line took longer than [`SLOW_WAKE`] from the hold's
     /// opening to its claim: only then may newcomers barge.
     wakes_slow: bool,
+    /// Waiters to unpark once the mutex is let go ([`Locked`]).
+    wakes: Wakes,
 }
 
 impl NodeQueue {
-    fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn state(&self) -> Locked<'_> {
+        Locked(Some(self.state.lock().unwrap_or_else(|p| p.into_inner())))
     }
 
     fn set_front(&self, s: &mut State, f: Option<(u64, u64)>) {
@@ -368,14 +412,14 @@ impl NodeQueue {
             .is_some_and(|w| self.asleep.load(Ordering::Acquire) == w.n);
         s.opened = Some((clock::now(), asleep));
         if let Some(w) = s.waiting.front() {
-            w.wake();
+            s.wakes.push(w);
         }
         // Short holds: the second in line is woken now, so that it spins by the time the hold
         // comes to it, and the one taking this hold does not pay for the wake-up inside its
         // critical section (`claim` wakes the new next in line, for free if it is not parked).
         if s.short {
             if let Some(w) = s.waiting.get(1) {
-                w.wake();
+                s.wakes.push(w);
             }
         }
     }
@@ -399,12 +443,12 @@ impl NodeQueue {
     }
 
     /// The first waiter is next in line: it spins (woken if parked).
-    fn set_head(&self, s: &State) {
+    fn set_head(&self, s: &mut State) {
         let head = s.waiting.front();
         let n = head.map_or(NOBODY, |w| w.n);
         if self.head.swap(n, Ordering::AcqRel) != n {
             if let Some(w) = head {
-                w.wake();
+                s.wakes.push(w);
             }
         }
     }
@@ -413,7 +457,7 @@ impl NodeQueue {
     fn advance(&self, s: &mut State) {
         let next = s.waiting.pop_front();
         if let Some(w) = &next {
-            w.wake();
+            s.wakes.push(w);
         }
         self.set_front(s, next.map(|w| (w.n, w.inc)));
     }
@@ -438,7 +482,7 @@ impl NodeQueue {
         } else {
             let thread = clock::unparker().filter(|_| !untimed_sim());
             s.waiting.push_back(Waiter { n, inc, thread });
-            self.set_head(&s);
+            self.set_head(&mut s);
         }
         n
     }
@@ -544,13 +588,8 @@ impl NodeQueue {
             self.set_front(&mut s, Some((n, me.inc)));
             return true;
         }
-        self.set_head(&s);
+        self.set_head(&mut s);
         false
-    }
-
-    /// The front's hold has begun (taken over or acquired on the network).
-    fn hold_began(&self) {
-        self.state().front_since = Some(clock::now());
     }
 
     /// The hold the previous front parked, if any; if none, the front acquires on the network
@@ -598,7 +637,7 @@ impl NodeQueue {
 /// [`leave`] on an acquire that fails anyway: a failed release of a parked hold is logged (the
 /// caller keeps that hold, and the acquire's own error is what it returns).
 fn leave_logged(net: &dyn NetLock, ctx: &Ctx, q: &NodeQueue, n: u64) {
-    if let Err(e) = leave(net, ctx, q, n) {
+    if let Err(e) = leave(net, ctx, q, n, None) {
         tracing::error!(target: "loco::locks", error = %e, node = %ctx.node(),
             "releasing a hold no thread of the node took failed");
     }
@@ -626,8 +665,9 @@ pub(crate) fn take_over(
 /// Number `n`, at the front, leaves: the next waiter comes to the front; if none waits, a hold
 /// parked for it (its waiter gave up) is released on the network here first (the caller does
 /// not hold the lock). If that release fails, the caller keeps the hold (it is reported, and
-/// [`RawLock::release`](crate::RawLock::release) by the caller releases it).
-fn leave(net: &dyn NetLock, ctx: &Ctx, q: &NodeQueue, n: u64) -> Result<()> {
+/// [`RawLock::release`](crate::RawLock::release) by the caller releases it). `short`: whether
+/// the hold that ends was shorter than [`SPIN_BUDGET`] (`None`: no hold, an acquire failed).
+fn leave(net: &dyn NetLock, ctx: &Ctx, q: &NodeQueue, n: u64, short: Option<bool>) -> Result<()> {
     loop {
         let orphan = {
             let mut s = q.state();
@@ -637,9 +677,9 @@ fn leave(net: &dyn NetLock, ctx: &Ctx, q: &NodeQueue, n: u64) -> Result<()> {
             if f != n {
                 return Ok(());
             }
-            s.short = s
-                .front_since
-                .is_some_and(|t| clock::now().saturating_duration_since(t) < SPIN_BUDGET);
+            if let Some(short) = short {
+                s.short = short;
+            }
             if !s.waiting.is_empty() {
                 if s.parked.is_some() {
                     q.open(&mut s, inc);

@@ -283,6 +283,9 @@ pub(crate) struct ThreadLock {
     /// The thread's number at the front of its node's queue for the lock (cohorts): from its
     /// acquire through its node's queue to its release.
     pub(crate) turn: Cell<Option<u64>>,
+    /// When the thread's hold through its node's queue began (cohorts: taken over, or acquired
+    /// on the network), to tell a short hold at its release.
+    pub(crate) turn_since: Cell<Option<std::time::Instant>>,
     cluster: loco_rdmawait::Cluster,
 }
 
@@ -332,6 +335,7 @@ impl ThreadLock {
             carried: RefCell::new(None),
             carried_poison: Cell::new(false),
             turn: Cell::new(None),
+            turn_since: Cell::new(None),
             cluster: ctx.cluster().clone(),
         })
     }
