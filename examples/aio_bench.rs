@@ -24,20 +24,21 @@
 
 use std::time::{Duration, Instant};
 
+use clap::builder::RangedU64ValueParser;
 use clap::Parser;
 use loco::aio::AsyncCtx;
 use loco::prelude::*;
 
 #[derive(Parser)]
 struct Args {
-    /// Operations per measurement.
-    #[arg(long, default_value_t = 2000)]
+    /// Operations per measurement (1 to 2^32).
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=1 << 32))]
     iters: u64,
-    /// Rounds (each measures all three).
-    #[arg(long, default_value_t = 5)]
+    /// Rounds, each measures all three (1 to 1000).
+    #[arg(long, default_value_t = 5, value_parser = RangedU64ValueParser::<usize>::from(1..=1000))]
     rounds: usize,
-    /// Tasks with a put outstanding at once, for the throughput measurement.
-    #[arg(long, default_value_t = 16)]
+    /// Tasks with a put outstanding at once, for the throughput measurement (1 to 4096).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=4096))]
     tasks: u64,
 }
 
@@ -142,7 +143,7 @@ fn measure(
         // Async, many tasks with a put outstanding each.
         let many = rt.block_on(local.run_until(async {
             let t = Instant::now();
-            let per = a.iters / a.tasks;
+            let per = (a.iters / a.tasks).max(1);
             let hs: Vec<_> = (0..a.tasks)
                 .map(|i| {
                     let actx = actx.clone();
@@ -158,8 +159,10 @@ fn measure(
             for h in hs {
                 h.await.expect("a task panicked")?;
             }
+            // Scaled to `iters` puts (`per * tasks` is at most `iters`, or `tasks` when
+            // there are fewer puts than tasks).
             Ok::<Duration, loco::rdmawait::Error>(
-                t.elapsed() * a.iters as u32 / (per * a.tasks) as u32,
+                t.elapsed().mul_f64(a.iters as f64 / (per * a.tasks) as f64),
             )
         }))?;
         let per_op = |d: Duration| d.as_secs_f64() * 1e6 / a.iters as f64;

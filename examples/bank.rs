@@ -18,7 +18,9 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use clap::Parser;
+use clap::builder::RangedU64ValueParser;
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser};
 use common::Sched;
 use loco::prelude::*;
 use loco::sc::{Decoder, Encoder, LayoutError, Words};
@@ -26,20 +28,20 @@ use loco::sc::{Decoder, Encoder, LayoutError, Words};
 #[derive(Parser)]
 #[command(about = "concurrent transfers between accounts; the total balance is conserved")]
 struct Args {
-    /// Nodes in the cluster.
-    #[arg(long, default_value_t = 3)]
+    /// Nodes in the cluster (1 to 65535).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=65535))]
     nodes: u16,
-    /// Threads making transfers, spread round-robin over the nodes.
-    #[arg(long, default_value_t = 6)]
+    /// Threads making transfers, spread round-robin over the nodes (1 to 1024).
+    #[arg(long, default_value_t = 6, value_parser = RangedU64ValueParser::<usize>::from(1..=1024))]
     threads: usize,
-    /// Accounts.
-    #[arg(long, default_value_t = 12)]
+    /// Accounts (2 to 65536).
+    #[arg(long, default_value_t = 12, value_parser = RangedU64ValueParser::<usize>::from(2..=65536))]
     accounts: usize,
-    /// Initial balance of every account.
+    /// Initial balance of every account (the total, balance x accounts, must fit in 64 bits).
     #[arg(long, default_value_t = 1000)]
     balance: u64,
-    /// Transfers per thread.
-    #[arg(long, default_value_t = 1000)]
+    /// Transfers per thread (1 to 2^40).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1 << 40))]
     transfers: u64,
     /// When the soft NIC does its work.
     #[arg(long, value_enum, default_value = "threaded")]
@@ -140,13 +142,25 @@ impl Sequential for Ledger {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
-    assert!(args.accounts >= 2, "--accounts must be at least 2");
+    // The total is conserved, so no balance ever exceeds it: it is the only sum to check.
+    let Some(total) = args.balance.checked_mul(args.accounts as u64) else {
+        Args::command()
+            .error(
+                ErrorKind::ValueValidation,
+                format!(
+                    "the total balance, --balance x --accounts, must fit in 64 bits: with \
+                     --accounts {}, --balance is at most {}",
+                    args.accounts,
+                    u64::MAX / args.accounts as u64
+                ),
+            )
+            .exit();
+    };
     let schedule = args.schedule.schedule(args.seed);
     let cluster = Cluster::builder()
         .nodes(args.nodes as usize)
         .soft(schedule)
         .build()?;
-    let total = args.balance * args.accounts as u64;
     let node_of = |t: usize| NodeId((t % args.nodes as usize) as u16);
     println!(
         "bank: {} accounts of {} on {} nodes, {} threads x {} transfers ({schedule:?})",

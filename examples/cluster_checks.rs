@@ -58,11 +58,11 @@ mod verbs_main {
     struct Args {
         #[command(flatten)]
         member: Member,
-        /// Critical sections per lock, publication rounds, and SC FAAs, per process.
-        #[arg(long, default_value_t = 20)]
+        /// Critical sections per lock, publication rounds, and SC FAAs, per process (1 to 2^20).
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
         rounds: u64,
-        /// Rendezvous, barrier, wait and lock timeout, in seconds.
-        #[arg(long, default_value_t = 60)]
+        /// Rendezvous, barrier, wait and lock timeout, in seconds (1 to 86400).
+        #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86400))]
         timeout: u64,
     }
 

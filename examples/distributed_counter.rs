@@ -52,14 +52,14 @@ mod verbs_main {
     struct Args {
         #[command(flatten)]
         member: Member,
-        /// Remote FAAs on each other node's counter.
-        #[arg(long, default_value_t = 10_000)]
+        /// Remote FAAs on each other node's counter (0 to 2^40).
+        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(..=1 << 40))]
         ops: u64,
         /// Pause between rounds, in microseconds (to make a run last, e.g. to kill a process).
         #[arg(long, default_value_t = 0)]
         pace_us: u64,
-        /// Rendezvous, barrier and wait timeout, in seconds.
-        #[arg(long, default_value_t = 30)]
+        /// Rendezvous, barrier and wait timeout, in seconds (1 to 86400).
+        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86400))]
         timeout: u64,
     }
 

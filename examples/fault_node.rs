@@ -92,8 +92,8 @@ mod verbs_main {
         /// go on for 2 s after it).
         #[arg(long, default_value_t = 60000)]
         work_ms: u64,
-        /// Rendezvous and wait timeout, in seconds.
-        #[arg(long, default_value_t = 20)]
+        /// Rendezvous and wait timeout, in seconds (1 to 86400).
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=86400))]
         timeout: u64,
         /// Survivors: after the check, stay up this long (milliseconds) and check that the
         /// victim's counter word here does not change (a stopped victim resumes meanwhile).
@@ -107,8 +107,8 @@ mod verbs_main {
         /// This process is the victim, started again after it was killed (`--at rejoin`).
         #[arg(long)]
         restarted: bool,
-        /// Lock-protected increments per process after the rejoin (`--at rejoin`).
-        #[arg(long, default_value_t = 50)]
+        /// Lock-protected increments per process after the rejoin (`--at rejoin`; 0 to 2^32).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(..=1 << 32))]
         increments: u64,
         /// Survivors: after the check, run SC operations on an `ScLoc` on n0 and write their
         /// history into this directory; the lowest survivor checks the merged history for

@@ -35,6 +35,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use clap::builder::RangedU64ValueParser;
 use clap::{Parser, Subcommand};
 use loco::aio::AsyncCtx;
 use loco::prelude::*;
@@ -104,11 +105,12 @@ enum Cmd {
 
 #[derive(clap::Args, Clone, Copy)]
 struct Shard {
-    /// Buckets of each node's map (its capacity in keys).
-    #[arg(long, default_value_t = 4096)]
+    /// Buckets of each node's map, its capacity in keys (1 to 2^20; 24 bytes each, in the
+    /// node's 1 MiB).
+    #[arg(long, default_value_t = 4096, value_parser = RangedU64ValueParser::<usize>::from(1..=1 << 20))]
     buckets: usize,
-    /// Seconds an operation may wait (lock, network) before it fails.
-    #[arg(long, default_value_t = 10)]
+    /// Seconds an operation may wait (lock, network) before it fails (1 to 86400).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=86400))]
     timeout: u64,
 }
 

@@ -17,29 +17,32 @@ mod common;
 
 use std::time::Instant;
 
-use clap::Parser;
+use clap::builder::RangedU64ValueParser;
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser};
 use common::Sched;
 use loco::prelude::*;
 
 #[derive(Parser)]
 #[command(about = "a ported hash map on one node under a read/write/CAS mix from every node")]
 struct Args {
-    /// Nodes in the cluster.
-    #[arg(long, default_value_t = 3)]
+    /// Nodes in the cluster (1 to 65535).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=65535))]
     nodes: u16,
-    /// Threads, spread round-robin over the nodes.
-    #[arg(long, default_value_t = 6)]
+    /// Threads, spread round-robin over the nodes (1 to 1024).
+    #[arg(long, default_value_t = 6, value_parser = RangedU64ValueParser::<usize>::from(1..=1024))]
     threads: usize,
-    /// Operations per thread.
-    #[arg(long, default_value_t = 2000)]
+    /// Operations per thread (1 to 2^40).
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=1 << 40))]
     ops: u64,
-    /// Data keys (as many counter keys again).
-    #[arg(long, default_value_t = 16)]
+    /// Data keys, as many counter keys again (1 to 2^19, and at most half of --buckets).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1 << 19))]
     keys: u64,
-    /// Buckets of the map (at least twice the keys).
-    #[arg(long, default_value_t = 64)]
+    /// Buckets of the map (2 to 2^20, and at least twice --keys; 24 bytes each, in the 1 MiB of
+    /// the map's node).
+    #[arg(long, default_value_t = 64, value_parser = RangedU64ValueParser::<usize>::from(2..=1 << 20))]
     buckets: usize,
-    /// The node holding the map.
+    /// The node holding the map (below --nodes).
     #[arg(long, default_value_t = 0)]
     home: u16,
     /// When the soft NIC does its work.
@@ -80,10 +83,33 @@ impl Rng {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
-    assert!(
-        args.buckets as u64 >= 2 * args.keys,
-        "--buckets must be at least twice --keys"
-    );
+    if (args.buckets as u64) < 2 * args.keys {
+        Args::command()
+            .error(
+                ErrorKind::ValueValidation,
+                format!(
+                    "--buckets must be at least twice --keys: --keys {} needs 2 * {} = {} \
+                     buckets or more, not {}",
+                    args.keys,
+                    args.keys,
+                    2 * args.keys,
+                    args.buckets
+                ),
+            )
+            .exit();
+    }
+    if args.home >= args.nodes {
+        Args::command()
+            .error(
+                ErrorKind::ValueValidation,
+                format!(
+                    "--home must be a node of the cluster, 0 to {} with --nodes {}",
+                    args.nodes - 1,
+                    args.nodes
+                ),
+            )
+            .exit();
+    }
     let schedule = args.schedule.schedule(args.seed);
     let cluster = Cluster::builder()
         .nodes(args.nodes as usize)

@@ -23,8 +23,8 @@ struct Args {
     /// Seed of the chaos schedule.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Remote FAAs per thread on the shared counter.
-    #[arg(long, default_value_t = 1000)]
+    /// Remote FAAs per thread on the shared counter (0 to 2^40).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(..=1 << 40))]
     faas: u64,
 }
 

@@ -13,7 +13,7 @@
 
 use clap::{Parser, ValueEnum};
 use loco::prelude::*;
-use loco::sim::{self, Config, Strategy};
+use loco::sim::{self, Config, FailureKind, Strategy};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -26,8 +26,8 @@ enum Strat {
 #[derive(Parser)]
 #[command(about = "loco-rs: find a missing fence with the deterministic simulator")]
 struct Args {
-    /// Runs to try (each a different schedule).
-    #[arg(long, default_value_t = 2000)]
+    /// Runs to try, each a different schedule (at least 1).
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=u64::MAX))]
     runs: u64,
     /// Scheduling strategy.
     #[arg(long, value_enum, default_value = "random")]
@@ -96,6 +96,11 @@ fn main() -> Result<(), BoxError> {
             "no failing run in {} runs ({} distinct schedules): try more runs",
             r.runs, r.schedules
         ),
+        // A mistake in the set-up (a bad LOCO_SIM_SEED, say) is not the bug hunted here.
+        Err(f) if f.kind() == FailureKind::Setup => {
+            eprint!("{}", f.report());
+            return Err("the check could not start".into());
+        }
         Err(f) => {
             print!("{}", f.report());
             let again = sim::replay(config(), f.seed(), publish(false))

@@ -13,35 +13,45 @@
 
 use std::time::Instant;
 
+use clap::builder::RangedU64ValueParser;
 use clap::Parser;
 use loco::aio::AsyncCtx;
 use loco::prelude::*;
 
 #[derive(Parser)]
 struct Args {
-    /// OS threads (each with its own runtime and context), spread over n0 and n2.
-    #[arg(long, default_value_t = 2)]
+    /// OS threads (each with its own runtime and context), spread over n0 and n2 (1 to 1024).
+    #[arg(long, default_value_t = 2, value_parser = RangedU64ValueParser::<usize>::from(1..=1024))]
     threads: usize,
-    /// Tasks per thread.
-    #[arg(long, default_value_t = 500)]
+    /// Tasks per thread (1 to 32768; each takes two words of its node's 1 MiB).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=32768))]
     tasks: u64,
-    /// Tickets (remote FAAs) per task.
-    #[arg(long, default_value_t = 10)]
+    /// Tickets (remote FAAs) per task (0 to 2^20).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(..=1 << 20))]
     faas: u64,
 }
 
-/// One thread: a current-thread runtime, one context on `node`, `tasks` tasks.
-fn thread_main(c: &Cluster, node: NodeId, a: &Args, lock: &NLock, tickets: Loc, counter: Loc) {
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// One thread: a current-thread runtime, one context on `node`, `tasks` tasks. Fails when the
+/// node's memory cannot hold the tasks' words, or with the first task's error.
+fn thread_main(
+    c: &Cluster,
+    node: NodeId,
+    a: &Args,
+    lock: &NLock,
+    tickets: Loc,
+    counter: Loc,
+) -> Result<(), BoxError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .build()
-        .expect("a tokio runtime");
+        .build()?;
     let local = tokio::task::LocalSet::new();
-    let actx = AsyncCtx::open(c, node).expect("a context");
+    let actx = AsyncCtx::open(c, node)?;
     let mut handles = Vec::new();
     for _ in 0..a.tasks {
         let (actx, lock, faas) = (actx.clone(), lock.clone(), a.faas);
-        let (old, tmp) = (c.alloc_word(node).unwrap(), c.alloc_word(node).unwrap());
+        let (old, tmp) = (c.alloc_word(node)?, c.alloc_word(node)?);
         handles.push(local.spawn_local(async move {
             // Remote FAAs, each with its own work id: no task waits for another's.
             for _ in 0..faas {
@@ -58,12 +68,13 @@ fn thread_main(c: &Cluster, node: NodeId, a: &Args, lock: &NLock, tickets: Loc, 
     }
     rt.block_on(local.run_until(async {
         for h in handles {
-            h.await.expect("a task panicked").expect("a task failed");
+            h.await.expect("a task panicked")?;
         }
-    }));
+        Ok::<(), BoxError>(())
+    }))
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), BoxError> {
     let a = Args::parse();
     let c = Cluster::builder().nodes(3).backend_from_env()?.build()?;
     let lock = NLock::new(&c, NodeId(1))?;
@@ -71,12 +82,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let counter = c.alloc_word(NodeId(1))?;
     let start = Instant::now();
     std::thread::scope(|s| {
-        for t in 0..a.threads {
-            let node = NodeId(if t % 2 == 0 { 0 } else { 2 });
-            let (c, a, lock) = (&c, &a, &lock);
-            s.spawn(move || thread_main(c, node, a, lock, tickets, counter));
-        }
-    });
+        let handles: Vec<_> = (0..a.threads)
+            .map(|t| {
+                let node = NodeId(if t % 2 == 0 { 0 } else { 2 });
+                let (c, a, lock) = (&c, &a, &lock);
+                s.spawn(move || thread_main(c, node, a, lock, tickets, counter))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .try_for_each(|h| h.join().expect("a thread panicked"))
+    })?;
     let secs = start.elapsed().as_secs_f64();
     c.quiesce()?;
     let tasks = a.threads as u64 * a.tasks;

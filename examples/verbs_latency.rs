@@ -34,8 +34,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     #[derive(Parser)]
     #[command(about = "latency of put+wait, get+wait and rfaa+wait on an RDMA device")]
     struct Args {
-        /// Measured iterations per operation.
-        #[arg(long, default_value_t = 1000)]
+        /// Measured iterations per operation (1 to 1000000).
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
         iters: u32,
         /// Unmeasured iterations first.
         #[arg(long, default_value_t = 100)]

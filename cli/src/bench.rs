@@ -218,8 +218,8 @@ pub(crate) fn count<const MAX: usize>(s: &str) -> Result<usize, String> {
     }
 }
 
-/// A duration in seconds in `(0, 3600]` (command-line parser).
-fn seconds(s: &str) -> Result<f64, String> {
+/// A duration in seconds in `(0, 3600]`, fractions allowed (command-line parser).
+pub(crate) fn seconds(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(x) if x > 0.0 && x <= 3600.0 => Ok(x),
         _ => Err("expected seconds, more than 0 and at most 3600".to_string()),

@@ -102,7 +102,7 @@ pub fn main(args: &DoctorArgs) -> ExitCode {
     checks.push(memlock(args, !peers.is_empty()));
     if !peers.is_empty() {
         checks.extend(peer_checks(&peers));
-        checks.push(verbs::key_check());
+        checks.push(verbs::key_check(&peers));
     }
     if let Some(c) = verbs::bootstrap_check(&peers) {
         checks.push(c);
@@ -293,18 +293,50 @@ mod verbs {
         None
     }
 
-    pub(super) fn key_check() -> Check {
-        super::key_check_plain()
+    pub(super) fn key_check(peers: &[String]) -> Check {
+        super::key_check_plain(peers)
     }
 }
 
 /// The cluster key check by the variable alone: set or not.
-fn key_check_plain() -> Check {
+fn key_check_plain(peers: &[String]) -> Check {
     match std::env::var("LOCO_CLUSTER_KEY") {
         Ok(_) => check("cluster key", Status::Pass, "LOCO_CLUSTER_KEY is set"),
-        Err(_) => check("cluster key", Status::Fail, "LOCO_CLUSTER_KEY is not set")
-            .fix("export LOCO_CLUSTER_KEY=$(loco keygen), the same key on every node"),
+        Err(_) => no_key(peers),
     }
+}
+
+/// No key and nothing that allows it: a cluster confined to this host (every peer a loopback
+/// address) starts with a warning, any other refuses to start.
+fn no_key(peers: &[String]) -> Check {
+    let fix = "export LOCO_CLUSTER_KEY=$(loco keygen), the same key on every node";
+    if all_loopback(peers) {
+        check(
+            "cluster key",
+            Status::Warn,
+            "LOCO_CLUSTER_KEY is not set: every peer is on this host, so the cluster starts, \
+             but any local user can join it",
+        )
+        .fix(fix)
+    } else {
+        check(
+            "cluster key",
+            Status::Fail,
+            "LOCO_CLUSTER_KEY is not set: a multi-process cluster refuses to start without it",
+        )
+        .fix(fix)
+    }
+}
+
+/// Whether every peer resolves to a loopback address (its first, as the verbs backend's
+/// bootstrap decides whether it may run without a key).
+fn all_loopback(peers: &[String]) -> bool {
+    use std::net::ToSocketAddrs;
+    !peers.is_empty()
+        && peers.iter().all(|p| {
+            p.to_socket_addrs()
+                .is_ok_and(|mut a| a.next().is_some_and(|a| a.ip().is_loopback()))
+        })
 }
 
 #[cfg(feature = "verbs")]

@@ -195,9 +195,10 @@ enum Litmus {
         /// Stop a test at its first run showing the `exists` outcome (--runs is then a budget).
         #[arg(long)]
         until_exists: bool,
-        /// Timeout of each wait and poll, in seconds.
-        #[arg(long, default_value_t = 10)]
-        timeout: u64,
+        /// Timeout of each wait and poll, in seconds (more than 0, at most 3600; fractions
+        /// allowed, e.g. 0.5).
+        #[arg(long, default_value_t = 10.0, value_parser = timeout_seconds)]
+        timeout: f64,
         /// On OS threads (chaos, threaded, verbs): before each statement a thread makes up to
         /// this many extra CPU loads of a private word (a seeded number) and sometimes yields,
         /// so that the threads interleave in more ways. Changes no outcome; 0 is off.
@@ -302,6 +303,17 @@ enum ScheduleArg {
     Sim,
 }
 
+/// `litmus run --timeout`: seconds as `bench --secs` takes them (more than 0, at most 3600,
+/// fractions allowed), and not so small that they round to 0 ns (command-line parser).
+fn timeout_seconds(s: &str) -> Result<f64, String> {
+    match bench::seconds(s)? {
+        x if Duration::from_secs_f64(x).is_zero() => {
+            Err("expected seconds, at least 0.000000001 (1 ns) and at most 3600".into())
+        }
+        x => Ok(x),
+    }
+}
+
 /// A count of at least 1 (command-line parser): `--runs 0` would run nothing and report that
 /// no forbidden outcome was seen.
 fn at_least_one(s: &str) -> Result<usize, String> {
@@ -363,7 +375,7 @@ fn litmus(cmd: Litmus) -> Status {
             };
             let mut cfg = RunConfig::new(backend, runs, seed);
             cfg.until_exists = until_exists;
-            cfg.timeout = Duration::from_secs(timeout);
+            cfg.timeout = Duration::from_secs_f64(timeout);
             cfg.noise = noise;
             run(&files, &cfg, json, budget, model)
         }
@@ -519,6 +531,9 @@ fn check(files: &[PathBuf], json: bool, budget: Budget, model: ModelArgs) -> Sta
                             fmt_time(e.elapsed),
                             if v.matches() { "ok" } else { "MISMATCH" }
                         );
+                        if let Some(note) = stuck_note(&e) {
+                            out!("  note: {note}");
+                        }
                         if let Some(trace) = &counterexample {
                             let w = e.witness(&test).expect("a counterexample has a witness");
                             out!("  counterexample: {}", e.show(&test, w));
@@ -716,6 +731,25 @@ fn run(
     status
 }
 
+/// What `check` and `show` say under a test whose exploration met states where no thread can
+/// go on and one has not finished (a lock never released, a `wait` or `poll` with nothing
+/// outstanding): those schedules have no outcome, and only the JSON's `stuck` told so.
+fn stuck_note(e: &loco_litmus::Exploration) -> Option<String> {
+    (e.stuck > 0).then(|| {
+        let none = if e.outcomes.is_empty() {
+            "no schedule finishes: "
+        } else {
+            ""
+        };
+        format!(
+            "{none}{} stuck state(s), where no thread can go on and one has not finished (a \
+             lock never released, a wait or poll with nothing outstanding); `loco litmus run` \
+             names the thread",
+            e.stuck
+        )
+    })
+}
+
 fn show(file: &Path, traces: bool, json: bool, budget: Budget, model: ModelArgs) -> Status {
     let mut status = Status::default();
     let Ok(test) = load_or_count(file, &mut status, model) else {
@@ -746,6 +780,7 @@ fn show(file: &Path, traces: bool, json: bool, budget: Budget, model: ModelArgs)
             "expect": test.expect,
             "model": e.verdict(&test).model(),
             "states": e.states,
+            "stuck": e.stuck,
             "outcomes": outs,
         });
         out!("{}", serde_json::to_string_pretty(&v).expect("json"));
@@ -760,6 +795,9 @@ fn show(file: &Path, traces: bool, json: bool, budget: Budget, model: ModelArgs)
         e.verdict(&test).model(),
         test.expect
     );
+    if let Some(note) = stuck_note(&e) {
+        out!("  note: {note}");
+    }
     for o in e.outcomes.keys() {
         let ex = if satisfies(&test, &e.observables, o) {
             "  <- exists"

@@ -75,7 +75,13 @@ fn peers_and_the_cluster_key_are_checked() {
     let c = find(&v, &format!("peer {closed}"));
     assert_eq!(c["status"], "fail", "{v:#}");
     assert!(c["fix"].as_str().unwrap().contains("firewall"));
-    assert_eq!(find(&v, "cluster key")["status"], "fail");
+    // No key, every peer on this host: the cluster starts, with a warning (as the bootstrap
+    // does); a peer elsewhere makes it refuse to start.
+    let c = find(&v, "cluster key");
+    assert_eq!(c["status"], "warn", "{v:#}");
+    assert!(c["fix"].as_str().unwrap().contains("keygen"));
+    let (_, v) = doctor(&["--peers", &format!("{open},192.0.2.1:7470")], &[]);
+    assert_eq!(find(&v, "cluster key")["status"], "fail", "{v:#}");
     // The key set: that check passes (LOCO_PEERS is read when --peers is not given).
     let key = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
     let (_, v) = doctor(&[], &[("LOCO_PEERS", &open), ("LOCO_CLUSTER_KEY", key)]);

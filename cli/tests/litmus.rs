@@ -429,11 +429,16 @@ fn run_refuses_bad_counts_and_reports_errors_once() {
         &["litmus", "run", "--runs", "0"][..],
         &["litmus", "run", "--noise", "1001"],
         &["litmus", "run", "--noise", "4294967295"],
+        &["litmus", "run", "--timeout", "0"],
+        &["litmus", "run", "--timeout", "-1"],
+        &["litmus", "run", "--timeout", "1e-12"],
+        &["litmus", "run", "--timeout", "3601"],
+        &["litmus", "run", "--timeout", "nan"],
     ] {
         let out = loco(args, &[file("fig5-sb-put-gf")]);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
     }
-    // A lock that cannot be taken within 0 ns (deterministic under the simulator): an error
+    // A lock that cannot be taken within 1 ns (deterministic under the simulator): an error
     // of the run, reported once, and not as a panic.
     let out = loco(
         &[
@@ -444,7 +449,7 @@ fn run_refuses_bad_counts_and_reports_errors_once() {
             "--runs",
             "2",
             "--timeout",
-            "0",
+            "0.000000001",
         ],
         &[file("nlock-giveup-two")],
     );

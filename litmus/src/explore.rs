@@ -188,7 +188,17 @@ pub fn explore_with(test: &Test, cfg: &Config) -> Result<Exploration, ExploreErr
     visited.insert(fingerprint(&init));
     let mut acts = Vec::new();
     init.actions(&prog, reduce, &mut acts, &mut steps);
-    stack.push((init, acts, 0));
+    if acts.is_empty() {
+        // A test whose initial state has no step (no thread has a statement, or none can
+        // start): that state is its only end, final or stuck like any other.
+        if init.is_final(&prog) {
+            outcomes.insert(outcome(&prog, &observables, &init), Vec::new());
+        } else {
+            stuck += 1;
+        }
+    } else {
+        stack.push((init, acts, 0));
+    }
     while let Some((state, acts, next)) = stack.last_mut() {
         let Some(&a) = acts.get(*next) else {
             stack.pop();

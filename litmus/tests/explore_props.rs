@@ -70,3 +70,25 @@ proptest! {
         prop_assert_eq!(again.states, fast.states);
     }
 }
+
+/// A test whose initial state has no step: that state is its end, an outcome when every
+/// thread is done (no thread, or only empty ones), stuck when a thread cannot start.
+#[test]
+fn an_initial_state_without_steps_is_an_outcome_or_stuck() {
+    let head = "litmus start\nloc x @n0\nloc y @n1\n";
+    let tail = "exists x = 0\nexpect allowed\n";
+    for body in ["", "thread t0 @n0 {\n}\n"] {
+        let src = format!("{head}{body}{tail}");
+        let test = loco_litmus::parse(&src, "start").unwrap();
+        let e = explore_with(&test, &Config::default()).unwrap();
+        assert_eq!(e.outcomes.len(), 1, "{src}");
+        assert_eq!(e.stuck, 0, "{src}");
+        assert!(e.verdict(&test).matches(), "{src}");
+    }
+    // A first statement that can never go on: no outcome, one stuck state.
+    let src = format!("{head}thread t0 @n0 {{\n  poll(n1)\n}}\n{tail}");
+    let test = loco_litmus::parse(&src, "start").unwrap();
+    let e = explore_with(&test, &Config::default()).unwrap();
+    assert!(e.outcomes.is_empty(), "{src}");
+    assert_eq!(e.stuck, 1, "{src}");
+}

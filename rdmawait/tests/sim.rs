@@ -314,8 +314,10 @@ fn edge_values_of_the_configuration() {
         });
     let r = sim::check(big, touch).unwrap_or_else(|f| panic!("{}", f.report()));
     assert_eq!(r.runs, 2);
-    let none = sim::check(Config::new(2).runs(0), touch).unwrap();
-    assert_eq!((none.runs, none.schedules), (0, 0));
+    // A check of no run would pass having tested nothing: refused.
+    let f = sim::check(Config::new(2).runs(0), touch).unwrap_err();
+    assert_eq!(f.kind(), FailureKind::Setup);
+    assert!(f.message().contains("runs(0)"), "{}", f.report());
     let f = sim::check(Config::new(2).max_steps(0), touch).unwrap_err();
     assert_eq!(f.kind(), FailureKind::Budget);
     let f = sim::check(Config::new(0), touch).unwrap_err();

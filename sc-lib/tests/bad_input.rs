@@ -235,3 +235,10 @@ fn edge_sizes_are_refused_or_held() {
     // Nothing was taken from the node.
     assert_eq!(c.free_bytes(NodeId(1)).unwrap(), free);
 }
+
+#[test]
+fn a_queue_of_no_slot_is_refused_and_says_so() {
+    let c = common::cluster(2, Schedule::Immediate);
+    let e = PortedQueue::new(&c, &BoundedQueue::new(0)).unwrap_err();
+    assert!(e.to_string().contains("capacity of at least 1"), "{e}");
+}

@@ -571,7 +571,7 @@ fn expect(what: &str, got: u64, want: u64) -> Result<(), Box<dyn std::error::Err
     }
 }
 
-pub(super) fn key_check() -> Check {
+pub(super) fn key_check(peers: &[String]) -> Check {
     let name = "cluster key";
     match VerbsConfig::from_env() {
         // A key that does not parse.
@@ -582,7 +582,7 @@ pub(super) fn key_check() -> Check {
         // Something else of the environment is refused (e.g. LOCO_PEERS without LOCO_NODE_ID,
         // as before a node's id is chosen): the cluster starts with that error; this check is
         // about the key.
-        Err(_) => super::key_check_plain(),
+        Err(_) => super::key_check_plain(peers),
         Ok(c) if c.has_cluster_key() => check(name, Status::Pass, "LOCO_CLUSTER_KEY is set"),
         Ok(c) if c.allows_no_key() => check(
             name,
@@ -590,12 +590,7 @@ pub(super) fn key_check() -> Check {
             "no key, LOCO_CLUSTER_INSECURE=1: anyone who reaches the rendezvous port can join",
         )
         .fix("export LOCO_CLUSTER_KEY=$(loco keygen), the same key on every node"),
-        Ok(_) => check(
-            name,
-            Status::Fail,
-            "LOCO_CLUSTER_KEY is not set: a multi-process cluster refuses to start without it",
-        )
-        .fix("export LOCO_CLUSTER_KEY=$(loco keygen), the same key on every node"),
+        Ok(_) => super::no_key(peers),
     }
 }
 

@@ -124,7 +124,7 @@ pub enum ParseErrorKind {
     /// An input past one of the parser's limits ([`MAX_INPUT_BYTES`], [`MAX_STATEMENTS`],
     /// [`MAX_DECLARATIONS`], [`MAX_NAME_LEN`], [`MAX_ATOMS`]): no test needs that much, and the
     /// explorer could not finish one that did.
-    #[error("too large: {what} (the limit is {max})")]
+    #[error("too large: {}", too_large(what, *max))]
     TooLarge {
         /// What is too large.
         what: String,
@@ -201,12 +201,25 @@ pub fn parse_file(path: &Path) -> Result<Test, crate::Error> {
     Ok(parse(src, &file)?)
 }
 
+/// The `what` of a [`ParseErrorKind::TooLarge`] about the whole input (past [`MAX_INPUT_BYTES`]).
+const INPUT: &str = "the input";
+
+/// The text of a [`ParseErrorKind::TooLarge`]: the input's limit is in bytes, the others count
+/// what `what` names.
+fn too_large(what: &str, max: usize) -> String {
+    if what == INPUT {
+        format!("more than {max} bytes (the limit for a litmus test)")
+    } else {
+        format!("{what} (the limit is {max})")
+    }
+}
+
 fn too_large_input(file: &str) -> ParseError {
     ParseError {
         file: file.to_string(),
         span: Span { line: 1, col: 1 },
         kind: ParseErrorKind::TooLarge {
-            what: "the input".into(),
+            what: INPUT.into(),
             max: MAX_INPUT_BYTES,
         },
     }

@@ -111,7 +111,9 @@ use crate::{Cluster, Ctx, NodeId, Schedule};
 
 use sched::{Handle, Op, Sched};
 
-/// The environment variable that overrides the default base seed of [`Config`].
+/// The environment variable that overrides the default base seed of [`Config`]: a `u64` in
+/// decimal or `0x`-prefixed hex. [`check`] refuses a value that does not parse
+/// ([`FailureKind::Setup`]) rather than fall back to the default.
 pub const SEED_ENV: &str = "LOCO_SIM_SEED";
 
 /// The deepest [`Strategy::Pct`] bug depth used (a larger one is taken as this).
@@ -316,7 +318,8 @@ impl Config {
         self
     }
 
-    /// How many runs [`check`] makes (each a different schedule seed).
+    /// How many runs [`check`] makes (each a different schedule seed); at least 1 ([`check`]
+    /// refuses 0 as [`FailureKind::Setup`]: it would pass having tested nothing).
     pub fn runs(mut self, runs: u64) -> Self {
         self.runs = runs;
         self
@@ -378,7 +381,7 @@ impl Config {
 
 fn parse_seed(s: &str) -> Option<u64> {
     let s = s.trim();
-    match s.strip_prefix("0x") {
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
         Some(hex) => u64::from_str_radix(hex, 16).ok(),
         None => s.parse().ok(),
     }
@@ -444,9 +447,26 @@ pub enum FailureKind {
     Nondeterministic,
 }
 
+impl std::error::Error for Failure {}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let f = self;
+        match f.kind {
+            FailureKind::Setup if f.steps == 0 => {
+                write!(out, "simulation not started (Setup): {}", f.message)
+            }
+            kind => write!(
+                out,
+                "simulated run with seed {:#x} failed after {} steps ({kind:?}): {}",
+                f.seed, f.steps, f.message
+            ),
+        }
+    }
+}
+
 /// A failed run: its seed (give it to [`replay`]), what went wrong, and the last steps.
-#[derive(Clone, Debug, thiserror::Error)]
-#[error("simulated run with seed {seed:#x} failed after {steps} steps ({kind:?}): {message}")]
+#[derive(Clone, Debug)]
 pub struct Failure {
     seed: u64,
     kind: FailureKind,
@@ -479,6 +499,10 @@ impl Failure {
 
     /// The failure with its trace, for printing.
     pub fn report(&self) -> String {
+        if self.kind == FailureKind::Setup && self.steps == 0 {
+            // Nothing ran: no steps to show, no schedule to replay.
+            return format!("{self}\n");
+        }
         let mut s = format!("{self}\nlast steps:\n");
         for l in &self.trace {
             s.push_str("  ");
@@ -486,7 +510,7 @@ impl Failure {
             s.push('\n');
         }
         s.push_str(&format!(
-            "replay with loco_rdmawait::sim::replay(config, {:#x}, ...)\n",
+            "replay with sim::replay(config, {:#x}, ...)\n",
             self.seed
         ));
         s
@@ -659,6 +683,30 @@ where
     E: fmt::Display + 'static,
 {
     let f = Arc::new(f);
+    let setup = |message: String| Failure {
+        seed: 0,
+        kind: FailureKind::Setup,
+        message,
+        steps: 0,
+        trace: Vec::new(),
+    };
+    if config.runs == 0 {
+        // A check of no run would pass having tested nothing.
+        return Err(setup(
+            "Config::runs(0): a check needs at least one run".into(),
+        ));
+    }
+    if config.seed.is_none() {
+        // A mistyped seed would otherwise fall back to the default silently, and the check
+        // would explore other schedules than the ones asked for.
+        if let Ok(v) = std::env::var(SEED_ENV) {
+            if parse_seed(&v).is_none() {
+                return Err(setup(format!(
+                    "{SEED_ENV}={v:?} is not a seed: give a u64 in decimal or 0x-prefixed hex"
+                )));
+            }
+        }
+    }
     let base = config.base_seed();
     let explorer = explorer(&config, 0)?;
     let mut hashes = std::collections::HashSet::new();

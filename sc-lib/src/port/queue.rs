@@ -60,6 +60,11 @@ pub enum QueueRet {
     Len(usize),
 }
 
+/// Why a layout without slots is refused: a queue of capacity 0 (its layout is a head, a
+/// length and the slots).
+const NO_SLOT: &str = "a queue needs a capacity of at least 1 (its layout is a head, a length \
+                       and at least one slot)";
+
 impl BoundedQueue {
     /// An empty queue of `capacity` slots.
     pub fn new(capacity: usize) -> Self {
@@ -122,7 +127,7 @@ impl Sequential for BoundedQueue {
         if capacity == 0 {
             return Err(LayoutError::Invalid {
                 word: words.len(),
-                reason: "a queue's layout has a head, a length and at least one slot",
+                reason: NO_SLOT,
             });
         }
         let head = d.next_at_most(capacity - 1, "the queue's head is not a slot index")?;
@@ -151,7 +156,7 @@ impl Sequential for BoundedQueue {
         if capacity == 0 {
             return Err(LayoutError::Invalid {
                 word: words.len(),
-                reason: "a queue's layout has a head, a length and at least one slot",
+                reason: NO_SLOT,
             }
             .into());
         }
