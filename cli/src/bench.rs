@@ -397,6 +397,44 @@ struct Words {
     ret: Loc,
 }
 
+/// Whether option `id` of a subcommand was given on the command line (not its default).
+pub(crate) fn given(m: &clap::ArgMatches, id: &str) -> bool {
+    m.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
+}
+
+/// The options given that the run would ignore: each applies to one backend (or mode) only,
+/// and a run that silently drops one measures something else than was asked for.
+pub(crate) fn ignored_options(args: &LocksArgs, m: &clap::ArgMatches) -> Vec<String> {
+    if args.vs_sim && args.backend != BenchBackend::Verbs {
+        return Vec::new(); // the more basic mistake: `locks` says so
+    }
+    let sim = args.backend == BenchBackend::Sim;
+    let rules: [(&str, &str, bool); 5] = [
+        ("profile", "--backend sim or --vs-sim", sim || args.vs_sim),
+        ("seed", "--backend sim or --vs-sim", sim || args.vs_sim),
+        (
+            "profile_scale",
+            "--backend sim (--vs-sim fits the scale itself)",
+            sim,
+        ),
+        (
+            "sim_us",
+            "--backend sim (--vs-sim simulates for --secs)",
+            sim,
+        ),
+        (
+            "secs",
+            "--backend soft or verbs (give --sim-us to sim)",
+            !sim,
+        ),
+    ];
+    rules
+        .iter()
+        .filter(|(id, _, applies)| !applies && given(m, id))
+        .map(|(id, to, _)| format!("--{} applies only to {to}", id.replace('_', "-")))
+        .collect()
+}
+
 /// Runs `loco bench locks`.
 pub fn locks(args: &LocksArgs) -> Result<(), String> {
     let secs = Duration::from_secs_f64(args.secs);

@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 mod bench;
 mod doctor;
@@ -324,7 +324,9 @@ fn at_least_one(s: &str) -> Result<usize, String> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    refuse_ignored_options(&cli, &matches);
     match cli.command {
         Command::Litmus(cmd) => ExitCode::from(litmus(cmd).code()),
         Command::Keygen => keygen::main(),
@@ -343,6 +345,27 @@ fn main() -> ExitCode {
                 ExitCode::from(5)
             }
         },
+    }
+}
+
+/// A usage error (exit 2) for options the run would ignore: given for another backend than
+/// the one chosen (`--profile` with `--backend soft`, say).
+fn refuse_ignored_options(cli: &Cli, m: &clap::ArgMatches) {
+    let Some(("bench", b)) = m.subcommand() else {
+        return;
+    };
+    let ignored = match (&cli.command, b.subcommand()) {
+        (Command::Bench(Bench::Locks(a)), Some((_, sub))) => bench::ignored_options(a, sub),
+        (Command::Bench(Bench::Ops(a)), Some((_, sub))) => ops::ignored_options(a, sub),
+        _ => return,
+    };
+    if !ignored.is_empty() {
+        Cli::command()
+            .error(
+                clap::error::ErrorKind::ArgumentConflict,
+                format!("{} (this run would ignore it)", ignored.join("; ")),
+            )
+            .exit();
     }
 }
 

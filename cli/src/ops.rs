@@ -314,6 +314,22 @@ pub(crate) fn measure(
     Ok(Row::new(config, samples))
 }
 
+/// The options given that the run would ignore (see [`crate::bench::ignored_options`]).
+pub(crate) fn ignored_options(args: &OpsArgs, m: &clap::ArgMatches) -> Vec<String> {
+    let sim = args.backend == BenchBackend::Sim;
+    let rules: [(&str, &str, bool); 4] = [
+        ("profile", "--backend sim", sim),
+        ("profile_scale", "--backend sim", sim),
+        ("seed", "--backend sim", sim),
+        ("rounds", "--vs-perftest", args.vs_perftest),
+    ];
+    rules
+        .iter()
+        .filter(|(id, _, applies)| !applies && crate::bench::given(m, id))
+        .map(|(id, to, _)| format!("--{} applies only to {to}", id.replace('_', "-")))
+        .collect()
+}
+
 /// Runs `loco bench ops`.
 pub fn ops(args: &OpsArgs) -> Result<(), String> {
     if args.vs_perftest && args.backend != BenchBackend::Verbs {

@@ -316,3 +316,64 @@ fn bench_locks_vs_sim_refuses_what_it_cannot_compare() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+/// An option for another backend than the one chosen is a usage error, not silently dropped.
+#[test]
+fn bench_options_for_another_backend_are_refused() {
+    for (args, says) in [
+        (
+            &["locks", "--profile", "rxe"][..],
+            "--profile applies only to --backend sim or --vs-sim",
+        ),
+        (
+            &["locks", "--backend", "soft", "--sim-us", "50"],
+            "--sim-us applies only to --backend sim",
+        ),
+        (
+            &["locks", "--backend", "sim", "--secs", "2"],
+            "--secs applies only to --backend soft or verbs",
+        ),
+        (
+            &["locks", "--profile-scale", "2"],
+            "--profile-scale applies only to --backend sim",
+        ),
+        (
+            &["ops", "--seed", "3"],
+            "--seed applies only to --backend sim",
+        ),
+        (
+            &["ops", "--rounds", "3"],
+            "--rounds applies only to --vs-perftest",
+        ),
+    ] {
+        let mut all = vec!["bench"];
+        all.extend_from_slice(args);
+        let out = loco(&all);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    // Given where they apply, they run.
+    let out = loco(&[
+        "bench",
+        "locks",
+        "--backend",
+        "sim",
+        "--profile",
+        "rxe",
+        "--sim-us",
+        "50",
+        "--seed",
+        "2",
+        "--threads",
+        "1",
+        "--lock",
+        "nlock",
+        "--no-plot",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
