@@ -101,6 +101,7 @@ pub fn main(args: &DoctorArgs) -> ExitCode {
     let devices = verbs::checks(args, &mut checks);
     checks.push(memlock(args, !peers.is_empty()));
     if !peers.is_empty() {
+        checks.push(peer_list_check(&peers));
         checks.extend(peer_checks(&peers));
         checks.push(verbs::key_check(&peers));
     }
@@ -156,6 +157,27 @@ fn peers(args: &DoctorArgs) -> Vec<String> {
     } else {
         args.peers.clone()
     }
+}
+
+/// The peer list names every node once: two nodes at one address cannot both listen there
+/// (the verbs backend refuses such a list).
+fn peer_list_check(peers: &[String]) -> Check {
+    let name = "peer list";
+    for (j, p) in peers.iter().enumerate() {
+        if let Some(i) = peers[..j].iter().position(|q| q == p) {
+            return check(
+                name,
+                Status::Fail,
+                format!("n{i} and n{j} have the same address {p}"),
+            )
+            .fix("give each node its own host:port in LOCO_PEERS (or --peers), in node order");
+        }
+    }
+    check(
+        name,
+        Status::Pass,
+        format!("{} nodes, each at its own address", peers.len()),
+    )
 }
 
 /// The locked-memory limit against what the configured cluster registers.

@@ -82,6 +82,18 @@ fn peers_and_the_cluster_key_are_checked() {
     assert!(c["fix"].as_str().unwrap().contains("keygen"));
     let (_, v) = doctor(&["--peers", &format!("{open},192.0.2.1:7470")], &[]);
     assert_eq!(find(&v, "cluster key")["status"], "fail", "{v:#}");
+    assert_eq!(find(&v, "peer list")["status"], "pass", "{v:#}");
+    // One address for two nodes: refused, as the backend refuses it.
+    let (code, v) = doctor(&["--peers", &format!("{open},{open}")], &[]);
+    assert_eq!(code, 1);
+    let c = find(&v, "peer list");
+    assert_eq!(c["status"], "fail", "{v:#}");
+    assert!(
+        c["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("n0 and n1")),
+        "{c:#}"
+    );
     // The key set: that check passes (LOCO_PEERS is read when --peers is not given).
     let key = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
     let (_, v) = doctor(&[], &[("LOCO_PEERS", &open), ("LOCO_CLUSTER_KEY", key)]);

@@ -869,6 +869,16 @@ impl VerbsBackend {
                     d.node
                 )));
             }
+            // Two nodes at one address would both listen there: the second process fails to
+            // bind, or, in turns, each takes the other's connections.
+            for (j, p) in d.peers.iter().enumerate() {
+                if let Some(i) = d.peers[..j].iter().position(|q| q == p) {
+                    return Err(verbs_error(format!(
+                        "the peer list (LOCO_PEERS) gives n{i} and n{j} the same address {p}: \
+                         each node needs its own host:port"
+                    )));
+                }
+            }
         }
         let key = match &config.distributed {
             Some(d) => Some(config.key(&d.peers)?),
@@ -1167,6 +1177,18 @@ mod tests {
             .map(|_| ())
             .unwrap_err()
             .to_string()
+    }
+
+    #[test]
+    fn a_peer_list_naming_one_address_twice_is_refused() {
+        let peers = ["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7001"];
+        let config = VerbsConfig::new()
+            .distributed(NodeId(0), peers.iter().map(|s| s.to_string()).collect());
+        let e = build_error(config, 3);
+        assert!(
+            e.contains("gives n0 and n2 the same address 127.0.0.1:7001"),
+            "{e}"
+        );
     }
 
     #[test]
