@@ -397,9 +397,19 @@ struct Words {
     ret: Loc,
 }
 
-/// Whether option `id` of a subcommand was given on the command line (not its default).
-pub(crate) fn given(m: &clap::ArgMatches, id: &str) -> bool {
-    m.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
+/// The options of `rules` (id, where it applies, whether it applies to this run) given on
+/// the command line (not their defaults) where they do not apply, each said as an error.
+pub(crate) fn given_where_ignored(
+    m: &clap::ArgMatches,
+    rules: &[(&str, &str, bool)],
+) -> Vec<String> {
+    rules
+        .iter()
+        .filter(|(id, _, applies)| {
+            !applies && m.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
+        })
+        .map(|(id, to, _)| format!("--{} applies only to {to}", id.replace('_', "-")))
+        .collect()
 }
 
 /// The options given that the run would ignore: each applies to one backend (or mode) only,
@@ -428,11 +438,7 @@ pub(crate) fn ignored_options(args: &LocksArgs, m: &clap::ArgMatches) -> Vec<Str
             !sim,
         ),
     ];
-    rules
-        .iter()
-        .filter(|(id, _, applies)| !applies && given(m, id))
-        .map(|(id, to, _)| format!("--{} applies only to {to}", id.replace('_', "-")))
-        .collect()
+    given_where_ignored(m, &rules)
 }
 
 /// Runs `loco bench locks`.

@@ -323,11 +323,7 @@ pub(crate) fn ignored_options(args: &OpsArgs, m: &clap::ArgMatches) -> Vec<Strin
         ("seed", "--backend sim", sim),
         ("rounds", "--vs-perftest", args.vs_perftest),
     ];
-    rules
-        .iter()
-        .filter(|(id, _, applies)| !applies && crate::bench::given(m, id))
-        .map(|(id, to, _)| format!("--{} applies only to {to}", id.replace('_', "-")))
-        .collect()
+    crate::bench::given_where_ignored(m, &rules)
 }
 
 /// Runs `loco bench ops`.

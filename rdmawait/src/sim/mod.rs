@@ -368,14 +368,25 @@ impl Config {
         self
     }
 
-    /// The base seed in effect.
+    /// The base seed in effect (a [`SEED_ENV`] that does not parse counts as unset here;
+    /// [`check`] refuses it).
     pub fn base_seed(&self) -> u64 {
-        self.seed.unwrap_or_else(|| {
-            std::env::var(SEED_ENV)
-                .ok()
-                .and_then(|s| parse_seed(&s))
-                .unwrap_or(DEFAULT_SEED)
-        })
+        self.seed_checked().unwrap_or(DEFAULT_SEED)
+    }
+
+    /// The base seed, or why [`SEED_ENV`] (asked only without [`Config::seed`]) is no seed.
+    fn seed_checked(&self) -> Result<u64, String> {
+        let Some(seed) = self.seed else {
+            return match std::env::var(SEED_ENV) {
+                Err(_) => Ok(DEFAULT_SEED),
+                Ok(v) => parse_seed(&v).ok_or_else(|| {
+                    format!(
+                        "{SEED_ENV}={v:?} is not a seed: give a u64 in decimal or 0x-prefixed hex"
+                    )
+                }),
+            };
+        };
+        Ok(seed)
     }
 }
 
@@ -451,15 +462,14 @@ impl std::error::Error for Failure {}
 
 impl fmt::Display for Failure {
     fn fmt(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let f = self;
-        match f.kind {
-            FailureKind::Setup if f.steps == 0 => {
-                write!(out, "simulation not started (Setup): {}", f.message)
+        match self.kind {
+            FailureKind::Setup if self.steps == 0 => {
+                write!(out, "simulation not started (Setup): {}", self.message)
             }
             kind => write!(
                 out,
                 "simulated run with seed {:#x} failed after {} steps ({kind:?}): {}",
-                f.seed, f.steps, f.message
+                self.seed, self.steps, self.message
             ),
         }
     }
@@ -696,18 +706,9 @@ where
             "Config::runs(0): a check needs at least one run".into(),
         ));
     }
-    if config.seed.is_none() {
-        // A mistyped seed would otherwise fall back to the default silently, and the check
-        // would explore other schedules than the ones asked for.
-        if let Ok(v) = std::env::var(SEED_ENV) {
-            if parse_seed(&v).is_none() {
-                return Err(setup(format!(
-                    "{SEED_ENV}={v:?} is not a seed: give a u64 in decimal or 0x-prefixed hex"
-                )));
-            }
-        }
-    }
-    let base = config.base_seed();
+    // A mistyped seed is refused: falling back to the default would explore other schedules
+    // than the ones asked for.
+    let base = config.seed_checked().map_err(setup)?;
     let explorer = explorer(&config, 0)?;
     let mut hashes = std::collections::HashSet::new();
     let mut report = Report {
