@@ -363,3 +363,21 @@ fn all_loopback(peers: &[String]) -> bool {
 
 #[cfg(feature = "verbs")]
 mod verbs;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// No key: a warning where every peer is on loopback, a failure where one is elsewhere
+    /// (an address literal: nothing is resolved or contacted).
+    #[test]
+    fn no_key_fails_with_a_peer_elsewhere() {
+        let peers = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let local = no_key(&peers(&["127.0.0.1:7470", "127.0.0.1:7471"]));
+        assert_eq!(local.status, Status::Warn);
+        let mixed = no_key(&peers(&["127.0.0.1:7470", "192.0.2.1:7470"]));
+        assert_eq!(mixed.status, Status::Fail);
+        assert!(mixed.fix.is_some_and(|f| f.contains("keygen")));
+        assert_eq!(no_key(&[]).status, Status::Fail);
+    }
+}

@@ -80,8 +80,8 @@ fn peers_and_the_cluster_key_are_checked() {
     let c = find(&v, "cluster key");
     assert_eq!(c["status"], "warn", "{v:#}");
     assert!(c["fix"].as_str().unwrap().contains("keygen"));
-    let (_, v) = doctor(&["--peers", &format!("{open},192.0.2.1:7470")], &[]);
-    assert_eq!(find(&v, "cluster key")["status"], "fail", "{v:#}");
+    // (A peer elsewhere is the unit test `no_key_fails_with_a_peer_elsewhere`: from here the
+    // doctor would try to connect to it, and test traffic stays on loopback.)
     assert_eq!(find(&v, "peer list")["status"], "pass", "{v:#}");
     // One address for two nodes: refused, as the backend refuses it.
     let (code, v) = doctor(&["--peers", &format!("{open},{open}")], &[]);
