@@ -24,7 +24,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use indicatif::ProgressBar;
 use loco_rdmawait::sim;
-use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, Schedule, WorkId};
+use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, Schedule, WorkId, WorkRequest};
 use loco_rdmawaitrmw::Rmw;
 use serde_json::json;
 
@@ -128,6 +128,18 @@ pub struct OpsArgs {
     /// Rounds of `--vs-perftest` (1-1000): perftest, loco, perftest, loco...
     #[arg(long, default_value_t = 5, value_parser = count::<1000>)]
     pub(crate) rounds: usize,
+    /// Compare loco's path with the bare device calls, in this process on the same queue pair
+    /// (`--backend verbs` only, configurations with `--outstanding 1`): blocks of
+    /// `--raw-block` requests through loco's post + wait alternate with blocks of the same
+    /// request posted with `ibv_post_send` and polled for with `ibv_poll_cq`, as perftest's
+    /// latency loop does; prints the median of the per-block-pair ratios of the p50s and their
+    /// quartiles. Both sides see the host at the same moments, which rounds of separate
+    /// processes do not (docs/verbs-notes.md, "A host whose speed comes and goes").
+    #[arg(long)]
+    pub(crate) vs_raw: bool,
+    /// Requests per block of `--vs-raw` (10-100000).
+    #[arg(long, default_value_t = 100, value_parser = raw_block)]
+    pub(crate) raw_block: usize,
     /// Post a sample's requests one at a time, each with its own doorbell and completion,
     /// instead of in one batch (`Ctx::batch`; it matters with `--outstanding` above 1 on the
     /// verbs backend).
@@ -143,6 +155,14 @@ fn size(s: &str) -> Result<u64, String> {
             "expected a multiple of 8 from 8 to {MAX_SIZE} bytes (the benchmark's node memory \
              holds one buffer of at most 1 MiB)"
         )),
+    }
+}
+
+/// A `--raw-block` size in `10..=100000` (command-line parser).
+fn raw_block(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (10..=100_000).contains(&n) => Ok(n),
+        _ => Err("expected a whole number from 10 to 100000".into()),
     }
 }
 
@@ -169,12 +189,31 @@ pub(crate) struct Config {
 #[derive(Clone, Debug)]
 pub(crate) struct Row {
     pub(crate) config: Config,
+    /// The 10th percentile: on a host whose speed comes and goes (a VM's neighbours), the
+    /// figure of its quiet moments, where a median may land in either mode.
+    pub(crate) p10_us: f64,
     pub(crate) p50_us: f64,
     pub(crate) p99_us: f64,
     pub(crate) mean_us: f64,
     pub(crate) ops_per_sec: f64,
     /// `None` for atomics.
     pub(crate) mib_per_sec: Option<f64>,
+    /// With `--vs-raw`: the bare device calls' figures.
+    pub(crate) raw: Option<RawCmp>,
+}
+
+/// loco's path against the bare device calls (`--vs-raw`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RawCmp {
+    /// p50 of the bare requests (µs).
+    pub(crate) p50_us: f64,
+    /// The median over block pairs of loco's block p50 / the bare block's p50, and the first
+    /// and third quartiles of those ratios.
+    pub(crate) ratio: f64,
+    pub(crate) q1: f64,
+    pub(crate) q3: f64,
+    /// Block pairs measured.
+    pub(crate) pairs: usize,
 }
 
 impl Row {
@@ -199,6 +238,7 @@ impl Row {
         };
         Row {
             config,
+            p10_us: pct(0.1),
             p50_us: pct(0.5),
             p99_us: pct(0.99),
             mean_us: if requests == 0.0 {
@@ -211,6 +251,7 @@ impl Row {
                 .op
                 .sized()
                 .then(|| ops_per_sec * config.size as f64 / (1 << 20) as f64),
+            raw: None,
         }
     }
 }
@@ -302,32 +343,175 @@ pub(crate) fn measure(
     for _ in 0..warmup {
         sample(ctx, &remote, &local, config)?;
     }
-    let mut samples = Vec::with_capacity(iters);
+    Ok(Row::new(
+        config,
+        timed(ctx, &remote, &local, config, iters)?,
+    ))
+}
+
+/// [`measure`], or with `--vs-raw` [`measure_vs_raw`].
+fn measure_args(ctx: &Ctx, b: &Buffers, c: Config, args: &OpsArgs) -> Result<Row, String> {
+    if args.vs_raw {
+        measure_vs_raw(ctx, b, c, args.iters, args.warmup, args.raw_block)
+    } else {
+        measure(ctx, b, c, args.iters, args.warmup)
+    }
+}
+
+/// `n` samples, each timed from the end of the one before (ns).
+fn timed(
+    ctx: &Ctx,
+    remote: &Loc,
+    local: &Loc,
+    config: Config,
+    n: usize,
+) -> Result<Vec<u64>, String> {
+    let mut samples = Vec::with_capacity(n);
     let mut t = loco_rdmawait::clock::now();
-    for _ in 0..iters {
-        sample(ctx, &remote, &local, config)?;
+    for _ in 0..n {
+        sample(ctx, remote, local, config)?;
         let end = loco_rdmawait::clock::now();
         let ns = end.saturating_duration_since(t).as_nanos();
         samples.push(ns.min(u64::MAX as u128) as u64);
         t = end;
     }
-    Ok(Row::new(config, samples))
+    Ok(samples)
+}
+
+/// A configuration with `--vs-raw` (`outstanding` 1; others as [`measure`]): blocks of
+/// `block` samples through loco alternate with blocks of the same request issued bare
+/// ([`Ctx::raw_requests`]), loco's first in even pairs and the bare one's first in odd pairs,
+/// so that a change of the host's speed weighs on both sides alike. Each pair gives the ratio
+/// of its two p50s. The row's own figures are loco's, over all its blocks.
+pub(crate) fn measure_vs_raw(
+    ctx: &Ctx,
+    b: &Buffers,
+    config: Config,
+    iters: usize,
+    warmup: usize,
+    block: usize,
+) -> Result<Row, String> {
+    if config.outstanding != 1 {
+        return measure(ctx, b, config, iters, warmup);
+    }
+    let s = |e: loco_rdmawait::Error| e.to_string();
+    let bytes = if config.op.sized() { config.size } else { 8 };
+    let remote = b.remote.slice(0, bytes).map_err(s)?;
+    let local = b.local.slice(0, bytes).map_err(s)?;
+    let wr = bare_request(ctx, config, &remote, &local)?;
+    let target = remote.node();
+    for _ in 0..warmup {
+        sample(ctx, &remote, &local, config)?;
+    }
+    ctx.raw_requests(target, wr, warmup).map_err(s)?;
+    let pairs = iters.div_ceil(block).max(1);
+    let (mut ours, mut bare) = (Vec::new(), Vec::new());
+    let mut ratios = Vec::with_capacity(pairs);
+    for p in 0..pairs {
+        let (o, r) = if p % 2 == 0 {
+            let o = timed(ctx, &remote, &local, config, block)?;
+            (o, ctx.raw_requests(target, wr, block).map_err(s)?)
+        } else {
+            let r = ctx.raw_requests(target, wr, block).map_err(s)?;
+            (timed(ctx, &remote, &local, config, block)?, r)
+        };
+        let (mo, mr) = (median_ns(&o), median_ns(&r));
+        if mr > 0 {
+            ratios.push(mo as f64 / mr as f64);
+        }
+        ours.extend(o);
+        bare.extend(r);
+    }
+    let mut row = Row::new(config, ours);
+    let (q1, ratio, q3) = quartiles(&mut ratios);
+    row.raw = Some(RawCmp {
+        p50_us: Row::new(config, bare).p50_us,
+        ratio,
+        q1,
+        q3,
+        pairs,
+    });
+    Ok(row)
+}
+
+/// The request of `config` as a bare work request (what [`sample`] posts through loco).
+fn bare_request(
+    ctx: &Ctx,
+    config: Config,
+    remote: &Loc,
+    local: &Loc,
+) -> Result<WorkRequest, String> {
+    let s = |e: loco_rdmawait::Error| e.to_string();
+    let (r, words) = ctx.cluster().check(remote).map_err(s)?;
+    let (l, _) = ctx.cluster().check(local).map_err(s)?;
+    Ok(match config.op {
+        OpArg::Put => WorkRequest::Write {
+            local: l,
+            remote: r,
+            words,
+        },
+        OpArg::Get => WorkRequest::Read {
+            local: l,
+            remote: r,
+            words,
+        },
+        OpArg::Rfaa => WorkRequest::FetchAdd {
+            remote: r,
+            add: 1,
+            local: l,
+        },
+        OpArg::Rcas => WorkRequest::CompareSwap {
+            remote: r,
+            expected: 0,
+            new: 0,
+            local: l,
+        },
+    })
+}
+
+/// The median of `v` (0 if empty).
+fn median_ns(v: &[u64]) -> u64 {
+    let mut s = v.to_vec();
+    s.sort_unstable();
+    s.get(s.len() / 2).copied().unwrap_or(0)
+}
+
+/// The first quartile, median and third quartile of `v` (zeros if empty).
+fn quartiles(v: &mut [f64]) -> (f64, f64, f64) {
+    if v.is_empty() {
+        return (0.0, 0.0, 0.0);
+    }
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    (at(0.25), at(0.5), at(0.75))
 }
 
 /// The options given that the run would ignore (see [`crate::bench::ignored_options`]).
 pub(crate) fn ignored_options(args: &OpsArgs, m: &clap::ArgMatches) -> Vec<String> {
     let sim = args.backend == BenchBackend::Sim;
-    let rules: [(&str, &str, bool); 4] = [
+    let rules: [(&str, &str, bool); 5] = [
         ("profile", "--backend sim", sim),
         ("profile_scale", "--backend sim", sim),
         ("seed", "--backend sim", sim),
         ("rounds", "--vs-perftest", args.vs_perftest),
+        ("raw_block", "--vs-raw", args.vs_raw),
     ];
     crate::bench::given_where_ignored(m, &rules)
 }
 
 /// Runs `loco bench ops`.
 pub fn ops(args: &OpsArgs) -> Result<(), String> {
+    if args.vs_raw && args.backend != BenchBackend::Verbs {
+        return Err(format!(
+            "--vs-raw compares loco with the bare device calls: it needs --backend verbs, not {}",
+            args.backend.name()
+        ));
+    }
+    if args.vs_raw && args.vs_perftest {
+        return Err(
+            "--vs-raw and --vs-perftest are two comparisons: run them one at a time".into(),
+        );
+    }
     if args.vs_perftest && args.backend != BenchBackend::Verbs {
         return Err(format!(
             "--vs-perftest compares with perftest on an RDMA device: it needs --backend verbs, \
@@ -391,8 +575,7 @@ pub(crate) fn run_local(
         .iter()
         .map(|&c| {
             bar.set_message(label(c));
-            let r = measure(&ctx, &b, c, args.iters, args.warmup)
-                .map_err(|e| format!("{}: {e}", label(c)));
+            let r = measure_args(&ctx, &b, c, args).map_err(|e| format!("{}: {e}", label(c)));
             bar.inc(1);
             r
         })
@@ -466,7 +649,7 @@ fn verbs(
             .iter()
             .map(|&c| {
                 bar.set_message(label(c));
-                let r = measure(&ctx, &b, c, args.iters, args.warmup);
+                let r = measure_args(&ctx, &b, c, args);
                 bar.inc(1);
                 r
             })
@@ -511,11 +694,17 @@ fn json_row(r: &Row, args: &OpsArgs) -> serde_json::Value {
         "outstanding": r.config.outstanding,
         "batch": r.config.batch,
         "iters": args.iters,
+        "p10_us": r.p10_us,
         "p50_us": r.p50_us,
         "p99_us": r.p99_us,
         "mean_us": r.mean_us,
         "ops_per_sec": r.ops_per_sec,
         "mib_per_sec": r.mib_per_sec,
+        "raw_p50_us": r.raw.map(|x| x.p50_us),
+        "vs_raw": r.raw.map(|x| x.ratio),
+        "vs_raw_q1": r.raw.map(|x| x.q1),
+        "vs_raw_q3": r.raw.map(|x| x.q3),
+        "raw_pairs": r.raw.map(|x| x.pairs),
     })
 }
 
@@ -538,6 +727,35 @@ fn table(rows: &[Row], args: &OpsArgs) -> String {
             r.mean_us,
             r.ops_per_sec,
             r.mib_per_sec.map_or("-".into(), |m| format!("{m:.1}"))
+        );
+    }
+    if args.vs_raw {
+        let _ = writeln!(
+            s,
+            "\n{:<5} {:>8} {:>12} {:>12} {:>8} {:>13} {:>6}",
+            "op", "size", "loco p50 us", "bare p50 us", "ratio", "(q1-q3)", "pairs"
+        );
+        for r in rows {
+            if let Some(x) = r.raw {
+                let _ = writeln!(
+                    s,
+                    "{:<5} {:>8} {:>12.2} {:>12.2} {:>8.3} {:>13} {:>6}",
+                    r.config.op.name(),
+                    r.config.size,
+                    r.p50_us,
+                    x.p50_us,
+                    x.ratio,
+                    format!("({:.3}-{:.3})", x.q1, x.q3),
+                    x.pairs
+                );
+            }
+        }
+        let _ = writeln!(
+            s,
+            "bare: the same request with ibv_post_send and ibv_poll_cq only, on the same queue \
+             pair, in blocks of {} alternating with loco's; ratio: median over block pairs of \
+             loco's p50 / the bare p50 (configurations with 1 outstanding)",
+            args.raw_block
         );
     }
     let backend = match (args.backend, profile_name(args)) {

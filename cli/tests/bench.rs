@@ -317,6 +317,41 @@ fn bench_locks_vs_sim_refuses_what_it_cannot_compare() {
     }
 }
 
+/// `--vs-raw` compares loco's path with the bare device calls: only the verbs backend has
+/// them, and it is one comparison at a time.
+#[test]
+fn bench_ops_vs_raw_refuses_what_it_cannot_compare() {
+    for (args, says) in [
+        (&["--vs-raw"][..], "needs --backend verbs, not soft"),
+        (
+            &["--vs-raw", "--backend", "sim"],
+            "needs --backend verbs, not sim",
+        ),
+        (
+            &["--vs-raw", "--vs-perftest", "--backend", "verbs"],
+            "one at a time",
+        ),
+    ] {
+        let mut all = vec!["bench", "ops", "--iters", "10", "--no-plot"];
+        all.extend_from_slice(args);
+        let out = loco(&all);
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    let out = loco(&["bench", "ops", "--raw-block", "50", "--no-plot"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--raw-block applies only to --vs-raw"),
+        "{err}"
+    );
+    let out = loco(&["bench", "ops", "--vs-raw", "--raw-block", "5"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("from 10 to 100000"), "{err}");
+}
+
 /// An option for another backend than the one chosen is a usage error, not silently dropped.
 #[test]
 fn bench_options_for_another_backend_are_refused() {

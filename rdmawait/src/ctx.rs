@@ -620,6 +620,45 @@ impl Ctx {
         Ok(())
     }
 
+    /// Benchmark support, outside the model ([`ThreadNic::raw_requests`]): `n` requests `wr`
+    /// towards `target` as bare verbs calls issue them (post, then poll the completion queue
+    /// until the completion is there), on this context's own queue pair, timed from one
+    /// completion to the next; each one's nanoseconds. `loco bench ops --vs-raw` alternates
+    /// them with the same requests through [`Ctx::post`] and [`Ctx::wait`], so that their
+    /// ratio is what this library's path costs over the device's, on one host at one moment.
+    ///
+    /// Fails with [`Error::Backend`] on a backend without a bare path (only verbs has one) or
+    /// while this context has unpolled operations; the addresses are checked as for a post.
+    #[doc(hidden)]
+    pub fn raw_requests(&self, target: NodeId, wr: WorkRequest, n: usize) -> Result<Vec<u64>> {
+        self.cluster.check_node(target)?;
+        wr.check_ranges(
+            self.node,
+            self.cluster.words_of(self.node),
+            target,
+            self.cluster.words_of(target),
+        )?;
+        let mut inner = self.inner.borrow_mut();
+        if inner.track.iter().any(|t| !t.fifo.is_empty()) {
+            return Err(Error::Backend {
+                backend: self.cluster.backend_name(),
+                message: "bare requests need a context with no unpolled operation".into(),
+                source: None,
+            });
+        }
+        let timeout = self.cluster.timeout();
+        inner
+            .nic
+            .raw_requests(target, wr, n, timeout)
+            .unwrap_or_else(|| {
+                Err(Error::Backend {
+                    backend: self.cluster.backend_name(),
+                    message: "no bare request path (only the verbs backend has one)".into(),
+                    source: None,
+                })
+            })
+    }
+
     /// Runs `f` with this context when it is dropped, before it reaps what is left in flight
     /// and before its extensions are dropped: a layer's chance to finish work of its own (e.g.
     /// read back a word it wrote, so that it can be recycled). Hooks run in the order they were

@@ -45,6 +45,74 @@ fn smoke() {
     assert_eq!(c.peek(&dst).unwrap(), 12);
 }
 
+/// The bare path of `loco bench ops --vs-raw`: the requests take effect (a fetch-and-add
+/// adds once per request, a read reads), leave the context as it was (an ordinary operation
+/// and wait work after them), and are refused while the context has unpolled operations, for
+/// a fence, and outside the node's memory.
+#[test]
+fn bare_requests_take_effect_and_leave_the_context_as_it_was() {
+    let c = verbs_cluster(2);
+    let word = c.alloc_word(N1).unwrap();
+    let old = c.alloc_word(N0).unwrap();
+    let back = c.alloc_word(N0).unwrap();
+    let ctx = c.context(N0).unwrap();
+    let (remote, local) = (c.check_word(&word).unwrap(), c.check_word(&old).unwrap());
+    let faa = WorkRequest::FetchAdd {
+        remote,
+        add: 3,
+        local,
+    };
+    let times = ctx.raw_requests(N1, faa, 5).unwrap();
+    assert_eq!(times.len(), 5);
+    assert!(times.iter().all(|&ns| ns > 0), "{times:?}");
+    // The last one read what the four before it left.
+    assert_eq!(ctx.load(&old).unwrap(), 12);
+    let read = WorkRequest::Read {
+        local: c.check_word(&back).unwrap(),
+        remote,
+        words: 1,
+    };
+    ctx.raw_requests(N1, read, 1).unwrap();
+    assert_eq!(ctx.load(&back).unwrap(), 15);
+    // The context goes on as before.
+    ctx.rfaa(&word, 1, &old, D1).unwrap();
+    ctx.wait(D1).unwrap();
+    assert_eq!(ctx.load(&old).unwrap(), 15);
+    // Not with an unpolled operation, not a fence, not outside the target's memory.
+    ctx.rfaa(&word, 1, &old, D1).unwrap();
+    let e = ctx.raw_requests(N1, faa, 1).unwrap_err();
+    assert!(e.to_string().contains("unpolled"), "{e}");
+    ctx.wait(D1).unwrap();
+    assert!(ctx.raw_requests(N1, WorkRequest::Fence, 1).is_err());
+    let outside = WorkRequest::FetchAdd {
+        remote: usize::MAX / 16,
+        add: 1,
+        local,
+    };
+    assert!(matches!(
+        ctx.raw_requests(N1, outside, 1),
+        Err(Error::OutOfRange { .. })
+    ));
+    c.quiesce().unwrap();
+    assert_eq!(c.peek(&word).unwrap(), 17);
+    // The soft NIC has no bare path.
+    let soft = Cluster::builder().build().unwrap();
+    let w = soft.alloc_word(N1).unwrap();
+    let sctx = soft.context(N0).unwrap();
+    let e = sctx
+        .raw_requests(
+            N1,
+            WorkRequest::FetchAdd {
+                remote: soft.check_word(&w).unwrap(),
+                add: 1,
+                local: 0,
+            },
+            1,
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("no bare request path"), "{e}");
+}
+
 #[test]
 fn process_handle_of_an_in_process_cluster() {
     let c = verbs_cluster(1);

@@ -240,6 +240,24 @@ pub trait ThreadNic: Send + fmt::Debug {
         let _ = target;
         None
     }
+    /// Benchmark support, outside the model: `n` requests `wr` towards `target`, one at a time,
+    /// each posted and polled for with the bare device calls and nothing of this library in
+    /// between (no bookkeeping, no peer checks, no work ids), timed from one completion to the
+    /// next on [`crate::clock::now`]; each request's time in nanoseconds. What `loco bench ops
+    /// --vs-raw` compares loco's own post + wait with, on the same queue pair in the same
+    /// process. `None` where the backend has no bare path (the default). Refused while this
+    /// thread has requests in flight. Each poll gives up after `timeout`.
+    #[doc(hidden)]
+    fn raw_requests(
+        &mut self,
+        target: NodeId,
+        wr: WorkRequest,
+        n: usize,
+        timeout: Duration,
+    ) -> Option<Result<Vec<u64>>> {
+        let _ = (target, wr, n, timeout);
+        None
+    }
     /// CPU load of a local word (x86-TSO: newest own buffered store, else memory).
     fn load(&mut self, word: usize) -> Result<u64>;
     /// CPU store to a local word.

@@ -45,6 +45,9 @@ const SPIN_FOR: Duration = Duration::from_micros(500);
 const MAX_CHAIN: usize = 16;
 /// `wr_id` = sequence number << `SEQ_SHIFT` | target node index.
 const SEQ_SHIFT: u32 = 16;
+/// The work request id of [`VerbsNic::raw`]'s requests: no link's (links are fewer than
+/// 2^16).
+const RAW_WR_ID: u64 = u64::MAX;
 
 /// A thread's NIC (see the module docs).
 pub(crate) struct VerbsNic {
@@ -662,6 +665,16 @@ impl ThreadNic for VerbsNic {
         look(&self.shared, &mut st, target)
     }
 
+    fn raw_requests(
+        &mut self,
+        target: NodeId,
+        wr: WorkRequest,
+        n: usize,
+        timeout: Duration,
+    ) -> Option<Result<Vec<u64>>> {
+        Some(self.raw(target, wr, n, timeout))
+    }
+
     fn poll(&mut self, target: NodeId, timeout: Duration) -> Result<()> {
         let t = target.index();
         // The clock is read only once nothing is there yet: a completion already in the queue
@@ -861,6 +874,123 @@ impl VerbsNic {
             }
         }
         Err(refused(link, os))
+    }
+
+    /// [`ThreadNic::raw_requests`]: what perftest's latency loop does, on this thread's queue
+    /// pair towards `target`. The requests are never counted as in flight: each is consumed
+    /// here, and one that does not complete within `timeout` is left as a stray (its
+    /// completion, should it come, is ignored by later drains).
+    fn raw(
+        &mut self,
+        target: NodeId,
+        wr: WorkRequest,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<Vec<u64>> {
+        self.ring_pending();
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        let t = target.index();
+        if t >= st.links.len() {
+            return Err(Error::UnknownNode {
+                node: target,
+                nodes: st.links.len(),
+            });
+        }
+        if st.in_flight + st.chained + st.strays > 0 {
+            return Err(verbs_error(
+                "bare requests need a thread with nothing in flight (wait for its requests first)",
+            ));
+        }
+        if wr == WorkRequest::Fence {
+            return Err(verbs_error("a fence is not a request of its own"));
+        }
+        let link = &mut st.links[t];
+        check_alive(&self.shared, link)?;
+        let enc = Encoded::new(wr, link)?;
+        self.check_local(enc.local, enc.words)?;
+        let mut sge = sge_of(
+            &enc,
+            self.home.mem.words().addr() as u64,
+            self.home.mem.lkey(),
+        );
+        let mut swr = request(
+            &enc,
+            false,
+            true,
+            RAW_WR_ID,
+            &mut sge,
+            (link.rkey, link.max_inline),
+        );
+        let mut times = Vec::with_capacity(n);
+        let mut last = crate::clock::now();
+        for _ in 0..n {
+            let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
+            // SAFETY: as in `send_one`: the queue pair is alive (the link, borrowed, owns it),
+            // `swr` is a complete request whose scatter entry `sge` outlives the call and names
+            // checked registered memory of this node; the provider copies the request.
+            let ret =
+                unsafe { sys::ibv_post_send(st.links[t].qp.qp().as_ptr(), &mut swr, &mut bad) };
+            if ret != 0 {
+                return Err(refused(
+                    &mut st.links[t],
+                    std::io::Error::from_raw_os_error(ret),
+                ));
+            }
+            let mut wc = MaybeUninit::<sys::ibv_wc>::uninit();
+            let mut spins = 0u32;
+            let mut since = None;
+            loop {
+                // SAFETY: the completion queue is alive (owned by the state, locked) and `wc`
+                // has room for the one completion asked for.
+                let k = unsafe { sys::ibv_poll_cq(st.cq.cq().as_ptr(), 1, wc.as_mut_ptr()) };
+                if k > 0 {
+                    break;
+                }
+                if k < 0 {
+                    st.strays += 1;
+                    return Err(Error::Backend {
+                        backend: "verbs",
+                        message: "ibv_poll_cq failed".to_string(),
+                        source: Some(std::io::Error::from_raw_os_error(-k)),
+                    });
+                }
+                spins = spins.wrapping_add(1);
+                if spins % 1024 == 0 {
+                    let start = *since.get_or_insert_with(Instant::now);
+                    if start.elapsed() >= timeout {
+                        st.strays += 1;
+                        return Err(Error::Timeout {
+                            what: TimeoutKind::Poll(target),
+                            after: timeout,
+                        });
+                    }
+                }
+                std::hint::spin_loop();
+            }
+            // The NIC's writes precede the completion that reports them.
+            fence(SeqCst);
+            // SAFETY: `ibv_poll_cq` returned 1: the entry was written.
+            let wc = unsafe { wc.assume_init() };
+            let link = &mut st.links[t];
+            if wc.status != sys::ibv_wc_status::IBV_WC_SUCCESS {
+                if link.failed.is_none() {
+                    link.failed = Some(match peer_gone(wc.status) {
+                        Some(reason) => Failure::Peer(reason.to_string()),
+                        None => Failure::Qp,
+                    });
+                }
+                return Err(link
+                    .result(wc.status)
+                    .err()
+                    .unwrap_or(Error::QpInError { node: target }));
+            }
+            let now = crate::clock::now();
+            let ns = now.saturating_duration_since(last).as_nanos();
+            times.push(ns.min(u128::from(u64::MAX)) as u64);
+            last = now;
+        }
+        Ok(times)
     }
 
     /// Posts one request, signalled, outside a batch (the common case: `send_chain` for a
