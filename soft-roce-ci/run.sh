@@ -39,6 +39,7 @@
 #     ~1.5 min. $LOCO_SCENARIOS (space-separated function names) runs only some of these
 #     scenarios; LOCO_LITMUS_RUNS=0 skips the litmus runs; LOCO_VS_SIM=0 skips
 #     `loco bench locks --vs-sim` (the rxe profile's predictions beside rxe0's figures);
+#     LOCO_VS_RAW=0 skips `loco bench ops --vs-raw` (loco's path beside the bare calls);
 #   - on a host without a device (VM path), first the `smoke` test on the host itself: it must
 #     fail, with the backend's explanation of how to get a device, not pass silently; and (as
 #     root) again with libibverbs masked: it must say what to install.
@@ -141,6 +142,9 @@ run_inside() {
     if [ -n "${LOCO_LITMUS_BIN:-}" ] && [ "${LOCO_VS_SIM:-1}" != 0 ]; then
         step "loco bench locks --vs-sim" sim_vs_device
     fi
+    if [ -n "${LOCO_LITMUS_BIN:-}" ] && [ "${LOCO_VS_RAW:-1}" != 0 ]; then
+        step "loco bench ops --vs-raw" raw_vs_loco
+    fi
     case ${LOCO_NO_DEVICE_CHECK:-skipped} in
         ok) passed=$((passed + 1)); echo "-- no-device check (on the host, before the VM): ok" ;;
         failed) failed=$((failed + 1)); bad+=("no-device check (on the host)") ;;
@@ -185,6 +189,29 @@ sim_vs_device() {
         return 0
     fi
     echo "   loco bench locks --vs-sim: FAILED (exit $rc, or not 8 predictions) in $(elapsed "$t0") s"
+    return 1
+}
+
+# loco's path beside the bare device calls: `loco bench ops --backend verbs --vs-raw` times
+# put, get, rfaa and rcas + wait through loco and bare (ibv_post_send + ibv_poll_cq on the same
+# queue pair), in alternating blocks. Prints the JSON rows for the log; it checks that every
+# operation has its ratio, not how close the ratio is (`LOCO_VS_RAW=0` skips it; a few
+# seconds). The verbs test `bare_requests_take_effect_...` checks the bare path itself.
+raw_vs_loco() {
+    local t0 out rc
+    t0=$(now)
+    echo "-- loco bench ops --backend verbs --vs-raw --op put get rfaa rcas --iters 400 --json"
+    set +e
+    out=$("$LOCO_LITMUS_BIN" bench ops --backend verbs --vs-raw --op put get rfaa rcas \
+        --sizes 8 --outstanding 1 --iters 400 --warmup 50 --raw-block 50 --json --no-plot 2>&1)
+    rc=$?
+    set -e
+    printf '%s\n' "$out" | sed 's/^/     /'
+    if [ "$rc" -eq 0 ] && [ "$(grep -c '"vs_raw":[0-9]' <<<"$out")" -eq 4 ]; then
+        echo "   loco bench ops --vs-raw: ok in $(elapsed "$t0") s"
+        return 0
+    fi
+    echo "   loco bench ops --vs-raw: FAILED (exit $rc, or not 4 ratios) in $(elapsed "$t0") s"
     return 1
 }
 

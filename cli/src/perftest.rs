@@ -433,13 +433,45 @@ fn figure(c: &Comparison, out: &str) -> Result<f64, String> {
     }
 }
 
-/// loco's figure of comparison `c` in a measured row.
+/// loco's figure of comparison `c` in a measured row, with the bare device calls' where the
+/// row has them (`--vs-raw`, latencies).
 #[cfg(feature = "verbs")]
-fn ours(c: &Comparison, row: &crate::ops::Row) -> f64 {
+fn ours(c: &Comparison, row: &crate::ops::Row) -> Ours {
     match c.kind {
-        Kind::Lat { .. } => row.p50_us,
-        Kind::Bw => row.mib_per_sec.unwrap_or(0.0),
+        Kind::Lat { .. } => Ours {
+            value: row.p50_us,
+            bare: row.raw.map(|x| Bare {
+                value: x.p50_us,
+                loco_over_bare: x.ratio,
+            }),
+        },
+        Kind::Bw => Ours {
+            value: row.mib_per_sec.unwrap_or(0.0),
+            bare: None,
+        },
     }
+}
+
+/// What a round of loco measured: its figure and, for a latency, the bare device calls' on
+/// the same queue pair in the same process (`--vs-raw`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Ours {
+    value: f64,
+    bare: Option<Bare>,
+}
+
+/// The bare device calls beside loco in one round: their p50 and the round's median over block
+/// pairs of loco's p50 over theirs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Bare {
+    value: f64,
+    loco_over_bare: f64,
+}
+
+/// Whether loco's rounds of comparison `c` measure the bare calls too: latencies, where the
+/// same queue pair can issue one request at a time bare.
+fn with_bare(c: &Comparison) -> bool {
+    matches!(c.kind, Kind::Lat { .. }) && c.config.outstanding == 1
 }
 
 /// One round of loco for comparison `c`, in a process of its own as each of perftest's rounds
@@ -452,7 +484,7 @@ fn loco_round(
     c: &Comparison,
     args: &OpsArgs,
     cpu: Option<usize>,
-) -> Result<f64, String> {
+) -> Result<Ours, String> {
     let mut cmd = pinned(exe.as_os_str(), cpu);
     cmd.args([
         "bench",
@@ -475,6 +507,9 @@ fn loco_round(
     if !c.config.batch {
         cmd.arg("--no-batch");
     }
+    if with_bare(c) {
+        cmd.arg("--vs-raw");
+    }
     let file: PathBuf = std::env::temp_dir().join(format!("loco-round-{}.out", std::process::id()));
     let output = output_of("loco bench ops", file, |out| {
         cmd.stdin(Stdio::null())
@@ -491,13 +526,27 @@ fn loco_round(
         Kind::Lat { .. } => "p50_us",
         Kind::Bw => "mib_per_sec",
     };
-    row[field]
+    let value = row[field]
         .as_f64()
-        .ok_or_else(|| format!("loco bench ops gave no {field}: {row}"))
+        .ok_or_else(|| format!("loco bench ops gave no {field}: {row}"))?;
+    let bare = match (row["raw_p50_us"].as_f64(), row["vs_raw"].as_f64()) {
+        (Some(value), Some(loco_over_bare)) if with_bare(c) => Some(Bare {
+            value,
+            loco_over_bare,
+        }),
+        _ => None,
+    };
+    Ok(Ours { value, bare })
 }
 
-/// One round's figures of one comparison: perftest's, loco's, and their ratio.
-type Seen = (f64, f64, f64);
+/// One round's figures of one comparison: perftest's, loco's (with the bare calls'), and the
+/// ratio of loco's to perftest's.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    theirs: f64,
+    ours: Ours,
+    ratio: f64,
+}
 
 /// The rounds: per round and comparison, perftest (`theirs(c, port, last)`: one run on a new
 /// port, parsed; retried up to [`ATTEMPTS`] times, `last` on the final try), then loco
@@ -506,7 +555,7 @@ fn rounds(
     args: &OpsArgs,
     cmps: &[Comparison],
     mut theirs: impl FnMut(&Comparison, u16, bool) -> Result<f64, String>,
-    mut loco: impl FnMut(&Comparison) -> Result<f64, String>,
+    mut loco: impl FnMut(&Comparison) -> Result<Ours, String>,
 ) -> Result<Vec<Vec<Seen>>, String> {
     let bar = crate::bench::progress(cmps.len() * args.rounds);
     let mut port = FIRST_PORT;
@@ -539,7 +588,11 @@ fn rounds(
                 )
             })?;
             let ours = loco(c)?;
-            seen[i].push((theirs, ours, ours / theirs));
+            seen[i].push(Seen {
+                theirs,
+                ours,
+                ratio: ours.value / theirs,
+            });
             bar.inc(1);
         }
     }
@@ -559,13 +612,26 @@ fn report(
     let mut table = String::new();
     let _ = writeln!(
         table,
-        "{:<18} {:<22} {:>15} {:>15} {:>7} {:>11}",
-        "loco", "perftest", "perftest", "loco", "ratio", "(min-max)"
+        "{:<18} {:<22} {:>15} {:>15} {:>7} {:>11} {:>18}",
+        "loco", "perftest", "perftest", "loco", "ratio", "(min-max)", "loco/bare (min-max)"
     );
     for (c, s) in cmps.iter().zip(seen) {
-        let (ratio, lo, hi) = median_spread(&s.iter().map(|x| x.2).collect::<Vec<_>>());
-        let (theirs, ..) = median_spread(&s.iter().map(|x| x.0).collect::<Vec<_>>());
-        let (ours, ..) = median_spread(&s.iter().map(|x| x.1).collect::<Vec<_>>());
+        let (ratio, lo, hi) = median_spread(&s.iter().map(|x| x.ratio).collect::<Vec<_>>());
+        let (theirs, ..) = median_spread(&s.iter().map(|x| x.theirs).collect::<Vec<_>>());
+        let (ours, ..) = median_spread(&s.iter().map(|x| x.ours.value).collect::<Vec<_>>());
+        // The bare calls' figures, if every round has them.
+        let bares: Option<Vec<Bare>> = s.iter().map(|x| x.ours.bare).collect();
+        let bare = bares.filter(|b| !b.is_empty()).map(|b| {
+            let (value, ..) = median_spread(&b.iter().map(|x| x.value).collect::<Vec<_>>());
+            let own = median_spread(&b.iter().map(|x| x.loco_over_bare).collect::<Vec<_>>());
+            let vs_perftest = median_spread(
+                &s.iter()
+                    .zip(&b)
+                    .map(|(x, b)| b.value / x.theirs)
+                    .collect::<Vec<_>>(),
+            );
+            (value, own, vs_perftest)
+        });
         let (tool, unit) = match c.kind {
             Kind::Lat { factor } if factor != 1.0 => (format!("{} x{factor}", c.tool), "us"),
             Kind::Lat { .. } => (c.tool.to_string(), "us"),
@@ -586,6 +652,13 @@ fn report(
                 "ratio_median": ratio,
                 "ratio_min": lo,
                 "ratio_max": hi,
+                "bare_value": bare.map(|b| b.0),
+                "loco_vs_bare_median": bare.map(|b| b.1 .0),
+                "loco_vs_bare_min": bare.map(|b| b.1 .1),
+                "loco_vs_bare_max": bare.map(|b| b.1 .2),
+                "bare_vs_perftest_median": bare.map(|b| b.2 .0),
+                "bare_vs_perftest_min": bare.map(|b| b.2 .1),
+                "bare_vs_perftest_max": bare.map(|b| b.2 .2),
             });
             if let (Some(row), Some(extra)) = (row.as_object_mut(), placement.as_object()) {
                 row.extend(extra.clone());
@@ -594,13 +667,25 @@ fn report(
         }
         let _ = writeln!(
             table,
-            "{:<18} {:<22} {:>15} {:>15} {:>7.2} {:>11}",
+            "{:<18} {:<22} {:>15} {:>15} {:>7.2} {:>11} {:>18}",
             crate::ops::label(c.config),
             tool,
             format!("{theirs:.2} {unit}"),
             format!("{ours:.2} {unit}"),
             ratio,
-            format!("{lo:.2}-{hi:.2}")
+            format!("{lo:.2}-{hi:.2}"),
+            bare.map_or("-".into(), |(_, (m, l, h), _)| format!(
+                "{m:.3} ({l:.3}-{h:.3})"
+            ))
+        );
+    }
+    if seen.iter().any(|s| s.iter().any(|x| x.ours.bare.is_some())) {
+        let _ = writeln!(
+            table,
+            "loco/bare: loco's post + wait over the same request issued with ibv_post_send and \
+             ibv_poll_cq only, on the same queue pair in the same process, in alternating blocks \
+             (bench ops --vs-raw): the cost of loco's own path, free of the host's swings \
+             between rounds"
         );
     }
     if !args.json {

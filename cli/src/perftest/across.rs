@@ -244,7 +244,18 @@ mod verbs {
                 r
             },
             |c| {
-                let r = crate::ops::measure(&link.ctx, &b, c.config, args.iters, args.warmup);
+                let r = if super::super::with_bare(c) {
+                    crate::ops::measure_vs_raw(
+                        &link.ctx,
+                        &b,
+                        c.config,
+                        args.iters,
+                        args.warmup,
+                        args.raw_block,
+                    )
+                } else {
+                    crate::ops::measure(&link.ctx, &b, c.config, args.iters, args.warmup)
+                };
                 // n1 waits for loco's turn to end, even after a failure (else it would hang).
                 link.barrier()?;
                 r.map(|row| super::super::ours(c, &row))
