@@ -329,3 +329,36 @@ fn private_words_come_from_the_top_and_never_shift_shared_ones() {
         Err(Error::OutOfMemory { free: 0, .. })
     ));
 }
+
+/// The bare requests of `loco bench ops --vs-raw` exist only on the verbs backend: elsewhere a
+/// typed error, after the same checks as a post (an unknown node, a range outside memory).
+#[test]
+fn bare_requests_outside_verbs_are_a_typed_error() {
+    let c = cluster();
+    let ctx = c.context(N0).unwrap();
+    let faa = |remote| WorkRequest::FetchAdd {
+        remote,
+        add: 1,
+        local: 0,
+    };
+    let e = ctx.raw_requests(N1, faa(0), 1).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            Error::Backend {
+                backend: "soft",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("no bare request path"), "{e}");
+    assert!(matches!(
+        ctx.raw_requests(NodeId(5), faa(0), 1),
+        Err(Error::UnknownNode { .. })
+    ));
+    assert!(matches!(
+        ctx.raw_requests(N1, faa(1000), 1),
+        Err(Error::OutOfRange { .. })
+    ));
+}
