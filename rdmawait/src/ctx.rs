@@ -596,13 +596,7 @@ impl Ctx {
     /// [`Error::OutOfRange`]; which words a layer may touch is its own business (check
     /// locations with [`Cluster::check`] first).
     pub fn post(&self, target: NodeId, wr: WorkRequest, wid: WorkId) -> Result<()> {
-        self.cluster.check_node(target)?;
-        wr.check_ranges(
-            self.node,
-            self.cluster.words_of(self.node),
-            target,
-            self.cluster.words_of(target),
-        )?;
+        self.check_request(target, &wr)?;
         let mut inner = self.inner.borrow_mut();
         tracing::trace!(target: "loco::rdmawait", from = %self.node, to = %target, ?wr, %wid, "post");
         if let Err(e) = inner.nic.post(target, wr) {
@@ -620,6 +614,18 @@ impl Ctx {
         Ok(())
     }
 
+    /// Checks that `target` exists and that `wr`'s words lie within the memory of this
+    /// thread's node (local words) and of `target` (remote words).
+    fn check_request(&self, target: NodeId, wr: &WorkRequest) -> Result<()> {
+        self.cluster.check_node(target)?;
+        wr.check_ranges(
+            self.node,
+            self.cluster.words_of(self.node),
+            target,
+            self.cluster.words_of(target),
+        )
+    }
+
     /// Benchmark support, outside the model ([`ThreadNic::raw_requests`]): `n` requests `wr`
     /// towards `target` as bare verbs calls issue them (post, then poll the completion queue
     /// until the completion is there), on this context's own queue pair, timed from one
@@ -631,13 +637,7 @@ impl Ctx {
     /// while this context has unpolled operations; the addresses are checked as for a post.
     #[doc(hidden)]
     pub fn raw_requests(&self, target: NodeId, wr: WorkRequest, n: usize) -> Result<Vec<u64>> {
-        self.cluster.check_node(target)?;
-        wr.check_ranges(
-            self.node,
-            self.cluster.words_of(self.node),
-            target,
-            self.cluster.words_of(target),
-        )?;
+        self.check_request(target, &wr)?;
         let mut inner = self.inner.borrow_mut();
         if inner.track.iter().any(|t| !t.fifo.is_empty()) {
             return Err(Error::Backend {
