@@ -1278,7 +1278,9 @@ fn verbs_cluster(args: &LocksArgs) -> Result<Option<Spanning>, String> {
         use loco_rdmawait::backend::verbs::{Process, VerbsConfig};
         let config = VerbsConfig::from_env().map_err(|e| e.to_string())?;
         let peers = std::env::var("LOCO_PEERS").unwrap_or_default();
-        let nodes = peers.split(',').filter(|p| !p.trim().is_empty()).count();
+        let nodes = loco_rdmawait::peer_list::parse(&peers)
+            .map_err(|e| format!("LOCO_PEERS: {e}"))?
+            .len();
         if args.nodes.iter().any(|&n| n != nodes) {
             return Err(format!(
                 "--nodes {:?}: a cluster of processes has as many nodes as LOCO_PEERS names ({nodes})",

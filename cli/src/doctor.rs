@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
+use loco_rdmawait::peer_list::{self, PeerListError};
 use serde_json::{json, Value};
 
 /// `loco doctor` options.
@@ -97,11 +98,13 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 pub fn main(args: &DoctorArgs) -> ExitCode {
     let mut checks = Vec::new();
-    let peers = peers(args);
+    let (peers, list_error) = peers(args);
     let devices = verbs::checks(args, &mut checks);
     checks.push(memlock(args, !peers.is_empty()));
+    if !peers.is_empty() || list_error.is_some() {
+        checks.push(peer_list_check(&peers, list_error));
+    }
     if !peers.is_empty() {
-        checks.push(peer_list_check(&peers));
         checks.extend(peer_checks(&peers));
         checks.push(verbs::key_check(&peers));
     }
@@ -140,44 +143,43 @@ pub fn main(args: &DoctorArgs) -> ExitCode {
     }
 }
 
-/// `--peers`, else LOCO_PEERS.
-fn peers(args: &DoctorArgs) -> Vec<String> {
-    let from_env = || {
-        std::env::var("LOCO_PEERS")
-            .map(|v| {
+/// `--peers`, else LOCO_PEERS, and what is wrong with the list if anything is
+/// ([`loco_rdmawait::peer_list`], as the verbs backend reads it). A list that does not pass
+/// still gives its non-blank entries, so that the other checks try them.
+fn peers(args: &DoctorArgs) -> (Vec<String>, Option<PeerListError>) {
+    if !args.peers.is_empty() {
+        return (args.peers.clone(), peer_list::check(&args.peers).err());
+    }
+    match std::env::var("LOCO_PEERS") {
+        Err(_) => (Vec::new(), None),
+        Ok(v) => match peer_list::parse(&v) {
+            Ok(peers) => (peers, None),
+            Err(e) => (
                 v.split(',')
                     .map(|s| s.trim().to_string())
                     .filter(|s| !s.is_empty())
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    if args.peers.is_empty() {
-        from_env()
-    } else {
-        args.peers.clone()
+                    .collect(),
+                Some(e),
+            ),
+        },
     }
 }
 
-/// The peer list names every node once: two nodes at one address cannot both listen there
-/// (the verbs backend refuses such a list).
-fn peer_list_check(peers: &[String]) -> Check {
+/// The peer list names every node once, in node order, without blanks (the verbs backend
+/// refuses any other list).
+fn peer_list_check(peers: &[String], error: Option<PeerListError>) -> Check {
     let name = "peer list";
-    for (j, p) in peers.iter().enumerate() {
-        if let Some(i) = peers[..j].iter().position(|q| q == p) {
-            return check(
-                name,
-                Status::Fail,
-                format!("n{i} and n{j} have the same address {p}"),
-            )
-            .fix("give each node its own host:port in LOCO_PEERS (or --peers), in node order");
-        }
+    match error {
+        Some(e) => check(name, Status::Fail, e.to_string()).fix(
+            "give LOCO_PEERS (or --peers) one host:port per node, in node order, separated by \
+             commas, each node at its own address",
+        ),
+        None => check(
+            name,
+            Status::Pass,
+            format!("{} nodes, each at its own address", peers.len()),
+        ),
     }
-    check(
-        name,
-        Status::Pass,
-        format!("{} nodes, each at its own address", peers.len()),
-    )
 }
 
 /// The locked-memory limit against what the configured cluster registers.

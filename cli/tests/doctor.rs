@@ -94,6 +94,24 @@ fn peers_and_the_cluster_key_are_checked() {
             .is_some_and(|d| d.contains("n0 and n1")),
         "{c:#}"
     );
+    // LOCO_PEERS as the verbs backend reads it: a blank entry (which would renumber the nodes
+    // after it) or a list of commas fails the peer list check, saying which entry.
+    for (list, says) in [
+        (
+            format!("{open},,{open}"),
+            "entry 1 of the peer list is empty",
+        ),
+        (",,".to_string(), "the peer list is empty"),
+    ] {
+        let (code, v) = doctor(&[], &[("LOCO_PEERS", &list)]);
+        assert_eq!(code, 1, "{list}");
+        let c = find(&v, "peer list");
+        assert_eq!(c["status"], "fail", "{v:#}");
+        assert!(
+            c["detail"].as_str().is_some_and(|d| d.contains(says)),
+            "{c:#}"
+        );
+    }
     // The key set: that check passes (LOCO_PEERS is read when --peers is not given).
     let key = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
     let (_, v) = doctor(&[], &[("LOCO_PEERS", &open), ("LOCO_CLUSTER_KEY", key)]);

@@ -90,6 +90,7 @@ mod error;
 #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
 mod mem;
 pub mod model;
+pub mod peer_list;
 pub mod protocol;
 pub mod sim;
 pub mod testing;

@@ -455,7 +455,9 @@ impl VerbsConfig {
             (None, None) => {}
             (Some(id), Some(peers)) => {
                 let id: u16 = parse_env("LOCO_NODE_ID", &id)?;
-                c = c.distributed(NodeId(id), parse_peers(&peers));
+                let peers = crate::peer_list::parse(&peers)
+                    .map_err(|e| verbs_error(format!("LOCO_PEERS={peers:?}: {e}")))?;
+                c = c.distributed(NodeId(id), peers);
             }
             _ => {
                 return Err(verbs_error(
@@ -675,13 +677,6 @@ where
         .map_err(|e| verbs_error(format!("{name}={v:?} does not parse: {e}")))
 }
 
-fn parse_peers(v: &str) -> Vec<String> {
-    v.split(',')
-        .map(|p| p.trim().to_string())
-        .filter(|p| !p.is_empty())
-        .collect()
-}
-
 /// The verbs backend: one device, the registered memory of this process's nodes, and the
 /// rendezvous with other processes if the cluster spans several.
 ///
@@ -855,6 +850,8 @@ impl VerbsBackend {
             )));
         }
         if let Some(d) = &config.distributed {
+            crate::peer_list::check(&d.peers)
+                .map_err(|e| verbs_error(format!("{e} (LOCO_PEERS)")))?;
             if d.peers.len() != nodes {
                 return Err(verbs_error(format!(
                     "the peer list (LOCO_PEERS) names {} processes but the cluster has {nodes} \
@@ -868,16 +865,6 @@ impl VerbsBackend {
                     "this process is {} (LOCO_NODE_ID) but the peer list has {nodes} entries",
                     d.node
                 )));
-            }
-            // Two nodes at one address would both listen there: the second process fails to
-            // bind, or, in turns, each takes the other's connections.
-            for (j, p) in d.peers.iter().enumerate() {
-                if let Some(i) = d.peers[..j].iter().position(|q| q == p) {
-                    return Err(verbs_error(format!(
-                        "the peer list (LOCO_PEERS) gives n{i} and n{j} the same address {p}: \
-                         each node needs its own host:port"
-                    )));
-                }
             }
         }
         let key = match &config.distributed {
@@ -1189,6 +1176,18 @@ mod tests {
             e.contains("gives n0 and n2 the same address 127.0.0.1:7001"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn an_empty_peer_list_or_a_blank_entry_is_refused() {
+        let peers = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let e = build_error(VerbsConfig::new().distributed(NodeId(0), Vec::new()), 1);
+        assert!(e.contains("the peer list is empty"), "{e}");
+        let e = build_error(
+            VerbsConfig::new().distributed(NodeId(0), peers(&["127.0.0.1:7001", " "])),
+            2,
+        );
+        assert!(e.contains("entry 1 of the peer list is empty"), "{e}");
     }
 
     #[test]
