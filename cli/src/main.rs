@@ -437,11 +437,21 @@ fn load(path: &Path) -> Result<Test, String> {
     })
 }
 
-fn explore(test: &Test, budget: Budget) -> Result<Exploration, loco_litmus::explore::ExploreError> {
+/// Explores `test` within `budget`; with `pb`, its message says how many states are in, as
+/// they come (a large test takes minutes).
+fn explore(
+    test: &Test,
+    budget: Budget,
+    pb: Option<&ProgressBar>,
+) -> Result<Exploration, loco_litmus::explore::ExploreError> {
     let mut cfg = loco_litmus::explore::Config::default();
     cfg.max_states = budget.max_states;
     cfg.max_memory = budget.max_memory.saturating_mul(1 << 20);
-    loco_litmus::explore::explore_with(test, &cfg)
+    loco_litmus::explore::explore_with_progress(test, &cfg, |n| {
+        if let Some(pb) = pb {
+            pb.set_message(format!("{}: {n} states", test.name));
+        }
+    })
 }
 
 fn bar(len: usize, what: &str) -> ProgressBar {
@@ -518,7 +528,7 @@ fn check(files: &[PathBuf], json: bool, budget: Budget, model: ModelArgs) -> Sta
                 continue;
             }
         };
-        match explore(&test, budget) {
+        match explore(&test, budget, Some(&pb)) {
             Ok(e) => {
                 let v = e.verdict(&test);
                 if !v.matches() {
@@ -635,7 +645,7 @@ fn run(
                 continue;
             }
         };
-        let model = match explore(&test, budget) {
+        let model = match explore(&test, budget, None) {
             Ok(e) => e,
             Err(err) => {
                 eprintln!("{}: {err}", f.display());
@@ -778,7 +788,12 @@ fn show(file: &Path, traces: bool, json: bool, budget: Budget, model: ModelArgs)
     let Ok(test) = load_or_count(file, &mut status, model) else {
         return status;
     };
-    let e = match explore(&test, budget) {
+    let spinner = ProgressBar::new_spinner();
+    spinner.enable_steady_tick(Duration::from_millis(200));
+    spinner.set_message(format!("{}: exploring", test.name));
+    let explored = explore(&test, budget, Some(&spinner));
+    spinner.finish_and_clear();
+    let e = match explored {
         Ok(e) => e,
         Err(err) => {
             eprintln!("{}: {err}", file.display());

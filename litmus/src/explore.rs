@@ -170,6 +170,20 @@ pub fn explore(test: &Test) -> Result<Exploration, ExploreError> {
 
 /// Explores every schedule of `test`.
 pub fn explore_with(test: &Test, cfg: &Config) -> Result<Exploration, ExploreError> {
+    explore_with_progress(test, cfg, |_| {})
+}
+
+/// How many new states pass between two calls of [`explore_with_progress`]'s `progress`.
+pub const PROGRESS_EVERY: usize = 1 << 14;
+
+/// [`explore_with`], calling `progress` with the number of distinct states seen so far each
+/// time [`PROGRESS_EVERY`] more have been found: a large test can take minutes, and a caller
+/// can show that it moves (`loco litmus check` does).
+pub fn explore_with_progress(
+    test: &Test,
+    cfg: &Config,
+    mut progress: impl FnMut(usize),
+) -> Result<Exploration, ExploreError> {
     let start = Instant::now();
     let prog = lower(test);
     let observables = test.observables();
@@ -228,6 +242,9 @@ pub fn explore_with(test: &Test, cfg: &Config) -> Result<Exploration, ExploreErr
             });
         }
         visited.insert(fp);
+        if visited.len() % PROGRESS_EVERY == 0 {
+            progress(visited.len());
+        }
         path.push(a);
         let mut acts = Vec::new();
         child.actions(&prog, reduce, &mut acts, &mut steps);
@@ -663,6 +680,29 @@ expect forbidden
             trace.iter().any(|l| l.contains("nRR reads x@n1 = 1")),
             "{trace:#?}"
         );
+    }
+
+    /// `progress` hears of every [`PROGRESS_EVERY`] states, in order, and of nothing else;
+    /// the shipped tests include one large enough to be heard of.
+    #[test]
+    fn progress_counts_the_states_as_they_come() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/litmus");
+        let mut heard = 0;
+        for f in std::fs::read_dir(dir).unwrap() {
+            let path = f.unwrap().path();
+            if path.extension().is_none_or(|e| e != "litmus") {
+                continue;
+            }
+            let t = parse(&std::fs::read_to_string(&path).unwrap(), "t").unwrap();
+            let mut calls = Vec::new();
+            let e = explore_with_progress(&t, &Config::default(), |n| calls.push(n)).unwrap();
+            let want: Vec<usize> = (1..=e.states / PROGRESS_EVERY)
+                .map(|k| k * PROGRESS_EVERY)
+                .collect();
+            assert_eq!(calls, want, "{}", path.display());
+            heard += calls.len();
+        }
+        assert!(heard > 0, "no shipped test reaches {PROGRESS_EVERY} states");
     }
 
     /// The partial-order reduction loses no outcome: every shared test, both ways.
