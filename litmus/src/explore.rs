@@ -682,18 +682,26 @@ expect forbidden
         );
     }
 
+    /// Every litmus test of the repository's tests/litmus/, parsed, with its path.
+    fn shipped() -> Vec<(std::path::PathBuf, Test)> {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/litmus");
+        let mut tests = Vec::new();
+        for f in std::fs::read_dir(dir).unwrap() {
+            let path = f.unwrap().path();
+            if path.extension().is_some_and(|e| e == "litmus") {
+                let t = crate::parse_file(&path).unwrap();
+                tests.push((path, t));
+            }
+        }
+        tests
+    }
+
     /// `progress` hears of every [`PROGRESS_EVERY`] states, in order, and of nothing else;
     /// the shipped tests include one large enough to be heard of.
     #[test]
     fn progress_counts_the_states_as_they_come() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/litmus");
         let mut heard = 0;
-        for f in std::fs::read_dir(dir).unwrap() {
-            let path = f.unwrap().path();
-            if path.extension().is_none_or(|e| e != "litmus") {
-                continue;
-            }
-            let t = parse(&std::fs::read_to_string(&path).unwrap(), "t").unwrap();
+        for (path, t) in shipped() {
             let mut calls = Vec::new();
             let e = explore_with_progress(&t, &Config::default(), |n| calls.push(n)).unwrap();
             let want: Vec<usize> = (1..=e.states / PROGRESS_EVERY)
@@ -708,14 +716,8 @@ expect forbidden
     /// The partial-order reduction loses no outcome: every shared test, both ways.
     #[test]
     fn reduction_keeps_every_outcome() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/litmus");
         let mut n = 0;
-        for f in std::fs::read_dir(dir).unwrap() {
-            let path = f.unwrap().path();
-            if path.extension().is_none_or(|e| e != "litmus") {
-                continue;
-            }
-            let t = crate::parse_file(&path).unwrap();
+        for (_, t) in shipped() {
             let full = Config {
                 reduction: false,
                 max_states: if cfg!(debug_assertions) {
