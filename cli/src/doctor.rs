@@ -154,13 +154,11 @@ fn peers(args: &DoctorArgs) -> (Vec<String>, Option<PeerListError>) {
         Err(_) => (Vec::new(), None),
         Ok(v) => match peer_list::parse(&v) {
             Ok(peers) => (peers, None),
-            Err(e) => (
-                v.split(',')
-                    .map(|s| s.trim().to_string())
-                    .filter(|s| !s.is_empty())
-                    .collect(),
-                Some(e),
-            ),
+            Err(e) => {
+                let mut peers = peer_list::entries(&v);
+                peers.retain(|p| !p.is_empty());
+                (peers, Some(e))
+            }
         },
     }
 }

@@ -223,12 +223,7 @@ impl Row {
         let n = config.outstanding as f64;
         samples.sort_unstable();
         let per = |ns: u64| ns as f64 / n / 1000.0;
-        let pct = |p: f64| -> f64 {
-            if samples.is_empty() {
-                return 0.0;
-            }
-            per(samples[((samples.len() - 1) as f64 * p).round() as usize])
-        };
+        let pct = |p: f64| at(&samples, p).map_or(0.0, per);
         let total: u64 = samples.iter().sum();
         let requests = samples.len() as f64 * n;
         let ops_per_sec = if total == 0 {
@@ -288,6 +283,16 @@ pub(crate) struct Buffers {
 }
 
 impl Buffers {
+    /// The remote and local locations one request of `config` moves (atomics: one word).
+    fn of(&self, config: Config) -> Result<(Loc, Loc), String> {
+        let s = |e: loco_rdmawait::Error| e.to_string();
+        let bytes = if config.op.sized() { config.size } else { 8 };
+        Ok((
+            self.remote.slice(0, bytes).map_err(s)?,
+            self.local.slice(0, bytes).map_err(s)?,
+        ))
+    }
+
     /// Allocates them (the same allocations, in the same order, in every process).
     pub(crate) fn alloc(cluster: &Cluster, bytes: u64) -> Result<Buffers, String> {
         let words = bytes / loco_rdmawait::WORD;
@@ -336,10 +341,7 @@ pub(crate) fn measure(
     iters: usize,
     warmup: usize,
 ) -> Result<Row, String> {
-    let s = |e: loco_rdmawait::Error| e.to_string();
-    let bytes = if config.op.sized() { config.size } else { 8 };
-    let remote = b.remote.slice(0, bytes).map_err(s)?;
-    let local = b.local.slice(0, bytes).map_err(s)?;
+    let (remote, local) = b.of(config)?;
     for _ in 0..warmup {
         sample(ctx, &remote, &local, config)?;
     }
@@ -395,9 +397,7 @@ pub(crate) fn measure_vs_raw(
         return measure(ctx, b, config, iters, warmup);
     }
     let s = |e: loco_rdmawait::Error| e.to_string();
-    let bytes = if config.op.sized() { config.size } else { 8 };
-    let remote = b.remote.slice(0, bytes).map_err(s)?;
-    let local = b.local.slice(0, bytes).map_err(s)?;
+    let (remote, local) = b.of(config)?;
     let wr = bare_request(ctx, config, &remote, &local)?;
     let target = remote.node();
     for _ in 0..warmup {
@@ -469,21 +469,25 @@ fn bare_request(
     })
 }
 
+/// The value at fraction `p` (0 to 1) of sorted `v`, nearest rank; `None` if `v` is empty. The
+/// one percentile rule of this benchmark's figures.
+fn at<T: Copy>(sorted: &[T], p: f64) -> Option<T> {
+    let last = sorted.len().checked_sub(1)?;
+    sorted.get((last as f64 * p).round() as usize).copied()
+}
+
 /// The median of `v` (0 if empty).
 fn median_ns(v: &[u64]) -> u64 {
     let mut s = v.to_vec();
     s.sort_unstable();
-    s.get(s.len() / 2).copied().unwrap_or(0)
+    at(&s, 0.5).unwrap_or(0)
 }
 
 /// The first quartile, median and third quartile of `v` (zeros if empty).
 fn quartiles(v: &mut [f64]) -> (f64, f64, f64) {
-    if v.is_empty() {
-        return (0.0, 0.0, 0.0);
-    }
     v.sort_by(f64::total_cmp);
-    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
-    (at(0.25), at(0.5), at(0.75))
+    let q = |p: f64| at(v, p).unwrap_or(0.0);
+    (q(0.25), q(0.5), q(0.75))
 }
 
 /// The options given that the run would ignore (see [`crate::bench::ignored_options`]).

@@ -539,13 +539,18 @@ fn loco_round(
     Ok(Ours { value, bare })
 }
 
-/// One round's figures of one comparison: perftest's, loco's (with the bare calls'), and the
-/// ratio of loco's to perftest's.
+/// One round's figures of one comparison: perftest's and loco's (with the bare calls').
 #[derive(Clone, Copy, Debug)]
 struct Seen {
     theirs: f64,
     ours: Ours,
-    ratio: f64,
+}
+
+impl Seen {
+    /// loco's figure over perftest's.
+    fn ratio(&self) -> f64 {
+        self.ours.value / self.theirs
+    }
 }
 
 /// The rounds: per round and comparison, perftest (`theirs(c, port, last)`: one run on a new
@@ -588,11 +593,7 @@ fn rounds(
                 )
             })?;
             let ours = loco(c)?;
-            seen[i].push(Seen {
-                theirs,
-                ours,
-                ratio: ours.value / theirs,
-            });
+            seen[i].push(Seen { theirs, ours });
             bar.inc(1);
         }
     }
@@ -616,7 +617,7 @@ fn report(
         "loco", "perftest", "perftest", "loco", "ratio", "(min-max)", "loco/bare (min-max)"
     );
     for (c, s) in cmps.iter().zip(seen) {
-        let (ratio, lo, hi) = median_spread(&s.iter().map(|x| x.ratio).collect::<Vec<_>>());
+        let (ratio, lo, hi) = median_spread(&s.iter().map(Seen::ratio).collect::<Vec<_>>());
         let (theirs, ..) = median_spread(&s.iter().map(|x| x.theirs).collect::<Vec<_>>());
         let (ours, ..) = median_spread(&s.iter().map(|x| x.ours.value).collect::<Vec<_>>());
         // The bare calls' figures, if every round has them.

@@ -33,12 +33,18 @@ pub enum PeerListError {
 /// Parses a comma-separated peer list (entries trimmed) and checks it: not empty, no blank
 /// entry, no address twice.
 pub fn parse(list: &str) -> Result<Vec<String>, PeerListError> {
-    let peers: Vec<String> = list.split(',').map(|p| p.trim().to_string()).collect();
+    let peers = entries(list);
     if peers.iter().all(String::is_empty) {
         return Err(PeerListError::Empty);
     }
     check(&peers)?;
     Ok(peers)
+}
+
+/// The entries of a comma-separated list, trimmed, blank ones included (unchecked: what
+/// [`parse`] reads before it checks).
+pub fn entries(list: &str) -> Vec<String> {
+    list.split(',').map(|p| p.trim().to_string()).collect()
 }
 
 /// Checks a peer list given entry by entry (`VerbsConfig::distributed`, `loco doctor

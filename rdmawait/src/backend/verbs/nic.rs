@@ -475,6 +475,11 @@ impl Link {
             self.done.push_back(sys::ibv_wc_status::IBV_WC_SUCCESS);
         }
         self.done.push_back(status);
+        self.note_status(status);
+    }
+
+    /// A failed status marks the link failed (its first failure stays the reason).
+    fn note_status(&mut self, status: u32) {
         if status != sys::ibv_wc_status::IBV_WC_SUCCESS && self.failed.is_none() {
             self.failed = Some(match peer_gone(status) {
                 Some(reason) => Failure::Peer(reason.to_string()),
@@ -525,11 +530,7 @@ impl State {
             )
         };
         if n < 0 {
-            return Err(Error::Backend {
-                backend: "verbs",
-                message: "ibv_poll_cq failed".to_string(),
-                source: Some(std::io::Error::from_raw_os_error(-n)),
-            });
+            return Err(poll_failed(n));
         }
         // The NIC's writes (READ data, atomic results) precede the completion that reports them.
         fence(SeqCst);
@@ -949,11 +950,7 @@ impl VerbsNic {
                 }
                 if k < 0 {
                     st.strays += 1;
-                    return Err(Error::Backend {
-                        backend: "verbs",
-                        message: "ibv_poll_cq failed".to_string(),
-                        source: Some(std::io::Error::from_raw_os_error(-k)),
-                    });
+                    return Err(poll_failed(k));
                 }
                 spins = spins.wrapping_add(1);
                 if spins % 1024 == 0 {
@@ -974,12 +971,7 @@ impl VerbsNic {
             let wc = unsafe { wc.assume_init() };
             let link = &mut st.links[t];
             if wc.status != sys::ibv_wc_status::IBV_WC_SUCCESS {
-                if link.failed.is_none() {
-                    link.failed = Some(match peer_gone(wc.status) {
-                        Some(reason) => Failure::Peer(reason.to_string()),
-                        None => Failure::Qp,
-                    });
-                }
+                link.note_status(wc.status);
                 return Err(link
                     .result(wc.status)
                     .err()
@@ -1081,6 +1073,15 @@ fn request(
         };
     }
     swr
+}
+
+/// The error of an `ibv_poll_cq` that returned `n` (negative: minus an errno).
+fn poll_failed(n: i32) -> Error {
+    Error::Backend {
+        backend: "verbs",
+        message: "ibv_poll_cq failed".to_string(),
+        source: Some(std::io::Error::from_raw_os_error(-n)),
+    }
 }
 
 /// The error of an `ibv_post_send` that `link`'s queue pair refused with `os`.
