@@ -424,6 +424,7 @@ impl Cluster {
     }
 
     /// Number of nodes.
+    #[inline]
     pub fn nodes(&self) -> usize {
         self.inner.sizes.len()
     }
@@ -452,6 +453,7 @@ impl Cluster {
     }
 
     /// Checks that `node` exists.
+    #[inline]
     pub fn check_node(&self, node: NodeId) -> Result<()> {
         if node.index() < self.nodes() {
             Ok(())
@@ -804,6 +806,7 @@ impl Cluster {
 
     /// Checks that `loc` belongs to this cluster, names a known node and lies within its memory;
     /// returns (first word, word count).
+    #[inline]
     pub fn check(&self, loc: &Loc) -> Result<(usize, usize)> {
         if loc.cluster != self.inner.id {
             return Err(Error::ForeignLocation {
@@ -816,6 +819,7 @@ impl Cluster {
     }
 
     /// Checks `loc` as [`Cluster::check`] and that it is exactly one word; returns its index.
+    #[inline]
     pub fn check_word(&self, loc: &Loc) -> Result<usize> {
         let (w, n) = self.check(loc)?;
         if n != 1 {

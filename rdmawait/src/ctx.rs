@@ -114,6 +114,7 @@ struct Track {
 
 impl Track {
     /// What a post of `wr` tells about the queue pair's remote writes.
+    #[inline]
     fn posted(&mut self, wr: &WorkRequest) {
         match *wr {
             // A read of no words need not touch memory, so it need not flush writes.
@@ -137,6 +138,7 @@ impl Track {
         self.fifo.is_empty() && !self.dirty && !self.unknown
     }
 
+    #[inline]
     fn push(&mut self, wid: WorkId) {
         self.fifo.push_back(wid);
         match self.counts.iter_mut().find(|(w, _)| *w == wid) {
@@ -145,6 +147,7 @@ impl Track {
         }
     }
 
+    #[inline]
     fn count(&self, wid: WorkId) -> usize {
         self.counts
             .iter()
@@ -153,6 +156,7 @@ impl Track {
     }
 
     /// Removes the earliest operation: a poll completed it.
+    #[inline]
     fn pop(&mut self) {
         if let Some(wid) = self.fifo.pop_front() {
             if let Some(i) = self.counts.iter().position(|(w, _)| *w == wid) {
@@ -204,6 +208,7 @@ impl Ctx {
     }
 
     /// Checks that `x` is on this thread's node.
+    #[inline]
     pub fn check_local(&self, x: &Loc) -> Result<()> {
         if x.node() != self.node {
             return Err(Error::NotLocal {
@@ -250,7 +255,7 @@ impl Ctx {
     #[doc(alias = "RDMA_WRITE")]
     pub fn put(&self, dst: &Loc, src: &Loc, wid: WorkId) -> Result<()> {
         let (local, remote, words) = self.transfer(src, dst, dst, src)?;
-        self.post(
+        self.post_checked(
             dst.node(),
             WorkRequest::Write {
                 local,
@@ -289,7 +294,7 @@ impl Ctx {
                 local,
             },
         };
-        self.post(dummy.node(), wr, wid)?;
+        self.post_checked(dummy.node(), wr, wid)?;
         // The CAS, like the get, read only once the queue pair's earlier writes had landed, and
         // it writes nothing that changes memory.
         self.inner.borrow_mut().track[dummy.node().index()].dirty = false;
@@ -301,7 +306,7 @@ impl Ctx {
     #[doc(alias = "RDMA_READ")]
     pub fn get(&self, dst: &Loc, src: &Loc, wid: WorkId) -> Result<()> {
         let (local, remote, words) = self.transfer(dst, src, dst, src)?;
-        self.post(
+        self.post_checked(
             src.node(),
             WorkRequest::Read {
                 local,
@@ -456,6 +461,9 @@ impl Ctx {
         let mut inner = self.inner.borrow_mut();
         let Inner { nic, track, .. } = &mut *inner;
         for (n, t) in track.iter_mut().enumerate() {
+            if t.fifo.is_empty() {
+                continue;
+            }
             while t.count(wid) > 0 {
                 let node = NodeId(n as u16);
                 let polled = match nic.try_poll(node) {
@@ -597,6 +605,18 @@ impl Ctx {
     /// locations with [`Cluster::check`] first).
     pub fn post(&self, target: NodeId, wr: WorkRequest, wid: WorkId) -> Result<()> {
         self.check_request(target, &wr)?;
+        self.post_checked(target, wr, wid)
+    }
+
+    /// [`Ctx::post`] for a request whose words were taken from locations checked with
+    /// [`Cluster::check`] (or [`Cluster::check_word`]) against `target` and, for the local
+    /// words, this thread's node: the range check is not made again. For the layers' own
+    /// operations (`rcas`, `rfaa`), on the hot path. Nothing unsafe follows from a request
+    /// that is out of range anyway: the NIC refuses local words outside the node's memory, and
+    /// remote ones fail at the target (a remote access error).
+    #[doc(hidden)]
+    #[inline]
+    pub fn post_checked(&self, target: NodeId, wr: WorkRequest, wid: WorkId) -> Result<()> {
         let mut inner = self.inner.borrow_mut();
         tracing::trace!(target: "loco::rdmawait", from = %self.node, to = %target, ?wr, %wid, "post");
         if let Err(e) = inner.nic.post(target, wr) {

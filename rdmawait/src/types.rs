@@ -177,6 +177,7 @@ impl Loc {
 
     /// The location's first word index and word count, after checking alignment and that it
     /// lies within `size_bytes`.
+    #[inline]
     pub(crate) fn word_range(&self, size_bytes: u64) -> Result<(usize, usize)> {
         if self.offset % WORD != 0 || self.len % WORD != 0 {
             return Err(Error::Misaligned {

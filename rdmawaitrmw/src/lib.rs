@@ -87,7 +87,8 @@ fn operands(ctx: &Ctx, target: &Loc, ret: &Loc) -> Result<(usize, usize)> {
 impl Rmw for Ctx {
     fn rcas(&self, target: &Loc, expected: u64, new: u64, ret: &Loc, wid: WorkId) -> Result<()> {
         let (remote, local) = operands(self, target, ret)?;
-        self.post(
+        // Both words were just checked against their nodes' memory.
+        self.post_checked(
             target.node(),
             WorkRequest::CompareSwap {
                 remote,
@@ -101,7 +102,8 @@ impl Rmw for Ctx {
 
     fn rfaa(&self, target: &Loc, add: u64, ret: &Loc, wid: WorkId) -> Result<()> {
         let (remote, local) = operands(self, target, ret)?;
-        self.post(
+        // Both words were just checked against their nodes' memory.
+        self.post_checked(
             target.node(),
             WorkRequest::FetchAdd { remote, add, local },
             wid,

@@ -287,6 +287,7 @@ impl VerbsNic {
         })
     }
 
+    #[inline]
     fn check_local(&self, first: usize, count: usize) -> Result<()> {
         let size = self.words().len();
         match first.checked_add(count) {
@@ -429,11 +430,18 @@ impl Link {
 
     /// Marks the link dead if its peer is dead or was replaced by a new incarnation (see
     /// [`Link::kill`]).
+    #[inline]
     fn refresh(&mut self, shared: &Shared) {
         let changes = shared.peers.changes();
-        if changes == self.seen_changes {
-            return;
+        if changes != self.seen_changes {
+            self.refresh_changed(shared, changes);
         }
+    }
+
+    /// [`Link::refresh`] once the rendezvous has changed something (`changes`).
+    #[cold]
+    #[inline(never)]
+    fn refresh_changed(&mut self, shared: &Shared, changes: u64) {
         self.seen_changes = changes;
         if let Some(reason) = shared.peers.dead(self.target) {
             self.kill(reason);
@@ -489,7 +497,19 @@ impl Link {
     }
 
     /// The result of a consumed completion.
+    #[inline]
     fn result(&self, status: u32) -> Result<()> {
+        if status == sys::ibv_wc_status::IBV_WC_SUCCESS {
+            Ok(())
+        } else {
+            self.failed_result(status)
+        }
+    }
+
+    /// [`Link::result`] of a failed completion.
+    #[cold]
+    #[inline(never)]
+    fn failed_result(&self, status: u32) -> Result<()> {
         use sys::ibv_wc_status::*;
         let node = self.target;
         match status {
@@ -516,6 +536,16 @@ impl Link {
 }
 
 impl State {
+    /// Whether one more request fits towards link `t`: in its send queue with the requests in
+    /// flight and the chained ones, and in the completion queue with every request that may
+    /// still complete there (a failed request always has a completion).
+    #[inline(always)]
+    fn room(&self, t: usize) -> bool {
+        let link = &self.links[t];
+        link.in_flight + link.chain.len() < link.capacity
+            && self.in_flight + self.chained + self.strays < self.cq_capacity
+    }
+
     /// Moves every available completion into its queue pair's `done` queue; returns how many
     /// requests completed.
     fn drain(&mut self) -> Result<usize> {
@@ -583,7 +613,7 @@ impl ThreadNic for VerbsNic {
             });
         };
         check_alive(&self.shared, link)?;
-        if wr == WorkRequest::Fence {
+        if matches!(wr, WorkRequest::Fence) {
             link.fence = true;
             return Ok(());
         }
@@ -593,14 +623,9 @@ impl ThreadNic for VerbsNic {
         // holds the requests in flight and the chained ones; the completion queue may get a
         // completion for each (a failed request always has one). Chained requests free nothing
         // until they are posted: post them, then wait for completions.
-        let room = |st: &State| {
-            let link = &st.links[t];
-            link.in_flight + link.chain.len() < link.capacity
-                && st.in_flight + st.chained + st.strays < st.cq_capacity
-        };
-        if !room(st) {
+        if !st.room(t) {
             self.ring_all(st);
-            self.drain_until(st, t, "send queue space", room)?;
+            self.drain_until(st, t, "send queue space", |st| st.room(t))?;
         }
         let software_fence = st.links[t].fence && self.shared.software_fence;
         if software_fence {
@@ -779,6 +804,7 @@ impl VerbsNic {
     }
 
     /// Posts every chained request (batches end, or another operation comes).
+    #[inline]
     fn ring_pending(&self) {
         if self.unrung.get() {
             let mut st = self.state.lock();
@@ -989,6 +1015,7 @@ impl VerbsNic {
     /// chain of one, without the chain). It is the link's latest: its sequence number is
     /// `posted`. The caller has checked the local words and made room; on an error nothing is
     /// in flight.
+    #[inline(always)]
     fn send_one(&self, st: &mut State, t: usize, enc: &Encoded, fence: bool) -> Result<()> {
         let link = &mut st.links[t];
         let mut sge = sge_of(
@@ -1021,6 +1048,7 @@ impl VerbsNic {
 }
 
 /// The scatter entry of `enc`'s local words.
+#[inline(always)]
 fn sge_of(enc: &Encoded, base: u64, lkey: u32) -> sys::ibv_sge {
     sys::ibv_sge {
         addr: base + enc.local as u64 * WORD,
@@ -1032,6 +1060,7 @@ fn sge_of(enc: &Encoded, base: u64, lkey: u32) -> sys::ibv_sge {
 /// `enc` as an `ibv_send_wr` with scatter entry `sge`, its Fence flag `fence`, signalled or not,
 /// not linked to a next one, for a queue pair whose target memory has `rkey` and which sends up
 /// to `max_inline` bytes inline.
+#[inline(always)]
 fn request(
     enc: &Encoded,
     fence: bool,
@@ -1101,6 +1130,7 @@ fn refused(link: &mut Link, os: std::io::Error) -> Error {
 /// draining the completion queue meanwhile (completions of other queue pairs are kept for
 /// them): `None` if that request has not completed yet. What [`ThreadNic::poll`] returns for
 /// it otherwise, without waiting or reading the clock.
+#[inline(always)]
 fn look(shared: &Shared, st: &mut State, target: NodeId) -> Option<Result<()>> {
     let t = target.index();
     if t >= st.links.len() {
@@ -1135,8 +1165,12 @@ fn look(shared: &Shared, st: &mut State, target: NodeId) -> Option<Result<()>> {
 /// The one peer-alive check: marks `link` failed if the rendezvous reports its peer dead (or
 /// restarted since the link was made), and returns the error every operation on a failed link
 /// gets.
+#[inline]
 fn check_alive(shared: &Shared, link: &mut Link) -> Result<()> {
     link.refresh(shared);
+    if link.failed.is_none() {
+        return Ok(());
+    }
     link.failure().map_or(Ok(()), Err)
 }
 
@@ -1160,6 +1194,7 @@ impl Encoded {
     /// Encodes `wr` (not a fence) for `link`: opcode, addresses, operands. Remote bounds are
     /// the target NIC's to enforce (a request outside its memory region completes with a remote
     /// access error); an address that overflows is refused here.
+    #[inline(always)]
     fn new(wr: WorkRequest, link: &Link) -> Result<Encoded> {
         use sys::ibv_wr_opcode::*;
         let at = |word: usize| {
