@@ -86,17 +86,22 @@ fn main() -> Result<(), BoxError> {
         Strat::Pct => Strategy::Pct { depth: 3 },
     };
     let config = || Config::new(3).runs(args.runs).strategy(strategy);
+    // A LOCO_SIM_SEED that does not parse is refused here, before a seed is printed that the
+    // check would not use.
+    let seed = config().try_base_seed().map_err(|e| {
+        eprintln!("{e}");
+        "the check could not start"
+    })?;
     println!(
-        "checking the unfenced publication over up to {} runs (base seed {:#x})...",
-        args.runs,
-        config().base_seed()
+        "checking the unfenced publication over up to {} runs (base seed {seed:#x})...",
+        args.runs
     );
     match sim::check(config(), publish(false)) {
         Ok(r) => println!(
             "no failing run in {} runs ({} distinct schedules): try more runs",
             r.runs, r.schedules
         ),
-        // A mistake in the set-up (a bad LOCO_SIM_SEED, say) is not the bug hunted here.
+        // A mistake in the set-up is not the bug hunted here.
         Err(f) if f.kind() == FailureKind::Setup => {
             eprint!("{}", f.report());
             return Err("the check could not start".into());

@@ -6,7 +6,7 @@
 //! posts to a queue pair, polls, waits, and the two await forms of the spin loops.
 //!
 //! The library operations are not expanded here by hand: [`Emit`] is a
-//! [`Machine`](loco_rdmawait::protocol::Machine) that records what it is asked to do, and the
+//! [`Machine`] that records what it is asked to do, and the
 //! protocols it runs are the crates' own (`loco_sv::protocol`, `loco_locks::protocol`,
 //! `loco_sc::protocol`), the functions `bcast`, `gf`, the locks and the SC operations execute at
 //! run time. Only the layout of the words is this module's.

@@ -409,25 +409,43 @@ fn sim_once(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Outcome, RunError
     use loco_rdmawait::sim;
     use std::sync::Arc;
     let out: Arc<Mutex<Option<Result<Outcome, RunError>>>> = Arc::default();
+    // The first error a test thread returned, as it returned it: it names the test's thread
+    // (the simulator's message would name the simulated thread, t1 for the test's t0).
+    let thread_err: Arc<Mutex<Option<RunError>>> = Arc::default();
+    // The simulator's number of each test thread, in the test's order.
+    let sim_threads: Arc<Mutex<Vec<usize>>> = Arc::default();
     let (test2, cfg2, out2) = (Arc::new(test.clone()), cfg.clone(), out.clone());
+    let (err2, ids2) = (thread_err.clone(), sim_threads.clone());
     let body = move |cluster: &Cluster| -> Result<(), String> {
         let r = (|| -> Result<Outcome, RunError> {
             let env = Arc::new(setup(&test2, &cfg2, cluster, seed)?);
             let mut handles = Vec::new();
             for t in 0..test2.threads.len() {
-                let (test, env) = (test2.clone(), env.clone());
+                let (test, env, err) = (test2.clone(), env.clone(), err2.clone());
                 let regs: Arc<Mutex<Vec<u64>>> = Arc::default();
                 let r2 = regs.clone();
                 let h = sim::spawn(cluster, test.threads[t].node, move |ctx: &Ctx| {
-                    let v = thread_body(&test, t, ctx, &env)?;
+                    let v = thread_body(&test, t, ctx, &env).map_err(|e| {
+                        let message = e.to_string();
+                        err.lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .get_or_insert(e);
+                        message
+                    })?;
                     *r2.lock().unwrap_or_else(|p| p.into_inner()) = v;
-                    Ok::<(), RunError>(())
+                    Ok::<(), String>(())
                 });
+                ids2.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(h.thread());
                 handles.push((h, regs));
             }
             let mut regs = Vec::new();
             for (h, r) in handles {
-                h.join().map_err(|e| RunError::Simulation(e.to_string()))?;
+                h.join().map_err(|e| {
+                    let own = err2.lock().unwrap_or_else(|p| p.into_inner()).take();
+                    own.unwrap_or_else(|| RunError::Simulation(e.to_string()))
+                })?;
                 regs.push(std::mem::take(
                     &mut *r.lock().unwrap_or_else(|p| p.into_inner()),
                 ));
@@ -460,8 +478,46 @@ fn sim_once(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Outcome, RunError
             after: SIM_TIMEOUT,
         }),
         Err(f) if f.kind() == sim::FailureKind::Panic => Err(RunError::Panicked(f.report())),
-        Err(f) => Err(RunError::Simulation(f.report())),
+        Err(f) => {
+            let own = thread_err.lock().unwrap_or_else(|p| p.into_inner()).take();
+            Err(RunError::Simulation(match own {
+                Some(e) if f.kind() == sim::FailureKind::Error => {
+                    let ids = sim_threads.lock().unwrap_or_else(|p| p.into_inner());
+                    thread_failure(test, &ids, &f, &e)
+                }
+                _ => f.report(),
+            }))
+        }
     }
+}
+
+/// The report of a simulated run that a test thread's error `e` failed: `e` as the other
+/// schedules show it (naming the test's thread), the simulator's last steps, and which
+/// simulated thread runs which test thread (`ids`: the simulator's numbers of the test's threads
+/// started, in the test's order; the steps name them so, and t0 is the run's main thread).
+fn thread_failure(
+    test: &Test,
+    ids: &[usize],
+    f: &loco_rdmawait::sim::Failure,
+    e: &RunError,
+) -> String {
+    let mut s = format!("simulated run with seed {:#x} failed: {e}\n", f.seed());
+    let sim: Vec<_> = ids.iter().map(|i| format!("t{i}")).collect();
+    let names: Vec<_> = test.threads[..ids.len()]
+        .iter()
+        .map(|th| th.name.as_str())
+        .collect();
+    s.push_str(&format!(
+        "last steps (the simulator's {} are the test's {}):\n",
+        sim.join(", "),
+        names.join(", ")
+    ));
+    for l in f.trace() {
+        s.push_str("  ");
+        s.push_str(l);
+        s.push('\n');
+    }
+    s
 }
 
 /// The test's words, shared variables, SC locations and locks, made on `cluster`.

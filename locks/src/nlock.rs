@@ -151,7 +151,7 @@ impl RawNLock {
 
     /// The lock is released to `raw` and nobody has entered: if that ticket is marked
     /// abandoned, or no live thread can hold it (a dead node's thread announced it, or, once
-    /// the lock has been released to it for `stalled` >= [`UNCLAIMED_AFTER`], no live thread
+    /// the lock has been released to it for `stalled` >= [`UNCLAIMED_AFTER`](crate::thread::UNCLAIMED_AFTER), no live thread
     /// claims it: [`ThreadLock::claims`]), pass the lock on with `rcas(rel, raw, raw+1)`
     /// (poisoned unless the ticket was given up). Returns whether `rel` changed (by us or
     /// anyone), i.e. whether to read it again.

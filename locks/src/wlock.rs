@@ -324,7 +324,7 @@ impl RawWLock {
     /// The lock is released to `r` (some copy on this node reads `raw`, ticket `r`) and nobody
     /// has entered: if `r` is marked abandoned, or no live thread can hold it (a dead node's
     /// thread announced it, or, once the copies have stopped at it for `stalled` >=
-    /// [`UNCLAIMED_AFTER`], no live thread claims it: [`ThreadLock::claims`]), release to
+    /// [`UNCLAIMED_AFTER`](crate::thread::UNCLAIMED_AFTER), no live thread claims it: [`ThreadLock::claims`]), release to
     /// `r + 1` on its behalf (poisoned unless it was given up). Returns whether it did.
     fn forward(
         &self,
@@ -395,7 +395,7 @@ impl RawWLock {
         Ok(Self::released_to(ctx, me, r)?.ok())
     }
 
-    /// The protocol's spin ([`Machine::await_any`](loco_rdmawait::protocol::Machine::await_any)):
+    /// The protocol's spin ([`Machine::await_any`]):
     /// until one of the copies `rels` reads ticket `t` (poison bit aside), with the failure
     /// paths: abandoned tickets are passed on, and a waiter that gives up abandons its ticket.
     /// Returns the value read.

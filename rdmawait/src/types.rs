@@ -229,7 +229,7 @@ pub enum FenceRead {
     #[default]
     Get,
     /// A remote CAS of the word that cannot succeed: it expects
-    /// [`FENCE_CAS_EXPECTED`](crate::FENCE_CAS_EXPECTED), which the dummy word never holds, so it
+    /// [`FENCE_CAS_EXPECTED`], which the dummy word never holds, so it
     /// reads the word and writes nothing (rule 9); on Soft-RoCE, which writes a failed CAS's
     /// value back, it writes the word's own value, which changes nothing.
     Cas,

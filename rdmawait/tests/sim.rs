@@ -940,3 +940,48 @@ fn a_park_ends_wake_after_its_unpark_which_costs_the_waker_unpark() {
     })
     .unwrap_or_else(|f| panic!("{}", f.report()));
 }
+
+/// `LOCO_SIM_SEED` that does not parse: `Config::try_base_seed` says so, `Config::base_seed`
+/// falls back to the default, `sim::check` refuses to run, and `Config::seed` overrides it. The
+/// variable is set for a child process (this test, re-run), not in this multi-threaded one.
+#[test]
+fn a_seed_variable_that_does_not_parse() {
+    const CHILD: &str = "LOCO_TEST_SEED_CHILD";
+    if std::env::var_os(CHILD).is_none() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_seed_variable_that_does_not_parse",
+                "--nocapture",
+            ])
+            .env(CHILD, "1")
+            .env(sim::SEED_ENV, "0xg")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The child ran the checks (a filter matching nothing would pass too).
+        assert!(String::from_utf8_lossy(&out.stdout).contains("1 passed"));
+        return;
+    }
+    let e = Config::new(2).try_base_seed().unwrap_err();
+    assert_eq!(e.value(), "0xg");
+    assert!(
+        e.to_string()
+            .contains("LOCO_SIM_SEED=\"0xg\" is not a seed"),
+        "{e}"
+    );
+    assert_eq!(Config::new(2).base_seed(), sim::DEFAULT_SEED);
+    let f = sim::check(Config::new(2).runs(1), |_: &Cluster| Ok::<(), BoxError>(())).unwrap_err();
+    assert_eq!(f.kind(), FailureKind::Setup);
+    assert_eq!(f.message(), e.to_string());
+    assert_eq!(Config::new(2).seed(9).try_base_seed(), Ok(9));
+    sim::check(Config::new(2).runs(1).seed(9), |_: &Cluster| {
+        Ok::<(), BoxError>(())
+    })
+    .unwrap();
+}

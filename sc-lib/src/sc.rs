@@ -150,7 +150,7 @@ impl fmt::Debug for ScLoc {
 /// of the lock's `rel` posted behind it), the others 2.
 ///
 /// # Errors
-/// [`Error::ForeignLocation`](crate::Error::ForeignLocation) for a location of another cluster;
+/// [`Error::ForeignLocation`] for a location of another cluster;
 /// otherwise only failures of the layers below.
 pub trait Sc {
     /// `read_sc(x)`: the value of `x`.

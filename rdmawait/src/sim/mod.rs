@@ -368,25 +368,44 @@ impl Config {
         self
     }
 
-    /// The base seed in effect (a [`SEED_ENV`] that does not parse counts as unset here;
-    /// [`check`] refuses it).
+    /// The base seed in effect, or [`DEFAULT_SEED`] when [`SEED_ENV`] is set but does not
+    /// parse: a value [`check`] refuses rather than fall back. To show the seed a check will
+    /// use, call [`Config::try_base_seed`], which reports such a value.
     pub fn base_seed(&self) -> u64 {
-        self.seed_checked().unwrap_or(DEFAULT_SEED)
+        self.try_base_seed().unwrap_or(DEFAULT_SEED)
     }
 
-    /// The base seed, or why [`SEED_ENV`] (asked only without [`Config::seed`]) is no seed.
-    fn seed_checked(&self) -> Result<u64, String> {
-        let Some(seed) = self.seed else {
-            return match std::env::var(SEED_ENV) {
-                Err(_) => Ok(DEFAULT_SEED),
-                Ok(v) => parse_seed(&v).ok_or_else(|| {
-                    format!(
-                        "{SEED_ENV}={v:?} is not a seed: give a u64 in decimal or 0x-prefixed hex"
-                    )
-                }),
-            };
-        };
-        Ok(seed)
+    /// The base seed in effect: [`Config::seed`], else [`SEED_ENV`] if set, else
+    /// [`DEFAULT_SEED`]; an error if [`SEED_ENV`] is consulted and does not parse (the value
+    /// [`check`] refuses as [`FailureKind::Setup`]).
+    pub fn try_base_seed(&self) -> Result<u64, SeedError> {
+        seed_from(self.seed, std::env::var_os(SEED_ENV))
+    }
+}
+
+/// [`SEED_ENV`] is set but is no seed ([`Config::try_base_seed`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{SEED_ENV}={value:?} is not a seed: give a u64 in decimal or 0x-prefixed hex")]
+pub struct SeedError {
+    value: String,
+}
+
+impl SeedError {
+    /// The variable's value (lossily converted if it is not UTF-8).
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+}
+
+/// The base seed given `seed` ([`Config::seed`]) and the value of [`SEED_ENV`] (consulted only
+/// without `seed`).
+fn seed_from(seed: Option<u64>, env: Option<std::ffi::OsString>) -> Result<u64, SeedError> {
+    match (seed, env) {
+        (Some(seed), _) => Ok(seed),
+        (None, None) => Ok(DEFAULT_SEED),
+        (None, Some(v)) => v.to_str().and_then(parse_seed).ok_or_else(|| SeedError {
+            value: v.to_string_lossy().into_owned(),
+        }),
     }
 }
 
@@ -708,7 +727,7 @@ where
     }
     // A mistyped seed is refused: falling back to the default would explore other schedules
     // than the ones asked for.
-    let base = config.seed_checked().map_err(setup)?;
+    let base = config.try_base_seed().map_err(|e| setup(e.to_string()))?;
     let explorer = explorer(&config, 0)?;
     let mut hashes = std::collections::HashSet::new();
     let mut report = Report {
@@ -948,4 +967,35 @@ pub(crate) fn wake_spinners() {
 /// A scheduling point for the soft NIC's calls (a no-op on threads that are not simulated).
 pub(crate) fn point(op: impl FnOnce() -> Op) {
     sched::point_op(op);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_base_seed_comes_from_the_config_then_the_environment() {
+        let env = |v: &str| Some(std::ffi::OsString::from(v));
+        assert_eq!(seed_from(None, None), Ok(DEFAULT_SEED));
+        // Config::seed wins, even over a value that is no seed.
+        assert_eq!(seed_from(Some(3), env("7")), Ok(3));
+        assert_eq!(seed_from(Some(3), env("x")), Ok(3));
+        assert_eq!(seed_from(None, env("7")), Ok(7));
+        assert_eq!(seed_from(None, env(" 0X1f ")), Ok(0x1f));
+        assert_eq!(seed_from(None, env("18446744073709551615")), Ok(u64::MAX));
+        for bad in ["", "x", "-1", "0x", "18446744073709551616", "7 7"] {
+            let e = seed_from(None, env(bad)).unwrap_err();
+            assert_eq!(e.value(), bad);
+            assert!(e.to_string().starts_with("LOCO_SIM_SEED="), "{e}");
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_seed_that_is_not_utf8_is_no_seed() {
+        use std::os::unix::ffi::OsStringExt;
+        let v = std::ffi::OsString::from_vec(vec![b'7', 0xff]);
+        let e = seed_from(None, Some(v)).unwrap_err();
+        assert_eq!(e.value(), "7\u{fffd}");
+    }
 }

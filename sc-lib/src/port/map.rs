@@ -14,7 +14,7 @@ const PROBE_CHUNK: usize = 4;
 
 /// A hash map from `u64` to `u64` with a fixed number of buckets, one entry each: open addressing
 /// with linear probing and backward-shift deletion (no tombstones). Ported as
-/// [`PortedHashMap`](crate::PortedHashMap).
+/// [`PortedHashMap`].
 ///
 /// Layout: 3 words per bucket (tag, key, value); a key's home bucket is a fixed multiplicative
 /// hash of the key, the same in every process. Inserting a new key into a map whose buckets are

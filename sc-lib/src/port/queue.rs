@@ -11,7 +11,7 @@ use crate::{Error, LayoutError, Result};
 const HEADER: usize = 2;
 
 /// A bounded FIFO queue of `u64`: a ring buffer of `capacity` slots. Ported as
-/// [`PortedQueue`](crate::PortedQueue).
+/// [`PortedQueue`].
 ///
 /// Layout: `head`, `len`, then `capacity` slots. A push onto a full queue returns
 /// [`QueueRet::Full`] ([`Error::QueueFull`] through the typed methods) and changes nothing.

@@ -1,7 +1,7 @@
 //! The connection manager (librdmacm), raw: event channels, identifiers, and the calls of the
-//! rdma_cm bootstrap ([`Bootstrap::RdmaCm`](super::Bootstrap)). What goes in the private data is
-//! `rendezvous::cmdata`; who connects to whom is `nic.rs` (active side) and `session.rs`
-//! (passive side).
+//! rdma_cm bootstrap ([`Bootstrap::RdmaCm`](super::Bootstrap::RdmaCm)). What goes in the
+//! private data is `rendezvous::cmdata`; who connects to whom is `nic.rs` (active side) and
+//! `session.rs` (passive side).
 //!
 //! Raw calls through `rdma-mummy-sys` rather than `sideway::rdmacm`: sideway 0.4.3 cannot put
 //! private data in a connect or accept (its `ConnectionParameter` has no setter for it), cannot

@@ -4,7 +4,7 @@
 //! `MemoryRegion`, whose `Drop` ignores what `ibv_dereg_mr` returns: here a failed
 //! deregistration is logged and the block leaked, never freed, since the NIC may still write it
 //! ([`Registered`] makes that decision, and tests it without a device). Every queue pair that can
-//! write the block holds the node (see [`qp::Qp`](super::qp::Qp)), so it is destroyed before the
+//! write the block holds the node (see [`qp::Qp`]), so it is destroyed before the
 //! region is deregistered, whatever the order in which the backend's parts are dropped.
 
 use std::io;

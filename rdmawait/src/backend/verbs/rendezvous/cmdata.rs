@@ -1,4 +1,4 @@
-//! What the rdma_cm bootstrap ([`Bootstrap::RdmaCm`](crate::backend::verbs::Bootstrap)) puts
+//! What the rdma_cm bootstrap (`Bootstrap::RdmaCm` of the verbs backend) puts
 //! in the connection manager's private data, and how it is authenticated. Device-free, so that
 //! its tests (tampering, replays, truncation) run without RDMA; `verbs::cm` carries it.
 //!

@@ -1,0 +1,145 @@
+//! A new user's edge values for every public function of `loco-sv` on the soft NIC: each returns
+//! a typed error or does what its docs say, and none panics or hangs.
+
+use std::time::Duration;
+
+use loco_rdmawait::{Cluster, NodeId, Schedule, WorkId};
+use loco_sv::{gf_words, Error, GlobalFence, SharedVar};
+
+const N0: NodeId = NodeId(0);
+const N1: NodeId = NodeId(1);
+const N2: NodeId = NodeId(2);
+
+fn cluster(nodes: usize) -> Cluster {
+    Cluster::builder()
+        .nodes(nodes)
+        .memory_per_node(4096)
+        .soft(Schedule::Chaos { seed: 3 })
+        // Short: an operation that wrongly blocks fails the test quickly instead of hanging it.
+        .timeout(Duration::from_millis(500))
+        .build()
+        .unwrap()
+}
+
+fn rdma(e: &Error) -> &loco_rdmawait::Error {
+    match e {
+        Error::Rdma(e) => e,
+        other => panic!("not an rdmawait error: {other:?}"),
+    }
+}
+
+fn unknown<T: std::fmt::Debug>(r: Result<T, Error>) {
+    let e = r.unwrap_err();
+    assert!(
+        matches!(rdma(&e), loco_rdmawait::Error::UnknownNode { .. }),
+        "{e:?}"
+    );
+}
+
+fn shut<T: std::fmt::Debug>(r: Result<T, Error>) {
+    let e = r.unwrap_err();
+    assert!(matches!(rdma(&e), loco_rdmawait::Error::Shutdown), "{e:?}");
+}
+
+fn dead<T: std::fmt::Debug>(r: Result<T, Error>, node: NodeId) {
+    let e = r.unwrap_err();
+    assert!(
+        matches!(rdma(&e), loco_rdmawait::Error::PeerDead { node: n, .. } if *n == node),
+        "{e:?}"
+    );
+}
+
+/// Values at the ends of their ranges, unknown nodes, empty and repeated node lists.
+#[test]
+fn edge_values_and_node_lists() {
+    let c = cluster(3);
+    let v = SharedVar::with_value(&c, u64::MAX).unwrap();
+    assert_eq!(v.copies().len(), 3);
+    let ctx = c.context(N1).unwrap();
+    assert_eq!(v.local(&ctx).unwrap(), v.copy(N1).unwrap());
+    assert_eq!(v.load(&ctx).unwrap(), u64::MAX);
+    v.store(&ctx, 0).unwrap();
+    assert_eq!(v.load(&ctx).unwrap(), 0);
+    for n in [NodeId(3), NodeId(u16::MAX)] {
+        unknown(v.copy(n));
+        unknown(v.bcast(&ctx, [n], WorkId::new(0)));
+        unknown(ctx.gf([n]));
+        unknown(gf_words(&ctx, &[N0, n]));
+    }
+    // Nothing was posted by the refused calls.
+    for n in c.node_ids() {
+        assert_eq!(ctx.unpolled(n).unwrap(), 0);
+    }
+    // Empty lists, the own node only, repeats: nothing or the same thing again.
+    v.bcast(&ctx, [], WorkId::new(0)).unwrap();
+    v.bcast(&ctx, [N1], WorkId::new(0)).unwrap();
+    assert_eq!(ctx.unpolled(N1).unwrap(), 0, "no loop-back put");
+    ctx.gf([]).unwrap();
+    gf_words(&ctx, &[]).unwrap();
+    v.store(&ctx, 5).unwrap();
+    v.bcast(&ctx, [N2, N2, N0, N1], WorkId::new(u32::MAX))
+        .unwrap();
+    ctx.wait(WorkId::new(u32::MAX)).unwrap();
+    ctx.gf([N2, N0, N2, N0]).unwrap();
+    for n in c.node_ids() {
+        assert_eq!(c.peek(&v.copy(n).unwrap()).unwrap(), 5);
+    }
+    ctx.gf_all().unwrap();
+    // A one-node cluster: bcast and gf towards itself only.
+    let one = cluster(1);
+    let s = SharedVar::new(&one).unwrap();
+    let ctx = one.context(N0).unwrap();
+    s.store(&ctx, 1).unwrap();
+    s.bcast(&ctx, one.node_ids(), WorkId::new(0)).unwrap();
+    ctx.gf_all().unwrap();
+    assert_eq!(s.load(&ctx).unwrap(), 1);
+}
+
+/// Every call after `Cluster::shutdown` that would post fails with `Shutdown`; CPU accesses to
+/// the local copy and a fence with nothing left to fence post nothing and may still succeed;
+/// none blocks.
+#[test]
+fn after_shutdown() {
+    let c = cluster(3);
+    let v = SharedVar::with_value(&c, 4).unwrap();
+    let ctx = c.context(N0).unwrap();
+    // A broadcast to n1 that no fence has followed: a gf towards n1 has to post.
+    v.bcast(&ctx, [N1], WorkId::new(0)).unwrap();
+    c.shutdown();
+    let _ = v.load(&ctx);
+    let _ = v.store(&ctx, 1);
+    shut(v.bcast(&ctx, [N1], WorkId::new(0)));
+    shut(ctx.gf([N1]));
+    shut(ctx.gf_all());
+    // The put's completion may have come before the shutdown: it is still delivered.
+    let _ = ctx.wait(WorkId::new(0));
+    // Nothing of the thread's is on its way to n2: the fence needs nothing from the NICs.
+    let _ = ctx.gf([N2]);
+    ctx.gf([]).unwrap();
+    let _ = SharedVar::new(&c);
+    let _ = SharedVar::with_value(&c, 1);
+    assert!(c.context(N1).is_err());
+}
+
+/// A context whose own node died, and a set that names a dead node.
+#[test]
+fn a_dead_node() {
+    let c = cluster(3);
+    let v = SharedVar::new(&c).unwrap();
+    let on_dead = c.context(N2).unwrap();
+    let ctx = c.context(N0).unwrap();
+    c.kill(N2).unwrap();
+    dead(v.load(&on_dead), N2);
+    dead(v.store(&on_dead, 1), N2);
+    dead(v.bcast(&on_dead, [N0], WorkId::new(0)), N2);
+    dead(on_dead.gf([N0]), N2);
+    dead(v.bcast(&ctx, [N1, N2], WorkId::new(0)), N2);
+    dead(ctx.gf([N2, N1]), N2);
+    dead(ctx.gf_all(), N2);
+    ctx.gf([N0, N1]).unwrap();
+    // A new variable still has a copy on the dead node (for when it restarts), which cannot be
+    // initialised while it is dead.
+    let w = SharedVar::new(&c).unwrap();
+    assert_eq!(w.copies().len(), 3);
+    dead(SharedVar::with_value(&c, 1), N2);
+}
