@@ -16,11 +16,22 @@ const N0: NodeId = NodeId(0);
 const N1: NodeId = NodeId(1);
 const N2: NodeId = NodeId(2);
 
+/// The soft NIC's schedules: the shutdown and dead-node tests run under each.
+const SCHEDULES: [Schedule; 3] = [
+    Schedule::Immediate,
+    Schedule::Chaos { seed: 8 },
+    Schedule::Threaded,
+];
+
 fn cluster(nodes: usize) -> Cluster {
+    cluster_on(nodes, Schedule::Chaos { seed: 8 })
+}
+
+fn cluster_on(nodes: usize, schedule: Schedule) -> Cluster {
     Cluster::builder()
         .nodes(nodes)
         .memory_per_node(common::MEMORY)
-        .soft(Schedule::Chaos { seed: 8 })
+        .soft(schedule)
         // Short: an operation that wrongly blocks fails the test quickly instead of hanging it.
         .timeout(Duration::from_millis(500))
         .build()
@@ -182,57 +193,61 @@ fn encoder_and_decoder_edges() {
 /// objects and inspecting them post nothing.
 #[test]
 fn after_shutdown() {
-    let c = cluster(2);
-    let x = ScLoc::new_on(&c, N1, 1).unwrap();
-    let map = PortedHashMap::new_on(&c, N1, &FixedHashMap::with_buckets(2)).unwrap();
-    let q = PortedQueue::new_on(&c, N0, &BoundedQueue::new(2)).unwrap();
-    let ctx = c.context(N0).unwrap();
-    ctx.write_sc(&x, 2).unwrap();
-    c.shutdown();
-    shut(ctx.read_sc(&x));
-    shut(ctx.write_sc(&x, 3));
-    shut(ctx.cas_sc(&x, 2, 3));
-    shut(ctx.faa_sc(&x, 1));
-    shut(map.insert(&ctx, 1, 1));
-    shut(map.get(&ctx, 1));
-    shut(map.len(&ctx));
-    shut(q.push(&ctx, 1));
-    shut(q.pop(&ctx));
-    shut(q.with(&ctx, |_| Ok(())));
-    let _ = x.peek(&c);
-    let _ = map.peek(&c);
-    let _ = ScLoc::new(&c, 5);
-    let _ = PortedQueue::new(&c, &BoundedQueue::new(1));
-    assert!(c.context(N1).is_err());
+    for s in SCHEDULES {
+        let c = cluster_on(2, s);
+        let x = ScLoc::new_on(&c, N1, 1).unwrap();
+        let map = PortedHashMap::new_on(&c, N1, &FixedHashMap::with_buckets(2)).unwrap();
+        let q = PortedQueue::new_on(&c, N0, &BoundedQueue::new(2)).unwrap();
+        let ctx = c.context(N0).unwrap();
+        ctx.write_sc(&x, 2).unwrap();
+        c.shutdown();
+        shut(ctx.read_sc(&x));
+        shut(ctx.write_sc(&x, 3));
+        shut(ctx.cas_sc(&x, 2, 3));
+        shut(ctx.faa_sc(&x, 1));
+        shut(map.insert(&ctx, 1, 1));
+        shut(map.get(&ctx, 1));
+        shut(map.len(&ctx));
+        shut(q.push(&ctx, 1));
+        shut(q.pop(&ctx));
+        shut(q.with(&ctx, |_| Ok(())));
+        let _ = x.peek(&c);
+        let _ = map.peek(&c);
+        let _ = ScLoc::new(&c, 5);
+        let _ = PortedQueue::new(&c, &BoundedQueue::new(1));
+        assert!(c.context(N1).is_err());
+    }
 }
 
 /// An object on a dead node, and a context whose own node died.
 #[test]
 fn a_dead_node() {
-    let c = cluster(3);
-    let on2 = ScLoc::new_on(&c, N2, 0).unwrap();
-    let on1 = ScLoc::new_on(&c, N1, 0).unwrap();
-    let q = PortedQueue::new_on(&c, N2, &BoundedQueue::new(1)).unwrap();
-    let ctx = c.context(N0).unwrap();
-    let ctx2 = c.context(N2).unwrap();
-    let mut nonzero = FixedHashMap::with_buckets(1);
-    nonzero.apply(MapOp::Insert(1, 1));
-    c.kill(N2).unwrap();
-    dead(ctx.read_sc(&on2), N2);
-    dead(ctx.write_sc(&on2, 1), N2);
-    dead(q.push(&ctx, 1), N2);
-    dead(q.peek(&c), N2);
-    dead(on2.peek(&c), N2);
-    dead(ctx2.read_sc(&on1), N2);
-    dead(ctx2.faa_sc(&on1, 1), N2);
-    // Live objects go on.
-    assert_eq!(ctx.faa_sc(&on1, 1).unwrap(), 0);
-    // A new object on the dead node: its initial words cannot be written there; with nothing
-    // to write it is made (allocation is bookkeeping), and its operations fail.
-    dead(ScLoc::new_on(&c, N2, 1), N2);
-    dead(PortedHashMap::new_on(&c, N2, &nonzero), N2);
-    let late = Ported::new_on(&c, N2, &BoundedQueue::new(1)).unwrap();
-    dead(late.push(&ctx, 1), N2);
+    for s in SCHEDULES {
+        let c = cluster_on(3, s);
+        let on2 = ScLoc::new_on(&c, N2, 0).unwrap();
+        let on1 = ScLoc::new_on(&c, N1, 0).unwrap();
+        let q = PortedQueue::new_on(&c, N2, &BoundedQueue::new(1)).unwrap();
+        let ctx = c.context(N0).unwrap();
+        let ctx2 = c.context(N2).unwrap();
+        let mut nonzero = FixedHashMap::with_buckets(1);
+        nonzero.apply(MapOp::Insert(1, 1));
+        c.kill(N2).unwrap();
+        dead(ctx.read_sc(&on2), N2);
+        dead(ctx.write_sc(&on2, 1), N2);
+        dead(q.push(&ctx, 1), N2);
+        dead(q.peek(&c), N2);
+        dead(on2.peek(&c), N2);
+        dead(ctx2.read_sc(&on1), N2);
+        dead(ctx2.faa_sc(&on1, 1), N2);
+        // Live objects go on.
+        assert_eq!(ctx.faa_sc(&on1, 1).unwrap(), 0);
+        // A new object on the dead node: its initial words cannot be written there; with nothing
+        // to write it is made (allocation is bookkeeping), and its operations fail.
+        dead(ScLoc::new_on(&c, N2, 1), N2);
+        dead(PortedHashMap::new_on(&c, N2, &nonzero), N2);
+        let late = Ported::new_on(&c, N2, &BoundedQueue::new(1)).unwrap();
+        dead(late.push(&ctx, 1), N2);
+    }
 }
 
 /// Objects made on one cluster and inspected through another: `ForeignLocation`; nodes that do
