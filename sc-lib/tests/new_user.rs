@@ -94,6 +94,15 @@ fn extreme_values() {
     assert_eq!(map.cas(&ctx, 7, 0, 1).unwrap(), None);
     assert_eq!(map.remove(&ctx, u64::MAX).unwrap(), Some(0));
 
+    // Zero sizes: nothing to keep on a node.
+    assert!(matches!(
+        PortedHashMap::new(&c, &FixedHashMap::with_buckets(0)).unwrap_err(),
+        Error::Layout(LayoutError::Empty)
+    ));
+    assert!(matches!(
+        PortedQueue::new(&c, &BoundedQueue::new(0)).unwrap_err(),
+        Error::Layout(LayoutError::Invalid { .. })
+    ));
     let q = PortedQueue::new(&c, &BoundedQueue::new(1)).unwrap();
     assert_eq!(q.pop(&ctx).unwrap(), None);
     q.push(&ctx, u64::MAX).unwrap();
