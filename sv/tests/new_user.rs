@@ -10,11 +10,22 @@ const N0: NodeId = NodeId(0);
 const N1: NodeId = NodeId(1);
 const N2: NodeId = NodeId(2);
 
+/// The soft NIC's schedules: the shutdown and dead-node tests run under each.
+const SCHEDULES: [Schedule; 3] = [
+    Schedule::Immediate,
+    Schedule::Chaos { seed: 3 },
+    Schedule::Threaded,
+];
+
 fn cluster(nodes: usize) -> Cluster {
+    cluster_on(nodes, Schedule::Chaos { seed: 3 })
+}
+
+fn cluster_on(nodes: usize, schedule: Schedule) -> Cluster {
     Cluster::builder()
         .nodes(nodes)
         .memory_per_node(4096)
-        .soft(Schedule::Chaos { seed: 3 })
+        .soft(schedule)
         // Short: an operation that wrongly blocks fails the test quickly instead of hanging it.
         .timeout(Duration::from_millis(500))
         .build()
@@ -100,46 +111,50 @@ fn edge_values_and_node_lists() {
 /// none blocks.
 #[test]
 fn after_shutdown() {
-    let c = cluster(3);
-    let v = SharedVar::with_value(&c, 4).unwrap();
-    let ctx = c.context(N0).unwrap();
-    // A broadcast to n1 that no fence has followed: a gf towards n1 has to post.
-    v.bcast(&ctx, [N1], WorkId::new(0)).unwrap();
-    c.shutdown();
-    let _ = v.load(&ctx);
-    let _ = v.store(&ctx, 1);
-    shut(v.bcast(&ctx, [N1], WorkId::new(0)));
-    shut(ctx.gf([N1]));
-    shut(ctx.gf_all());
-    // The put's completion may have come before the shutdown: it is still delivered.
-    let _ = ctx.wait(WorkId::new(0));
-    // Nothing of the thread's is on its way to n2: the fence needs nothing from the NICs.
-    let _ = ctx.gf([N2]);
-    ctx.gf([]).unwrap();
-    let _ = SharedVar::new(&c);
-    let _ = SharedVar::with_value(&c, 1);
-    assert!(c.context(N1).is_err());
+    for s in SCHEDULES {
+        let c = cluster_on(3, s);
+        let v = SharedVar::with_value(&c, 4).unwrap();
+        let ctx = c.context(N0).unwrap();
+        // A broadcast to n1 that no fence has followed: a gf towards n1 has to post.
+        v.bcast(&ctx, [N1], WorkId::new(0)).unwrap();
+        c.shutdown();
+        let _ = v.load(&ctx);
+        let _ = v.store(&ctx, 1);
+        shut(v.bcast(&ctx, [N1], WorkId::new(0)));
+        shut(ctx.gf([N1]));
+        shut(ctx.gf_all());
+        // The put's completion may have come before the shutdown: it is still delivered.
+        let _ = ctx.wait(WorkId::new(0));
+        // Nothing of the thread's is on its way to n2: the fence needs nothing from the NICs.
+        let _ = ctx.gf([N2]);
+        ctx.gf([]).unwrap();
+        let _ = SharedVar::new(&c);
+        let _ = SharedVar::with_value(&c, 1);
+        assert!(c.context(N1).is_err());
+    }
 }
 
 /// A context whose own node died, and a set that names a dead node.
 #[test]
 fn a_dead_node() {
-    let c = cluster(3);
-    let v = SharedVar::new(&c).unwrap();
-    let on_dead = c.context(N2).unwrap();
-    let ctx = c.context(N0).unwrap();
-    c.kill(N2).unwrap();
-    dead(v.load(&on_dead), N2);
-    dead(v.store(&on_dead, 1), N2);
-    dead(v.bcast(&on_dead, [N0], WorkId::new(0)), N2);
-    dead(on_dead.gf([N0]), N2);
-    dead(v.bcast(&ctx, [N1, N2], WorkId::new(0)), N2);
-    dead(ctx.gf([N2, N1]), N2);
-    dead(ctx.gf_all(), N2);
-    ctx.gf([N0, N1]).unwrap();
-    // A new variable still has a copy on the dead node (for when it restarts), which cannot be
-    // initialised while it is dead.
-    let w = SharedVar::new(&c).unwrap();
-    assert_eq!(w.copies().len(), 3);
-    dead(SharedVar::with_value(&c, 1), N2);
+    for s in SCHEDULES {
+        let c = cluster_on(3, s);
+        let v = SharedVar::new(&c).unwrap();
+        let on_dead = c.context(N2).unwrap();
+        let ctx = c.context(N0).unwrap();
+        c.kill(N2).unwrap();
+        dead(v.load(&on_dead), N2);
+        dead(v.store(&on_dead, 1), N2);
+        dead(v.bcast(&on_dead, [N0], WorkId::new(0)), N2);
+        dead(on_dead.gf([N0]), N2);
+        dead(v.bcast(&ctx, [N1, N2], WorkId::new(0)), N2);
+        dead(ctx.gf([N2, N1]), N2);
+        dead(ctx.gf_all(), N2);
+        ctx.gf([N0, N1]).unwrap();
+        // A new variable still has a copy on the dead node (for when it restarts), which cannot be
+        // initialised while it is dead.
+        let w = SharedVar::new(&c).unwrap();
+        assert_eq!(w.copies().len(), 3);
+        dead(SharedVar::with_value(&c, 1), N2);
+    }
 }

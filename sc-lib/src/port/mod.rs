@@ -165,17 +165,21 @@ impl<'a> Encoder<'a> {
         if let Some(w) = self.out.get_mut(self.at) {
             *w = word;
         }
-        self.at += 1;
+        self.at = self.at.saturating_add(1);
     }
 
-    /// Appends `n` zero words (e.g. unused slots).
+    /// Appends `n` zero words (e.g. unused slots). Those past the end of the layout are only
+    /// counted, however many (the count saturates at `usize::MAX`): `finish` then fails.
     pub fn pad(&mut self, n: usize) {
-        for _ in 0..n {
-            self.push(0);
+        let end = self.at.saturating_add(n);
+        let inside = end.min(self.out.len());
+        if self.at < inside {
+            self.out[self.at..inside].fill(0);
         }
+        self.at = end;
     }
 
-    /// Words pushed so far.
+    /// Words pushed so far (saturating at `usize::MAX`).
     pub fn position(&self) -> usize {
         self.at
     }
@@ -350,7 +354,8 @@ impl<'a> Words<'a> {
 
     /// Word `i` (fetched if needed: one round trip).
     pub fn read(&mut self, i: usize) -> Result<u64> {
-        self.prefetch(i..i + 1)?;
+        // Saturating: an index at the end of `usize` is outside any layout, not an overflow.
+        self.prefetch(i..i.saturating_add(1))?;
         Ok(self.vals[i].expect("fetched"))
     }
 
@@ -365,7 +370,7 @@ impl<'a> Words<'a> {
 
     /// Sets word `i` to `value`, to be put back when the operation succeeds. No round trip.
     pub fn write(&mut self, i: usize, value: u64) -> Result<()> {
-        self.check(&(i..i + 1))?;
+        self.check(&(i..i.saturating_add(1)))?;
         if self.vals[i] != Some(value) {
             self.vals[i] = Some(value);
             self.dirty[i] = true;
@@ -375,7 +380,7 @@ impl<'a> Words<'a> {
 
     /// Sets the words from `start` on to `values`.
     pub fn write_range(&mut self, start: usize, values: &[u64]) -> Result<()> {
-        self.check(&(start..start + values.len()))?;
+        self.check(&(start..start.saturating_add(values.len())))?;
         for (k, v) in values.iter().enumerate() {
             self.write(start + k, *v)?;
         }
