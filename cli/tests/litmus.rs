@@ -439,22 +439,28 @@ fn run_refuses_bad_counts_and_reports_errors_once() {
     // A lock that cannot be taken within 1 ns (deterministic under the simulator): an error
     // of the run, reported once, and not as a panic.
     let out = loco(
-        &[
-            "litmus",
-            "run",
-            "--schedule",
-            "sim",
-            "--runs",
-            "2",
-            "--timeout",
-            "0.000000001",
-        ],
+        &sim_with_1ns_locks(&["--runs", "2"]),
         &[file("nlock-giveup-two")],
     );
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.matches("not acquired within").count(), 1, "{err}");
     assert!(!err.contains("panicked"), "{err}");
+}
+
+/// `loco litmus run --schedule sim` with `more` options and a lock timeout of 1 ns, which no
+/// contended acquire meets (deterministically, under the simulator).
+fn sim_with_1ns_locks<'a>(more: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "litmus",
+        "run",
+        "--schedule",
+        "sim",
+        "--timeout",
+        "0.000000001",
+    ];
+    args.extend_from_slice(more);
+    args
 }
 
 /// A test thread's error under `--schedule sim` names the test's thread once, as the other
@@ -486,18 +492,7 @@ expect forbidden
     // A lock that cannot be taken within 1 ns: some run's second acquire fails (seed 1 and
     // later runs, deterministically under the simulator).
     let out = loco(
-        &[
-            "litmus",
-            "run",
-            "--schedule",
-            "sim",
-            "--runs",
-            "20",
-            "--seed",
-            "0",
-            "--timeout",
-            "0.000000001",
-        ],
+        &sim_with_1ns_locks(&["--runs", "20", "--seed", "0"]),
         std::slice::from_ref(&f),
     );
     std::fs::remove_file(&f).ok();
