@@ -610,8 +610,9 @@ impl Ctx {
 
     /// [`Ctx::post`] for a request whose words were taken from locations checked with
     /// [`Cluster::check`] (or [`Cluster::check_word`]) against `target` and, for the local
-    /// words, this thread's node: the range check is not made again. For the layers' own
-    /// operations (`rcas`, `rfaa`), on the hot path. Nothing unsafe follows from a request
+    /// words, this thread's node: the range check is not made again. For the operations that
+    /// have just checked their locations (`put`, `get`, the fence read, and `rcas`/`rfaa` of
+    /// loco-rdmawaitrmw), on the hot path. Nothing unsafe follows from a request
     /// that is out of range anyway: the NIC refuses local words outside the node's memory, and
     /// remote ones fail at the target (a remote access error).
     #[doc(hidden)]

@@ -1168,6 +1168,7 @@ fn look(shared: &Shared, st: &mut State, target: NodeId) -> Option<Result<()>> {
 #[inline]
 fn check_alive(shared: &Shared, link: &mut Link) -> Result<()> {
     link.refresh(shared);
+    // The common case first: a live link, without a call into `failure` (hot path).
     if link.failed.is_none() {
         return Ok(());
     }
