@@ -787,6 +787,44 @@ mod tests {
         t.pop(); // popping an empty track is harmless
     }
 
+    /// `post_checked` skips the context's range check, not the NIC's: words outside a node's
+    /// memory, and a word index at the end of `usize`, are refused, never executed.
+    #[test]
+    fn post_checked_out_of_range_words_are_refused_by_the_nic() {
+        for schedule in [
+            crate::Schedule::Immediate,
+            crate::Schedule::Chaos { seed: 1 },
+            crate::Schedule::Threaded,
+        ] {
+            let c = Cluster::builder()
+                .nodes(2)
+                .memory_per_node(64)
+                .soft(schedule)
+                .build()
+                .unwrap();
+            let ctx = c.context(NodeId(0)).unwrap();
+            let d = WorkId::new(1);
+            for (local, remote, words) in [(8, 0, 1), (0, 8, 1), (0, 0, 9), (usize::MAX, 0, 1)] {
+                let wr = WorkRequest::Write {
+                    local,
+                    remote,
+                    words,
+                };
+                assert!(ctx.post_checked(NodeId(1), wr, d).is_err(), "{wr:?}");
+            }
+            for (remote, local) in [(8, 0), (0, 8), (usize::MAX, 0), (0, usize::MAX)] {
+                let rmw = WorkRequest::FetchAdd {
+                    remote,
+                    add: 1,
+                    local,
+                };
+                assert!(ctx.post_checked(NodeId(1), rmw, d).is_err(), "{rmw:?}");
+            }
+            assert_eq!(ctx.unpolled(NodeId(1)).unwrap(), 0);
+            ctx.wait(d).unwrap();
+        }
+    }
+
     #[test]
     fn extensions_are_created_once_per_thread() {
         let c = Cluster::builder()
