@@ -2,7 +2,7 @@
 
 use std::any::{Any, TypeId};
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -99,9 +99,16 @@ struct Inner {
 
 #[derive(Debug, Default)]
 struct Track {
-    fifo: VecDeque<WorkId>,
-    /// Unpolled operations per work id (few distinct ids are live at once).
-    counts: Vec<(WorkId, usize)>,
+    /// Operations posted on this queue pair that complete (fences apart), and those polled:
+    /// the unpolled ones are numbers `polled + 1 ..= posted`, polled in that order (the FIFO
+    /// of Fig. 16, kept as two counters).
+    posted: u64,
+    polled: u64,
+    /// Per work id, the number of its latest posted operation: `wait(d)` polls until `polled`
+    /// reaches it (the earlier operations tagged `d` are polled on the way, in FIFO order). An
+    /// entry at or below `polled` is spent; entries go when the queue pair has nothing
+    /// unpolled, or when many ids are live ([`Track::PRUNE_AT`]).
+    last: Vec<(WorkId, u64)>,
     /// A remote write of this queue pair may not have landed yet: set by a put or remote RMW,
     /// cleared by a later get of at least one word or a fence read (whose remote step waits for
     /// every earlier write on the queue pair to land, docs/model.md §5.2). See [`Ctx::fenced`].
@@ -113,6 +120,9 @@ struct Track {
 }
 
 impl Track {
+    /// How many work ids `last` holds before a new one makes it drop the spent entries.
+    const PRUNE_AT: usize = 16;
+
     /// What a post of `wr` tells about the queue pair's remote writes.
     #[inline]
     fn posted(&mut self, wr: &WorkRequest) {
@@ -135,35 +145,60 @@ impl Track {
 
     /// Nothing of the thread's can still be on its way on this queue pair.
     fn fenced(&self) -> bool {
-        self.fifo.is_empty() && !self.dirty && !self.unknown
+        self.is_empty() && !self.dirty && !self.unknown
     }
 
+    /// No operation is unpolled.
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.polled == self.posted
+    }
+
+    /// The number of unpolled operations.
+    fn unpolled(&self) -> usize {
+        usize::try_from(self.posted - self.polled).unwrap_or(usize::MAX)
+    }
+
+    /// A completing operation tagged `wid` was posted.
     #[inline]
     fn push(&mut self, wid: WorkId) {
-        self.fifo.push_back(wid);
-        match self.counts.iter_mut().find(|(w, _)| *w == wid) {
-            Some((_, c)) => *c += 1,
-            None => self.counts.push((wid, 1)),
+        self.posted += 1;
+        let n = self.posted;
+        match self.last.iter_mut().find(|(w, _)| *w == wid) {
+            Some(e) => e.1 = n,
+            None => {
+                if self.last.len() >= Self::PRUNE_AT {
+                    let polled = self.polled;
+                    self.last.retain(|&(_, s)| s > polled);
+                }
+                self.last.push((wid, n));
+            }
         }
     }
 
+    /// The number `polled` must reach for no operation tagged `wid` to be unpolled, if one is.
     #[inline]
-    fn count(&self, wid: WorkId) -> usize {
-        self.counts
+    fn until(&self, wid: WorkId) -> Option<u64> {
+        self.last
             .iter()
             .find(|(w, _)| *w == wid)
-            .map_or(0, |(_, c)| *c)
+            .map(|&(_, n)| n)
+            .filter(|&n| n > self.polled)
+    }
+
+    /// Whether an operation tagged `wid` is unpolled.
+    #[cfg(test)]
+    fn count_any(&self, wid: WorkId) -> bool {
+        self.until(wid).is_some()
     }
 
     /// Removes the earliest operation: a poll completed it.
     #[inline]
     fn pop(&mut self) {
-        if let Some(wid) = self.fifo.pop_front() {
-            if let Some(i) = self.counts.iter().position(|(w, _)| *w == wid) {
-                self.counts[i].1 -= 1;
-                if self.counts[i].1 == 0 {
-                    self.counts.swap_remove(i);
-                }
+        if self.polled < self.posted {
+            self.polled += 1;
+            if self.polled == self.posted {
+                self.last.clear();
             }
         }
     }
@@ -461,10 +496,10 @@ impl Ctx {
         let mut inner = self.inner.borrow_mut();
         let Inner { nic, track, .. } = &mut *inner;
         for (n, t) in track.iter_mut().enumerate() {
-            if t.fifo.is_empty() {
+            let Some(until) = t.until(wid) else {
                 continue;
-            }
-            while t.count(wid) > 0 {
+            };
+            while t.polled < until {
                 let node = NodeId(n as u16);
                 let polled = match nic.try_poll(node) {
                     Some(r) => r,
@@ -525,7 +560,7 @@ impl Ctx {
             return false;
         }
         for (n, t) in track.iter_mut().enumerate() {
-            while !t.fifo.is_empty() {
+            while !t.is_empty() {
                 let left =
                     budget.saturating_sub(crate::clock::now().saturating_duration_since(start));
                 match nic.poll(NodeId(n as u16), left) {
@@ -582,7 +617,7 @@ impl Ctx {
     /// Number of operations towards `node` posted and not yet polled.
     pub fn unpolled(&self, node: NodeId) -> Result<usize> {
         self.cluster.check_node(node)?;
-        Ok(self.inner.borrow().track[node.index()].fifo.len())
+        Ok(self.inner.borrow().track[node.index()].unpolled())
     }
 
     /// The layer below rdmawait, the paper's **rdmatso**: puts and gets without work ids, and
@@ -660,7 +695,7 @@ impl Ctx {
     pub fn raw_requests(&self, target: NodeId, wr: WorkRequest, n: usize) -> Result<Vec<u64>> {
         self.check_request(target, &wr)?;
         let mut inner = self.inner.borrow_mut();
-        if inner.track.iter().any(|t| !t.fifo.is_empty()) {
+        if inner.track.iter().any(|t| !t.is_empty()) {
             return Err(Error::Backend {
                 backend: self.cluster.backend_name(),
                 message: "bare requests need a context with no unpolled operation".into(),
@@ -749,7 +784,7 @@ impl RdmaTso<'_> {
         let mut inner = self.ctx.inner.borrow_mut();
         let Inner { nic, track, .. } = &mut *inner;
         let t = &mut track[node.index()];
-        if t.fifo.is_empty() {
+        if t.is_empty() {
             return Err(Error::NothingPending { node });
         }
         match nic.poll(node, timeout) {
@@ -771,20 +806,41 @@ mod tests {
     use super::*;
 
     #[test]
-    fn track_counts_per_work_id_and_pops_in_order() {
+    fn track_follows_each_work_id_and_pops_in_order() {
         let (a, b) = (WorkId::new(1), WorkId::new(2));
         let mut t = Track::default();
         t.push(a);
         t.push(b);
         t.push(a);
-        assert_eq!((t.count(a), t.count(b)), (2, 1));
+        assert_eq!((t.until(a), t.until(b)), (Some(3), Some(2)));
         t.pop(); // the earliest, an `a`
-        assert_eq!((t.count(a), t.count(b)), (1, 1));
+        assert_eq!((t.until(a), t.until(b), t.unpolled()), (Some(3), Some(2), 2));
+        t.pop(); // the `b`
+        assert!(t.count_any(a) && !t.count_any(b));
         t.pop();
-        t.pop();
-        assert_eq!((t.count(a), t.count(b)), (0, 0));
-        assert!(t.counts.is_empty() && t.fifo.is_empty());
+        assert!(!t.count_any(a) && !t.count_any(b));
+        assert!(t.last.is_empty() && t.is_empty());
         t.pop(); // popping an empty track is harmless
+        assert_eq!(t.unpolled(), 0);
+    }
+
+    /// Many work ids live at once: spent ones are dropped, live ones kept.
+    #[test]
+    fn track_prunes_spent_work_ids_only() {
+        let mut t = Track::default();
+        for i in 0..100u32 {
+            t.push(WorkId::new(i));
+            if i % 2 == 0 {
+                t.pop();
+            }
+        }
+        assert!(t.last.len() <= t.unpolled() + Track::PRUNE_AT, "{}", t.last.len());
+        assert_eq!(t.unpolled(), 50);
+        // The unpolled ones are the last 50 posted, whatever their ids.
+        for i in 0..100u32 {
+            assert_eq!(t.count_any(WorkId::new(i)), i >= 50, "{i}");
+        }
+        assert_eq!(t.until(WorkId::new(99)), Some(100));
     }
 
     /// `post_checked` skips the context's range check, not the NIC's: words outside a node's
