@@ -814,7 +814,10 @@ mod tests {
         t.push(a);
         assert_eq!((t.until(a), t.until(b)), (Some(3), Some(2)));
         t.pop(); // the earliest, an `a`
-        assert_eq!((t.until(a), t.until(b), t.unpolled()), (Some(3), Some(2), 2));
+        assert_eq!(
+            (t.until(a), t.until(b), t.unpolled()),
+            (Some(3), Some(2), 2)
+        );
         t.pop(); // the `b`
         assert!(t.count_any(a) && !t.count_any(b));
         t.pop();
@@ -834,7 +837,11 @@ mod tests {
                 t.pop();
             }
         }
-        assert!(t.last.len() <= t.unpolled() + Track::PRUNE_AT, "{}", t.last.len());
+        assert!(
+            t.last.len() <= t.unpolled() + Track::PRUNE_AT,
+            "{}",
+            t.last.len()
+        );
         assert_eq!(t.unpolled(), 50);
         // The unpolled ones are the last 50 posted, whatever their ids.
         for i in 0..100u32 {
