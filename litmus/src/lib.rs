@@ -129,7 +129,7 @@ pub mod run;
 
 pub use ast::Test;
 pub use explore::{explore, Exploration, Outcome, Verdict};
-pub use parse::{parse, parse_file, ParseError, ParseErrorKind};
+pub use parse::{parse, parse_file, LimitUnit, ParseError, ParseErrorKind};
 #[allow(deprecated)]
 pub use run::Backend;
 pub use run::{run, RunBackend, RunConfig, RunError, RunReport};

@@ -1070,6 +1070,12 @@ impl Machine for Emit<'_> {
         Ok(())
     }
 
+    /// Never asked: the lowering's fence words cover every node of the test
+    /// ([`Lowering::gf_words`]), and a test names no other.
+    fn unknown_node(&self, node: loco_rdmawait::NodeId, nodes: usize) -> Infallible {
+        unreachable!("the lowering has fence words for {nodes} nodes, not for {node}")
+    }
+
     fn wait(&mut self, wid: WorkId) -> Result<(), Infallible> {
         let (tag, name) = self.tag(wid);
         self.lib(Instr::Wait { tag }, format!("wait({name})"));

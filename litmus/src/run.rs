@@ -140,11 +140,13 @@ pub enum RunError {
     /// Setting up or inspecting the cluster failed.
     #[error("cluster: {0}")]
     Cluster(#[from] OpError),
-    /// A test thread panicked.
+    /// A test thread panicked (its name). Under the simulator a panic is a
+    /// [`RunError::Simulation`], whose report has the panic's message and the run's steps.
     #[error("thread {0} panicked")]
     Panicked(String),
-    /// A simulated run failed other than by a panic (`--schedule sim`): an error of a thread,
-    /// a deadlock, the step budget; the simulator's report, with the seed to replay it.
+    /// A simulated run failed (`--schedule sim`): an error or a panic of a thread, a deadlock;
+    /// the simulator's report, with the seed to replay it. (A run over the step budget is
+    /// [`RunError::Stalled`].)
     #[error("{0}")]
     Simulation(String),
     /// The OS refused a thread.
@@ -412,20 +414,41 @@ fn sim_once(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Outcome, RunError
     // The first error a test thread returned, as it returned it: it names the test's thread
     // (the simulator's message would name the simulated thread, t1 for the test's t0).
     let thread_err: Arc<Mutex<Option<RunError>>> = Arc::default();
+    // The first panic of a test thread: the test's thread and the panic's message (the
+    // simulator's would name the simulated thread).
+    let thread_panic: Arc<Mutex<Option<(usize, String)>>> = Arc::default();
     // The simulator's number of each test thread, in the test's order.
     let sim_threads: Arc<Mutex<Vec<usize>>> = Arc::default();
     let (test2, cfg2, out2) = (Arc::new(test.clone()), cfg.clone(), out.clone());
-    let (err2, ids2) = (thread_err.clone(), sim_threads.clone());
+    let (err2, ids2, panic2) = (
+        thread_err.clone(),
+        sim_threads.clone(),
+        thread_panic.clone(),
+    );
     let body = move |cluster: &Cluster| -> Result<(), String> {
         let r = (|| -> Result<Outcome, RunError> {
             let env = Arc::new(setup(&test2, &cfg2, cluster, seed)?);
             let mut handles = Vec::new();
             for t in 0..test2.threads.len() {
                 let (test, env, err) = (test2.clone(), env.clone(), err2.clone());
+                let panicked = panic2.clone();
                 let regs: Arc<Mutex<Vec<u64>>> = Arc::default();
                 let r2 = regs.clone();
                 let h = sim::spawn(cluster, test.threads[t].node, move |ctx: &Ctx| {
-                    let v = thread_body(&test, t, ctx, &env).map_err(|e| {
+                    let body = std::panic::AssertUnwindSafe(|| thread_body(&test, t, ctx, &env));
+                    let v = std::panic::catch_unwind(body).unwrap_or_else(|p| {
+                        // Noted, then passed on: the simulator fails the run with its trace
+                        // (and stops the thread by unwinding, with a payload that is not a
+                        // message).
+                        if let Some(m) = panic_message(&*p) {
+                            panicked
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .get_or_insert((t, m));
+                        }
+                        std::panic::resume_unwind(p)
+                    });
+                    let v = v.map_err(|e| {
                         let message = e.to_string();
                         err.lock()
                             .unwrap_or_else(|p| p.into_inner())
@@ -477,29 +500,45 @@ fn sim_once(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Outcome, RunError
             seed,
             after: SIM_TIMEOUT,
         }),
-        Err(f) if f.kind() == sim::FailureKind::Panic => Err(RunError::Panicked(f.report())),
         Err(f) => {
+            let ids = sim_threads.lock().unwrap_or_else(|p| p.into_inner());
             let own = thread_err.lock().unwrap_or_else(|p| p.into_inner()).take();
-            Err(RunError::Simulation(match own {
-                Some(e) if f.kind() == sim::FailureKind::Error => {
-                    let ids = sim_threads.lock().unwrap_or_else(|p| p.into_inner());
-                    thread_failure(test, &ids, &f, &e)
+            let panic = thread_panic
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            Err(RunError::Simulation(match (f.kind(), own, panic) {
+                (sim::FailureKind::Error, Some(e), _) => thread_failure(test, &ids, &f, &e),
+                (sim::FailureKind::Panic, _, Some((t, message))) => {
+                    let name = &test.threads[t].name;
+                    let what = format!("thread {name} panicked: {message}");
+                    thread_failure(test, &ids, &f, &what)
                 }
+                // A panic outside the test's threads (setting up, observing) is the
+                // simulator's main thread's, t0.
                 _ => f.report(),
             }))
         }
     }
 }
 
-/// The report of a simulated run that a test thread's error `e` failed: `e` as the other
-/// schedules show it (naming the test's thread), the simulator's last steps, and which
-/// simulated thread runs which test thread (`ids`: the simulator's numbers of the test's threads
-/// started, in the test's order; the steps name them so, and t0 is the run's main thread).
+/// A panic's message, if its payload is one (a string).
+fn panic_message(p: &(dyn std::any::Any + Send)) -> Option<String> {
+    p.downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+}
+
+/// The report of a simulated run that a test thread failed, by an error or a panic (`e`, as
+/// the other schedules show it: naming the test's thread): `e`, the simulator's last steps, and
+/// which simulated thread runs which test thread (`ids`: the simulator's numbers of the test's
+/// threads started, in the test's order; the steps name them so, and t0 is the run's main
+/// thread).
 fn thread_failure(
     test: &Test,
     ids: &[usize],
     f: &loco_rdmawait::sim::Failure,
-    e: &RunError,
+    e: &dyn std::fmt::Display,
 ) -> String {
     let mut s = format!("simulated run with seed {:#x} failed: {e}\n", f.seed());
     let sim: Vec<_> = ids.iter().map(|i| format!("t{i}")).collect();
@@ -512,11 +551,7 @@ fn thread_failure(
         sim.join(", "),
         names.join(", ")
     ));
-    for l in f.trace() {
-        s.push_str("  ");
-        s.push_str(l);
-        s.push('\n');
-    }
+    s.push_str(&f.trace_lines());
     s
 }
 
@@ -970,5 +1005,52 @@ expect allowed
         );
         assert!(stalled > 0, "no run had t0 take the lock first");
         assert!(start.elapsed() < Duration::from_secs(120));
+    }
+
+    /// A test thread that panics under the simulator is reported as the other schedules report
+    /// a thread's error: the test's thread named once, with the panic message (it said "thread
+    /// simulated run ... thread t2 panicked: ... panicked", naming the simulator's thread), and
+    /// the trace saying which simulated thread runs which test thread.
+    #[test]
+    fn a_simulated_thread_panic_names_the_test_thread_once() {
+        let text = "litmus sim-thread-panic
+loc x @n0
+loc y @n1
+thread t0 @n0 {
+  r0 = load(x)
+}
+thread t1 @n1 {
+  r0 = load(y)
+}
+exists t0:r0 = 1
+expect forbidden
+";
+        let mut test = crate::parse(text, "panic").unwrap();
+        // A test the parser would refuse: t1 loads into a register it does not have, so its
+        // first statement panics (an index out of bounds), deterministically.
+        test.threads[1].regs.clear();
+        test.threads[1].assigned.clear();
+        let cfg = RunConfig::new(RunBackend::SoftSim, 1, 0);
+        let e = run_once(&test, &cfg, 0).unwrap_err();
+        let report = e.to_string();
+        eprintln!("{report}");
+        assert!(matches!(e, RunError::Simulation(_)), "{e:?}");
+        let head = report.lines().next().unwrap();
+        assert_eq!(head.matches("thread ").count(), 1, "{report}");
+        assert_eq!(head.matches("panicked").count(), 1, "{report}");
+        assert!(
+            head.contains("thread t1 panicked: index out of bounds"),
+            "{report}"
+        );
+        assert!(
+            report.contains("the simulator's t1, t2 are the test's t0, t1"),
+            "{report}"
+        );
+        // The trace lists the steps, one a line.
+        assert!(
+            report.lines().skip(2).all(|l| l.starts_with("  ")),
+            "{report}"
+        );
+        assert!(report.lines().count() > 3, "{report}");
     }
 }

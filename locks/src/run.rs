@@ -244,6 +244,10 @@ impl Machine for Run<'_> {
         self.towards_live(self.ctx.rfence(node))
     }
 
+    fn unknown_node(&self, node: NodeId, nodes: usize) -> Error {
+        Error::Rdma(loco_rdmawait::Error::UnknownNode { node, nodes })
+    }
+
     fn wait(&mut self, wid: WorkId) -> Result<()> {
         let mut r = self.d.wait(self.ctx, wid);
         // A node other than the thread's own and the lock's home died with some of these

@@ -211,6 +211,14 @@ pub trait Machine {
     }
     /// `rfence(n)`.
     fn rfence(&mut self, node: NodeId) -> Result<(), Self::Error>;
+    /// The error of a protocol handed per-node words (one a node, by index: loco-sv's
+    /// `GfWords::dummy`) that stop short of `node`, covering `nodes` nodes only. Protocols check
+    /// their words before posting anything, so that a caller's short array is this error, not
+    /// a panic. A context's is [`Error::UnknownNode`](crate::Error::UnknownNode) (the words
+    /// are of a cluster of `nodes` nodes). A machine whose operations cannot fail (an
+    /// uninhabited `Error`, as the explorer's) has none to give: it must hand its protocols
+    /// words for every node they name.
+    fn unknown_node(&self, node: NodeId, nodes: usize) -> Self::Error;
     /// `wait(d)`.
     fn wait(&mut self, wid: WorkId) -> Result<(), Self::Error>;
 
@@ -346,6 +354,10 @@ impl Machine for &Ctx {
 
     fn rfence(&mut self, node: NodeId) -> Result<()> {
         Ctx::rfence(self, node)
+    }
+
+    fn unknown_node(&self, node: NodeId, nodes: usize) -> crate::Error {
+        crate::Error::UnknownNode { node, nodes }
     }
 
     fn wait(&mut self, wid: WorkId) -> Result<()> {

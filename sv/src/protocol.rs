@@ -1,7 +1,7 @@
 //! `bcast` and `gf` written once, over a [`Machine`]: [`SharedVar::bcast`](crate::SharedVar::bcast)
 //! and [`GlobalFence::gf`](crate::GlobalFence::gf) run these functions on a thread context, the
 //! litmus explorer records them (see [`loco_rdmawait::protocol`]). Callers check their input
-//! (known, live nodes) first.
+//! (known, live nodes) first; [`gf`] still refuses a node its words do not cover.
 
 use loco_rdmawait::protocol::Machine;
 use loco_rdmawait::{NodeId, WorkId};
@@ -38,7 +38,13 @@ pub struct GfWords<W> {
 /// there) is left out. If that leaves none of a non-empty set, an `mfence` stands in for the
 /// wait, which would have drained the store buffer (the gets travel through it). An empty set
 /// does nothing.
+///
+/// A node of `nodes` that `w` has no dummy word for is refused before anything is posted, with
+/// the machine's [`Machine::unknown_node`] error (a context's: `UnknownNode`).
 pub fn gf<M: Machine>(m: &mut M, w: &GfWords<M::Word>, nodes: &[NodeId]) -> Result<(), M::Error> {
+    if let Some(&n) = nodes.iter().find(|n| n.index() >= w.dummy.len()) {
+        return Err(m.unknown_node(n, w.dummy.len()));
+    }
     let mut any = false;
     for &n in nodes {
         if m.fenced(n) {

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use loco_rdmawait::{Cluster, NodeId, Schedule, WorkId};
-use loco_sv::{gf_words, Error, GlobalFence, SharedVar};
+use loco_sv::{gf_words, protocol, Error, GlobalFence, SharedVar};
 
 const N0: NodeId = NodeId(0);
 const N1: NodeId = NodeId(1);
@@ -104,6 +104,54 @@ fn edge_values_and_node_lists() {
     s.bcast(&ctx, one.node_ids(), WorkId::new(0)).unwrap();
     ctx.gf_all().unwrap();
     assert_eq!(s.load(&ctx).unwrap(), 1);
+}
+
+/// `protocol::gf` with dummy words that stop short of a node of its set (words the caller made
+/// for a smaller cluster, or none): `UnknownNode` naming it, before anything is posted (it
+/// panicked, indexing past the words). The words of `gf_words` cover every node.
+#[test]
+fn protocol_gf_with_too_few_dummy_words() {
+    let c = cluster(3);
+    let ctx = c.context(N0).unwrap();
+    let full = gf_words(&ctx, &[N0, N1, N2]).unwrap();
+    // A put towards n2 still in flight: the fence cannot leave n2 out as fenced already.
+    let (local, remote) = (c.alloc_word(N0).unwrap(), c.alloc_word(N2).unwrap());
+    ctx.put(&remote, &local, WorkId::new(1)).unwrap();
+    let unpolled = |ctx: &loco_rdmawait::Ctx| {
+        c.node_ids()
+            .map(|n| ctx.unpolled(n).unwrap())
+            .collect::<Vec<_>>()
+    };
+    let before = unpolled(&ctx);
+    for len in [0, 1, 2] {
+        let short = protocol::GfWords {
+            dummy: full.dummy[..len].to_vec(),
+            scratch: full.scratch,
+        };
+        let e = protocol::gf(&mut &ctx, &short, &[N0, N2]).unwrap_err();
+        // The first node of the set without a word is named.
+        let missing = if len == 0 { N0 } else { N2 };
+        assert!(
+            matches!(e, loco_rdmawait::Error::UnknownNode { node, nodes }
+                if node == missing && nodes == len),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string().starts_with(&format!(
+                "unknown node {missing} (the cluster has {len} nodes)"
+            )),
+            "{e}"
+        );
+        assert_eq!(unpolled(&ctx), before, "posted before refusing");
+    }
+    // Words that cover the set, if not the cluster, fence it.
+    let two = protocol::GfWords {
+        dummy: full.dummy[..2].to_vec(),
+        scratch: full.scratch,
+    };
+    protocol::gf(&mut &ctx, &two, &[N1, N0]).unwrap();
+    protocol::gf(&mut &ctx, &full, &[N2, N1, N0]).unwrap();
+    protocol::gf(&mut &ctx, &two, &[]).unwrap();
 }
 
 /// Every call after `Cluster::shutdown` that would post fails with `Shutdown`; CPU accesses to

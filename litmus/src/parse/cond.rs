@@ -13,6 +13,7 @@ impl Parser {
                     ParseErrorKind::TooLarge {
                         what,
                         max: MAX_ATOMS,
+                        unit: LimitUnit::Count,
                     },
                 ));
             }

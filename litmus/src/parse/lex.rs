@@ -72,6 +72,7 @@ pub(super) fn lex(line: &str, lno: u32) -> Result<Vec<(Tok, Span)>, (Span, Parse
                     ParseErrorKind::TooLarge {
                         what,
                         max: MAX_NAME_LEN,
+                        unit: LimitUnit::Count,
                     },
                 ));
             }

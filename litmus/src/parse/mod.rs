@@ -124,12 +124,14 @@ pub enum ParseErrorKind {
     /// An input past one of the parser's limits ([`MAX_INPUT_BYTES`], [`MAX_STATEMENTS`],
     /// [`MAX_DECLARATIONS`], [`MAX_NAME_LEN`], [`MAX_ATOMS`]): no test needs that much, and the
     /// explorer could not finish one that did.
-    #[error("too large: {}", too_large(what, *max))]
+    #[error("too large: {}", too_large(what, *max, *unit))]
     TooLarge {
         /// What is too large.
         what: String,
         /// The limit.
         max: usize,
+        /// What `max` counts: the input's bytes, or what `what` names.
+        unit: LimitUnit,
     },
     /// The file is not UTF-8 text (the position is that of the first bad byte).
     #[error("not UTF-8 text")]
@@ -142,6 +144,17 @@ pub enum ParseErrorKind {
         /// Where it was opened.
         opened: Span,
     },
+}
+
+/// What the `max` of a [`ParseErrorKind::TooLarge`] counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LimitUnit {
+    /// Bytes of the whole input ([`MAX_INPUT_BYTES`]).
+    InputBytes,
+    /// What the error's `what` names: statements of a thread, declarations, characters of a
+    /// name, atoms of the condition, ...
+    Count,
 }
 
 /// Every operation of docs/litmus-format.md, in its table's order.
@@ -201,16 +214,12 @@ pub fn parse_file(path: &Path) -> Result<Test, crate::Error> {
     Ok(parse(src, &file)?)
 }
 
-/// The `what` of a [`ParseErrorKind::TooLarge`] about the whole input (past [`MAX_INPUT_BYTES`]).
-const INPUT: &str = "the input";
-
 /// The text of a [`ParseErrorKind::TooLarge`]: the input's limit is in bytes, the others count
 /// what `what` names.
-fn too_large(what: &str, max: usize) -> String {
-    if what == INPUT {
-        format!("more than {max} bytes (the limit for a litmus test)")
-    } else {
-        format!("{what} (the limit is {max})")
+fn too_large(what: &str, max: usize, unit: LimitUnit) -> String {
+    match unit {
+        LimitUnit::InputBytes => format!("more than {max} bytes (the limit for a litmus test)"),
+        LimitUnit::Count => format!("{what} (the limit is {max})"),
     }
 }
 
@@ -219,8 +228,9 @@ fn too_large_input(file: &str) -> ParseError {
         file: file.to_string(),
         span: Span { line: 1, col: 1 },
         kind: ParseErrorKind::TooLarge {
-            what: INPUT.into(),
+            what: "the input".into(),
             max: MAX_INPUT_BYTES,
+            unit: LimitUnit::InputBytes,
         },
     }
 }
@@ -441,6 +451,7 @@ impl Parser {
                             decl.name
                         ),
                         max,
+                        unit: LimitUnit::Count,
                     },
                 )));
             }
@@ -461,7 +472,14 @@ impl Parser {
                 for (spans, op) in [(&offs, "handoff"), (&takes, "takeover")] {
                     if let Some(&second) = spans.get(1) {
                         let what = format!("{} {op}s of `{}` on {node}", spans.len(), decl.name);
-                        return Err(self.error((second, ParseErrorKind::TooLarge { what, max: 1 })));
+                        return Err(self.error((
+                            second,
+                            ParseErrorKind::TooLarge {
+                                what,
+                                max: 1,
+                                unit: LimitUnit::Count,
+                            },
+                        )));
                     }
                 }
                 if let (Some(&t), true) = (takes.first(), offs.is_empty()) {

@@ -67,6 +67,7 @@ impl Parser {
                 ParseErrorKind::TooLarge {
                     what,
                     max: MAX_DECLARATIONS,
+                    unit: LimitUnit::Count,
                 },
             ));
         }

@@ -281,6 +281,7 @@ impl Parser {
                 ParseErrorKind::TooLarge {
                     what,
                     max: MAX_STATEMENTS,
+                    unit: LimitUnit::Count,
                 },
             ));
         }

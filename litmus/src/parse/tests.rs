@@ -334,3 +334,51 @@ expect allowed
     ));
     assert!(e.contains("a takeover would deadlock"), "{e}");
 }
+
+/// A `TooLarge` says what its limit counts by its `unit`, not by what its `what` reads (a
+/// count whose `what` read "the input" was shown as a byte limit); the messages are as before.
+#[test]
+fn too_large_says_its_unit() {
+    let kind = |src: &str| parse(src, "t.litmus").unwrap_err().kind;
+    let big = format!("# {}\n", "x".repeat(MAX_INPUT_BYTES));
+    let ParseErrorKind::TooLarge { what, max, unit } = kind(&big) else {
+        panic!("not TooLarge");
+    };
+    assert_eq!(
+        (what.as_str(), max, unit),
+        ("the input", MAX_INPUT_BYTES, LimitUnit::InputBytes)
+    );
+    assert_eq!(
+        err(&big),
+        format!("t.litmus:1:1: too large: more than {MAX_INPUT_BYTES} bytes (the limit for a litmus test)")
+    );
+    let long = format!("litmus {}\n", "a".repeat(MAX_NAME_LEN + 1));
+    assert!(matches!(
+        kind(&long),
+        ParseErrorKind::TooLarge {
+            unit: LimitUnit::Count,
+            max: MAX_NAME_LEN,
+            ..
+        }
+    ));
+    assert_eq!(
+        err(&long),
+        format!("t.litmus:1:8: too large: a name of 65 characters (the limit is {MAX_NAME_LEN})")
+    );
+    // The unit decides, whatever `what` reads.
+    let count = ParseErrorKind::TooLarge {
+        what: "the input".into(),
+        max: 3,
+        unit: LimitUnit::Count,
+    };
+    assert_eq!(count.to_string(), "too large: the input (the limit is 3)");
+    let bytes = ParseErrorKind::TooLarge {
+        what: "this file".into(),
+        max: 3,
+        unit: LimitUnit::InputBytes,
+    };
+    assert_eq!(
+        bytes.to_string(),
+        "too large: more than 3 bytes (the limit for a litmus test)"
+    );
+}

@@ -532,16 +532,23 @@ impl Failure {
             // Nothing ran: no steps to show, no schedule to replay.
             return format!("{self}\n");
         }
-        let mut s = format!("{self}\nlast steps:\n");
+        format!(
+            "{self}\nlast steps:\n{}replay with sim::replay(config, {:#x}, ...)\n",
+            self.trace_lines(),
+            self.seed
+        )
+    }
+
+    /// The [`trace`](Self::trace) as [`report`](Self::report) lists it: one step a line,
+    /// each indented by two spaces and ended by a newline. For a report of the caller's own
+    /// (one that names the failing thread as the caller knows it, say).
+    pub fn trace_lines(&self) -> String {
+        let mut s = String::new();
         for l in &self.trace {
             s.push_str("  ");
             s.push_str(l);
             s.push('\n');
         }
-        s.push_str(&format!(
-            "replay with sim::replay(config, {:#x}, ...)\n",
-            self.seed
-        ));
         s
     }
 }
