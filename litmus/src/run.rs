@@ -23,6 +23,7 @@ use loco_sv::{GlobalFence, SharedVar};
 
 use crate::ast::{LockKind, Observable, Op, Test, Value, Var};
 use crate::explore::Outcome;
+use crate::validate::InvalidTest;
 
 /// How long a `giveup(l)` waits for the lock before giving its ticket up: long enough for the
 /// FAA to complete on a loaded machine most of the time, short next to a run.
@@ -144,6 +145,10 @@ pub enum RunError {
     /// [`RunError::Simulation`], whose report has the panic's message and the run's steps.
     #[error("thread {0} panicked")]
     Panicked(String),
+    /// The test fails [`Test::validate`] (a test built by hand naming something it does not
+    /// have; a parsed test never does): nothing was run.
+    #[error(transparent)]
+    Invalid(#[from] InvalidTest),
     /// A simulated run failed (`--schedule sim`): an error or a panic of a thread, a deadlock;
     /// the simulator's report, with the seed to replay it. (A run over the step budget is
     /// [`RunError::Stalled`].)
@@ -229,13 +234,15 @@ pub fn supported(backend: RunBackend) -> Result<(), RunError> {
 }
 
 /// Runs `test` `cfg.runs` times (fewer with [`RunConfig::until_exists`]); `progress` is called
-/// after each run with the number done.
+/// after each run with the number done. A test that fails [`Test::validate`] is
+/// [`RunError::Invalid`].
 pub fn run(
     test: &Test,
     cfg: &RunConfig,
     mut progress: impl FnMut(usize),
 ) -> Result<RunReport, RunError> {
     supported(cfg.backend)?;
+    test.validate()?;
     if let Some(e) = held_at_end(test) {
         return Err(e);
     }
@@ -244,7 +251,7 @@ pub fn run(
     let observables = test.observables();
     let mut runs = 0;
     while runs < cfg.runs {
-        let o = run_once(test, cfg, cfg.seed.wrapping_add(runs as u64))?;
+        let o = run_valid_once(test, cfg, cfg.seed.wrapping_add(runs as u64))?;
         runs += 1;
         progress(runs);
         let stop = cfg.until_exists && crate::explore::satisfies(test, &observables, &o);
@@ -285,7 +292,11 @@ pub fn held_at_end(test: &Test) -> Option<RunError> {
             {
                 return Some(RunError::HeldAtEnd {
                     thread: th.name.clone(),
-                    lock: test.locks[l.0].name.clone(),
+                    // A lock the test does not declare (see `Test::validate`): its index.
+                    lock: test
+                        .locks
+                        .get(l.0)
+                        .map_or_else(|| format!("#{}", l.0), |d| d.name.clone()),
                     waiter: w.name.clone(),
                 });
             }
@@ -392,8 +403,16 @@ fn cluster(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Cluster, RunError>
     c.map_err(|e| RunError::BackendUnavailable(e.to_string()))
 }
 
-/// One run: a fresh cluster, the threads, the final outcome.
+/// One run: a fresh cluster, the threads, the final outcome. A test that fails
+/// [`Test::validate`] is [`RunError::Invalid`]. (Unlike [`run`], it does not refuse a test
+/// whose thread ends holding a lock another acquires: such a run stops at its deadline.)
 pub fn run_once(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Outcome, RunError> {
+    test.validate()?;
+    run_valid_once(test, cfg, seed)
+}
+
+/// [`run_once`] of a test that passed [`Test::validate`].
+fn run_valid_once(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Outcome, RunError> {
     if cfg.backend == RunBackend::SoftSim {
         return sim_once(test, cfg, seed);
     }
@@ -645,8 +664,10 @@ fn threads_once(
         let mut handles = Vec::new();
         for t in 0..test.threads.len() {
             let (cluster, env, barrier) = (&cluster, &env, &barrier);
+            let name = &test.threads[t].name;
+            // An OS thread's name cannot hold a NUL (`Builder::spawn` would panic).
             let h = std::thread::Builder::new()
-                .name(format!("litmus-{}", test.threads[t].name))
+                .name(format!("litmus-{name}").replace('\0', "?"))
                 .spawn_scoped(scope, move || {
                     let r = thread(test, t, cluster, env, barrier);
                     if r.is_err() {
@@ -776,6 +797,8 @@ fn thread_body(test: &Test, t: usize, ctx: &Ctx, env: &Env) -> Result<Vec<u64>, 
                 std::thread::yield_now();
             }
         }
+        #[cfg(test)]
+        tests::hook(test, th, s);
         exec(ctx, env, &mut regs, &s.op).map_err(fail)?;
         env.progress[t].fetch_add(1, std::sync::atomic::Ordering::Release);
     }
@@ -945,6 +968,24 @@ fn exec(ctx: &Ctx, env: &Env, regs: &mut [u64], op: &Op) -> Result<(), OpError> 
 mod tests {
     use super::*;
 
+    /// The name of a test whose thread `t1` panics just before its last statement ([`hook`]).
+    const PANICS: &str = "test-hook-t1-panics";
+
+    /// The message of [`hook`]'s panic.
+    const HOOK_PANIC: &str = "a panic of the test hook";
+
+    /// A test-only way to make a test thread panic (the runner refuses a test that would make
+    /// one panic by itself, see `Test::validate`): called before each statement, it panics
+    /// before the last statement of thread `t1` of a test named [`PANICS`].
+    pub(super) fn hook(test: &Test, th: &crate::ast::Thread, stmt: &crate::ast::Stmt) {
+        if test.name == PANICS
+            && th.name == "t1"
+            && th.body.last().is_some_and(|l| std::ptr::eq(l, stmt))
+        {
+            panic!("{HOOK_PANIC}");
+        }
+    }
+
     const HELD: &str = "litmus held
 lock l : wlock
 loc x @n0
@@ -1026,10 +1067,8 @@ exists t0:r0 = 1
 expect forbidden
 ";
         let mut test = crate::parse(text, "panic").unwrap();
-        // A test the parser would refuse: t1 loads into a register it does not have, so its
-        // first statement panics (an index out of bounds), deterministically.
-        test.threads[1].regs.clear();
-        test.threads[1].assigned.clear();
+        // t1 panics at its first (and last) statement, deterministically.
+        test.name = PANICS.into();
         let cfg = RunConfig::new(RunBackend::SoftSim, 1, 0);
         let e = run_once(&test, &cfg, 0).unwrap_err();
         let report = e.to_string();
@@ -1039,7 +1078,7 @@ expect forbidden
         assert_eq!(head.matches("thread ").count(), 1, "{report}");
         assert_eq!(head.matches("panicked").count(), 1, "{report}");
         assert!(
-            head.contains("thread t1 panicked: index out of bounds"),
+            head.contains(&format!("thread t1 panicked: {HOOK_PANIC}")),
             "{report}"
         );
         assert!(
@@ -1052,5 +1091,15 @@ expect forbidden
             "{report}"
         );
         assert!(report.lines().count() > 3, "{report}");
+    }
+
+    /// A thread name with a NUL (a hand-built test; an OS thread's name cannot hold one) runs.
+    #[test]
+    fn a_thread_name_with_a_nul_runs() {
+        let mut test = crate::parse(HELD, "held").unwrap();
+        test.threads[0].name = "t\0zero".into();
+        test.threads[1].body.clear();
+        let r = run(&test, &RunConfig::new(RunBackend::SoftChaos, 2, 0), |_| {}).unwrap();
+        assert_eq!(r.runs, 2);
     }
 }
