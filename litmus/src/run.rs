@@ -141,10 +141,22 @@ pub enum RunError {
     /// Setting up or inspecting the cluster failed.
     #[error("cluster: {0}")]
     Cluster(#[from] OpError),
-    /// A test thread panicked (its name). Under the simulator a panic is a
-    /// [`RunError::Simulation`], whose report has the panic's message and the run's steps.
-    #[error("thread {0} panicked")]
-    Panicked(String),
+    /// A test thread panicked on an OS thread (the soft NIC's `Chaos` and `Threaded`
+    /// schedules, the verbs backend): the test's thread and the panic's message, if its payload
+    /// is a string (a `panic!` with a message). The runner shuts the run's cluster down at once,
+    /// so that the other threads return rather than wait for the panicked one. Under the
+    /// simulator a panic is a [`RunError::Simulation`], whose report has the message and the
+    /// run's steps.
+    #[error(
+        "thread {thread} panicked{}",
+        message.as_deref().map(|m| format!(": {m}")).unwrap_or_default()
+    )]
+    Panicked {
+        /// The test's thread.
+        thread: String,
+        /// The panic's message (`None`: a payload that is not a string).
+        message: Option<String>,
+    },
     /// The test fails [`Test::validate`] (a test built by hand naming something it does not
     /// have; a parsed test never does): nothing was run.
     #[error(transparent)]
@@ -639,7 +651,15 @@ fn threads_once(
 ) -> Result<Outcome, RunError> {
     let barrier = StartGate::new(test.threads.len());
     let mut regs = Vec::new();
-    let mut first_err = None;
+    // The first failure, in time: the error or panic of a thread (which then shuts the
+    // cluster down), not the errors of the threads that the shutdown stops after it.
+    let first_err: Mutex<Option<RunError>> = Mutex::new(None);
+    let fail = |e: RunError| {
+        first_err
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(e);
+    };
     let deadline = run_deadline(cfg);
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let stalled = std::sync::atomic::AtomicBool::new(false);
@@ -658,27 +678,35 @@ fn threads_once(
                 }
             });
         if let Err(e) = watchdog {
-            first_err.get_or_insert(RunError::Spawn(e));
+            fail(RunError::Spawn(e));
             return;
         }
         let mut handles = Vec::new();
         for t in 0..test.threads.len() {
-            let (cluster, env, barrier) = (&cluster, &env, &barrier);
+            let (cluster, env, barrier, fail) = (&cluster, &env, &barrier, &fail);
             let name = &test.threads[t].name;
             // An OS thread's name cannot hold a NUL (`Builder::spawn` would panic).
             let h = std::thread::Builder::new()
                 .name(format!("litmus-{name}").replace('\0', "?"))
                 .spawn_scoped(scope, move || {
-                    let r = thread(test, t, cluster, env, barrier);
-                    if r.is_err() {
+                    let body =
+                        std::panic::AssertUnwindSafe(|| thread(test, t, cluster, env, barrier));
+                    let r = std::panic::catch_unwind(body).unwrap_or_else(|p| {
+                        Err(RunError::Panicked {
+                            thread: name.clone(),
+                            message: panic_message(&*p),
+                        })
+                    });
+                    r.map_err(|e| {
+                        fail(e);
                         cluster.shutdown(); // so that the other threads fail, not hang
-                    }
-                    r
+                    })
+                    .ok()
                 });
             match h {
                 Ok(h) => handles.push(h),
                 Err(e) => {
-                    first_err.get_or_insert(RunError::Spawn(e));
+                    fail(RunError::Spawn(e));
                     barrier.cancel();
                     break;
                 }
@@ -686,13 +714,14 @@ fn threads_once(
         }
         for (t, h) in handles.into_iter().enumerate() {
             match h.join() {
-                Ok(Ok(r)) => regs.push(r),
-                Ok(Err(e)) => {
-                    first_err.get_or_insert(e);
-                    regs.push(Vec::new());
-                }
-                Err(_) => {
-                    first_err.get_or_insert(RunError::Panicked(test.threads[t].name.clone()));
+                Ok(Some(r)) => regs.push(r),
+                Ok(None) => regs.push(Vec::new()), // its failure is noted
+                Err(p) => {
+                    // Not from the test's statements (caught above): reported all the same.
+                    fail(RunError::Panicked {
+                        thread: test.threads[t].name.clone(),
+                        message: panic_message(&*p),
+                    });
                     regs.push(Vec::new());
                 }
             }
@@ -705,7 +734,7 @@ fn threads_once(
             after: deadline,
         });
     }
-    if let Some(e) = first_err {
+    if let Some(e) = first_err.into_inner().unwrap_or_else(|p| p.into_inner()) {
         return Err(e);
     }
     cluster.quiesce().map_err(OpError::from)?;
@@ -1091,6 +1120,63 @@ expect forbidden
             "{report}"
         );
         assert!(report.lines().count() > 3, "{report}");
+    }
+
+    /// A test thread that panics on OS threads is `RunError::Panicked` with the test's thread
+    /// and the panic's message (it used to keep the name only), and the run ends at once: the
+    /// panicked thread holds the lock the other waits for, and the runner shuts the cluster
+    /// down rather than let the other spin until the run's deadline (which would have made
+    /// the run `Stalled`, the panic lost).
+    #[test]
+    fn an_os_thread_panic_keeps_its_message() {
+        let text = format!(
+            "litmus {PANICS}
+lock l : wlock
+loc x @n0
+loc y @n1
+thread t0 @n0 {{
+  acquire(l)
+  store(x, 1)
+  release(l)
+}}
+thread t1 @n1 {{
+  acquire(l)
+  store(y, 1)
+  release(l)
+}}
+exists x = 1 /\\ y = 1
+expect allowed
+"
+        );
+        let test = crate::parse(&text, "panic").unwrap();
+        for backend in [RunBackend::SoftChaos, RunBackend::SoftThreaded] {
+            let mut cfg = RunConfig::new(backend, 3, 0);
+            cfg.timeout = Duration::from_secs(20); // the deadline: a minute
+            let start = Instant::now();
+            let e = run(&test, &cfg, |_| {}).unwrap_err();
+            let took = start.elapsed();
+            let RunError::Panicked { thread, message } = &e else {
+                panic!("{backend:?}: {e:?}");
+            };
+            assert_eq!(thread, "t1");
+            assert_eq!(message.as_deref(), Some(HOOK_PANIC));
+            assert_eq!(e.to_string(), format!("thread t1 panicked: {HOOK_PANIC}"));
+            assert!(took < Duration::from_secs(15), "{backend:?}: {took:?}");
+        }
+    }
+
+    /// A panic whose payload is no string is still a `Panicked`, without a message.
+    #[test]
+    fn a_panic_without_a_message_is_named() {
+        let e = RunError::Panicked {
+            thread: "t0".into(),
+            message: None,
+        };
+        assert_eq!(e.to_string(), "thread t0 panicked");
+        let p: Box<dyn std::any::Any + Send> = Box::new(7u32);
+        assert_eq!(panic_message(&*p), None);
+        let p: Box<dyn std::any::Any + Send> = Box::new(String::from("m"));
+        assert_eq!(panic_message(&*p).as_deref(), Some("m"));
     }
 
     /// A thread name with a NUL (a hand-built test; an OS thread's name cannot hold one) runs.
