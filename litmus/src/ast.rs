@@ -2,7 +2,9 @@
 //!
 //! Names are resolved to indices by the parser: a statement refers to [`LocId`], [`SvId`],
 //! [`ScId`], [`LockId`], [`RegId`] and [`WidId`], never to strings, and every check of
-//! docs/litmus-format.md (locality, declared names, kinds) has already been made.
+//! docs/litmus-format.md (locality, declared names, kinds) has already been made. A test built
+//! or edited by hand may break them: [`Test::validate`] checks it (the explorer and the runner
+//! call it).
 
 use std::fmt;
 
@@ -457,16 +459,25 @@ impl Test {
         out
     }
 
-    /// How an observable is written in a condition (`t0:r0`, `x`, `s@n1`).
+    /// How an observable is written in a condition (`t0:r0`, `x`, `s@n1`). One that names
+    /// something the test does not have (see [`Test::validate`]) is written with the index in
+    /// its place (`#3`).
     pub fn observable_name(&self, o: &Observable) -> String {
+        fn name(names: Option<&String>, i: usize) -> String {
+            names.cloned().unwrap_or_else(|| format!("#{i}"))
+        }
         match *o {
             Observable::Reg { thread, reg } => {
-                let th = &self.threads[thread];
-                format!("{}:{}", th.name, th.regs[reg.0])
+                let th = self.threads.get(thread);
+                let t = name(th.map(|th| &th.name), thread);
+                let r = name(th.and_then(|th| th.regs.get(reg.0)), reg.0);
+                format!("{t}:{r}")
             }
-            Observable::Loc(l) => self.locs[l.0].name.clone(),
-            Observable::Sc(s) => self.scs[s.0].name.clone(),
-            Observable::Sv { sv, node } => format!("{}@{node}", self.svs[sv.0].name),
+            Observable::Loc(l) => name(self.locs.get(l.0).map(|d| &d.name), l.0),
+            Observable::Sc(s) => name(self.scs.get(s.0).map(|d| &d.name), s.0),
+            Observable::Sv { sv, node } => {
+                format!("{}@{node}", name(self.svs.get(sv.0).map(|d| &d.name), sv.0))
+            }
         }
     }
 

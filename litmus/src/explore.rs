@@ -52,6 +52,7 @@ use crate::cpu::State;
 use crate::fingerprint::{fingerprint, Visited, BYTES_PER_SLOT};
 use crate::lower::{lower, tags, Instr, Program};
 use crate::reduce::Owners;
+use crate::validate::InvalidTest;
 
 /// Default bound on explored states ([`Config::max_states`]).
 pub const DEFAULT_MAX_STATES: usize = 20_000_000;
@@ -104,13 +105,28 @@ pub enum ExploreError {
         /// The limit, in bytes.
         limit: usize,
     },
+    /// The test fails [`Test::validate`] (a test built by hand naming something it does not
+    /// have; a parsed test never does): nothing was explored.
+    #[error(transparent)]
+    Invalid(#[from] InvalidTest),
+    /// [`replay_trace`]: action `index` (from 0) of the schedule is not one the model can take
+    /// at that point (it names a thread, queue pair or step that is not enabled there).
+    #[error("action {index} of the schedule ({action:?}) is not enabled at that point")]
+    NotEnabled {
+        /// The action's index in the schedule.
+        index: usize,
+        /// The action.
+        action: Action,
+    },
 }
 
 impl ExploreError {
-    /// Distinct states visited before giving up.
+    /// Distinct states visited before giving up (0 for a test that was not explored:
+    /// [`ExploreError::Invalid`], [`ExploreError::NotEnabled`]).
     pub fn states(&self) -> usize {
         match *self {
             ExploreError::StateLimit(n) | ExploreError::MemoryLimit { states: n, .. } => n,
+            ExploreError::Invalid(_) | ExploreError::NotEnabled { .. } => 0,
         }
     }
 }
@@ -179,11 +195,15 @@ pub const PROGRESS_EVERY: usize = 1 << 14;
 /// [`explore_with`], calling `progress` with the number of distinct states seen so far each
 /// time [`PROGRESS_EVERY`] more have been found: a large test can take minutes, and a caller
 /// can show that it moves (`loco litmus check` does).
+///
+/// A test that fails [`Test::validate`] is [`ExploreError::Invalid`] (so are the other entry
+/// points, which call this one).
 pub fn explore_with_progress(
     test: &Test,
     cfg: &Config,
     mut progress: impl FnMut(usize),
 ) -> Result<Exploration, ExploreError> {
+    test.validate()?;
     let start = Instant::now();
     let prog = lower(test);
     let observables = test.observables();
@@ -285,13 +305,14 @@ fn outcome(prog: &Program, obs: &[Observable], s: &State) -> Outcome {
     )
 }
 
-/// Whether an outcome satisfies the test's `exists` condition.
+/// Whether an outcome satisfies the test's `exists` condition (`o` has the values of
+/// `observables`; an atom whose observable has no value in `o` does not hold).
 pub fn satisfies(test: &Test, observables: &[Observable], o: &Outcome) -> bool {
     test.exists.atoms.iter().all(|a| {
         observables
             .iter()
             .position(|x| *x == a.obs)
-            .is_some_and(|i| o.0[i] == a.value)
+            .is_some_and(|i| o.0.get(i) == Some(&a.value))
     })
 }
 
@@ -335,9 +356,23 @@ impl Exploration {
     }
 }
 
-/// Replays a schedule from the initial state, describing each transition.
-pub fn replay_trace(test: &Test, actions: &[Action]) -> Vec<String> {
-    replay(&lower(test), test, actions)
+/// Replays a schedule from the initial state, describing each transition. A test that fails
+/// [`Test::validate`] is [`ExploreError::Invalid`]; an action the model cannot take where the
+/// schedule has it (not one of the enabled transitions of that state) is
+/// [`ExploreError::NotEnabled`]. Every schedule of an [`Exploration`] replays.
+pub fn replay_trace(test: &Test, actions: &[Action]) -> Result<Vec<String>, ExploreError> {
+    test.validate()?;
+    let prog = lower(test);
+    let mut s = State::initial(&prog);
+    let (mut enabled, mut steps) = (Vec::new(), Vec::new());
+    for (index, &action) in actions.iter().enumerate() {
+        s.actions(&prog, None, &mut enabled, &mut steps);
+        if !enabled.contains(&action) {
+            return Err(ExploreError::NotEnabled { index, action });
+        }
+        s.apply(&prog, action);
+    }
+    Ok(replay(&prog, test, actions))
 }
 
 fn replay(prog: &Program, test: &Test, actions: &[Action]) -> Vec<String> {

@@ -100,6 +100,10 @@
 //! - The parser refuses input past [`parse::MAX_INPUT_BYTES`], [`parse::MAX_STATEMENTS`] per
 //!   thread, [`parse::MAX_DECLARATIONS`], [`parse::MAX_NAME_LEN`] and [`parse::MAX_ATOMS`], and
 //!   input that is not UTF-8, with a positioned error.
+//! - A [`Test`] built or edited by hand (its fields are public) is checked before it is
+//!   explored or run ([`Test::validate`]): one naming a register, declaration, work id, thread
+//!   or node it does not have, or breaking a rule the parser enforces, is
+//!   [`explore::ExploreError::Invalid`] or [`run::RunError::Invalid`], never a panic.
 //! - The runner refuses a test in which a thread ends holding a lock that another thread
 //!   acquires ([`run::RunError::HeldAtEnd`]): a run where the holder goes first never ends.
 //! - The runner's `Chaos` schedule picks NIC steps at random and its threads interleave as the
@@ -126,6 +130,7 @@ mod lower;
 pub mod parse;
 mod reduce;
 pub mod run;
+pub mod validate;
 
 pub use ast::Test;
 pub use explore::{explore, Exploration, Outcome, Verdict};
@@ -133,6 +138,7 @@ pub use parse::{parse, parse_file, LimitUnit, ParseError, ParseErrorKind};
 #[allow(deprecated)]
 pub use run::Backend;
 pub use run::{run, RunBackend, RunConfig, RunError, RunReport};
+pub use validate::InvalidTest;
 
 /// Most nodes a test may name (`n0` to `n7`).
 pub const MAX_NODES: usize = 8;

@@ -23,6 +23,7 @@ use loco_sv::{GlobalFence, SharedVar};
 
 use crate::ast::{LockKind, Observable, Op, Test, Value, Var};
 use crate::explore::Outcome;
+use crate::validate::InvalidTest;
 
 /// How long a `giveup(l)` waits for the lock before giving its ticket up: long enough for the
 /// FAA to complete on a loaded machine most of the time, short next to a run.
@@ -140,10 +141,26 @@ pub enum RunError {
     /// Setting up or inspecting the cluster failed.
     #[error("cluster: {0}")]
     Cluster(#[from] OpError),
-    /// A test thread panicked (its name). Under the simulator a panic is a
-    /// [`RunError::Simulation`], whose report has the panic's message and the run's steps.
-    #[error("thread {0} panicked")]
-    Panicked(String),
+    /// A test thread panicked on an OS thread (the soft NIC's `Chaos` and `Threaded`
+    /// schedules, the verbs backend): the test's thread and the panic's message, if its payload
+    /// is a string (a `panic!` with a message). The runner shuts the run's cluster down at once,
+    /// so that the other threads return rather than wait for the panicked one. Under the
+    /// simulator a panic is a [`RunError::Simulation`], whose report has the message and the
+    /// run's steps.
+    #[error(
+        "thread {thread} panicked{}",
+        message.as_deref().map(|m| format!(": {m}")).unwrap_or_default()
+    )]
+    Panicked {
+        /// The test's thread.
+        thread: String,
+        /// The panic's message (`None`: a payload that is not a string).
+        message: Option<String>,
+    },
+    /// The test fails [`Test::validate`] (a test built by hand naming something it does not
+    /// have; a parsed test never does): nothing was run.
+    #[error(transparent)]
+    Invalid(#[from] InvalidTest),
     /// A simulated run failed (`--schedule sim`): an error or a panic of a thread, a deadlock;
     /// the simulator's report, with the seed to replay it. (A run over the step budget is
     /// [`RunError::Stalled`].)
@@ -229,13 +246,15 @@ pub fn supported(backend: RunBackend) -> Result<(), RunError> {
 }
 
 /// Runs `test` `cfg.runs` times (fewer with [`RunConfig::until_exists`]); `progress` is called
-/// after each run with the number done.
+/// after each run with the number done. A test that fails [`Test::validate`] is
+/// [`RunError::Invalid`].
 pub fn run(
     test: &Test,
     cfg: &RunConfig,
     mut progress: impl FnMut(usize),
 ) -> Result<RunReport, RunError> {
     supported(cfg.backend)?;
+    test.validate()?;
     if let Some(e) = held_at_end(test) {
         return Err(e);
     }
@@ -244,7 +263,7 @@ pub fn run(
     let observables = test.observables();
     let mut runs = 0;
     while runs < cfg.runs {
-        let o = run_once(test, cfg, cfg.seed.wrapping_add(runs as u64))?;
+        let o = run_valid_once(test, cfg, cfg.seed.wrapping_add(runs as u64))?;
         runs += 1;
         progress(runs);
         let stop = cfg.until_exists && crate::explore::satisfies(test, &observables, &o);
@@ -285,7 +304,11 @@ pub fn held_at_end(test: &Test) -> Option<RunError> {
             {
                 return Some(RunError::HeldAtEnd {
                     thread: th.name.clone(),
-                    lock: test.locks[l.0].name.clone(),
+                    // A lock the test does not declare (see `Test::validate`): its index.
+                    lock: test
+                        .locks
+                        .get(l.0)
+                        .map_or_else(|| format!("#{}", l.0), |d| d.name.clone()),
                     waiter: w.name.clone(),
                 });
             }
@@ -392,8 +415,16 @@ fn cluster(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Cluster, RunError>
     c.map_err(|e| RunError::BackendUnavailable(e.to_string()))
 }
 
-/// One run: a fresh cluster, the threads, the final outcome.
+/// One run: a fresh cluster, the threads, the final outcome. A test that fails
+/// [`Test::validate`] is [`RunError::Invalid`]. (Unlike [`run`], it does not refuse a test
+/// whose thread ends holding a lock another acquires: such a run stops at its deadline.)
 pub fn run_once(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Outcome, RunError> {
+    test.validate()?;
+    run_valid_once(test, cfg, seed)
+}
+
+/// [`run_once`] of a test that passed [`Test::validate`].
+fn run_valid_once(test: &Test, cfg: &RunConfig, seed: u64) -> Result<Outcome, RunError> {
     if cfg.backend == RunBackend::SoftSim {
         return sim_once(test, cfg, seed);
     }
@@ -620,7 +651,15 @@ fn threads_once(
 ) -> Result<Outcome, RunError> {
     let barrier = StartGate::new(test.threads.len());
     let mut regs = Vec::new();
-    let mut first_err = None;
+    // The first failure, in time: the error or panic of a thread (which then shuts the
+    // cluster down), not the errors of the threads that the shutdown stops after it.
+    let first_err: Mutex<Option<RunError>> = Mutex::new(None);
+    let fail = |e: RunError| {
+        first_err
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(e);
+    };
     let deadline = run_deadline(cfg);
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let stalled = std::sync::atomic::AtomicBool::new(false);
@@ -639,25 +678,35 @@ fn threads_once(
                 }
             });
         if let Err(e) = watchdog {
-            first_err.get_or_insert(RunError::Spawn(e));
+            fail(RunError::Spawn(e));
             return;
         }
         let mut handles = Vec::new();
         for t in 0..test.threads.len() {
-            let (cluster, env, barrier) = (&cluster, &env, &barrier);
+            let (cluster, env, barrier, fail) = (&cluster, &env, &barrier, &fail);
+            let name = &test.threads[t].name;
+            // An OS thread's name cannot hold a NUL (`Builder::spawn` would panic).
             let h = std::thread::Builder::new()
-                .name(format!("litmus-{}", test.threads[t].name))
+                .name(format!("litmus-{name}").replace('\0', "?"))
                 .spawn_scoped(scope, move || {
-                    let r = thread(test, t, cluster, env, barrier);
-                    if r.is_err() {
+                    let body =
+                        std::panic::AssertUnwindSafe(|| thread(test, t, cluster, env, barrier));
+                    let r = std::panic::catch_unwind(body).unwrap_or_else(|p| {
+                        Err(RunError::Panicked {
+                            thread: name.clone(),
+                            message: panic_message(&*p),
+                        })
+                    });
+                    r.map_err(|e| {
+                        fail(e);
                         cluster.shutdown(); // so that the other threads fail, not hang
-                    }
-                    r
+                    })
+                    .ok()
                 });
             match h {
                 Ok(h) => handles.push(h),
                 Err(e) => {
-                    first_err.get_or_insert(RunError::Spawn(e));
+                    fail(RunError::Spawn(e));
                     barrier.cancel();
                     break;
                 }
@@ -665,13 +714,14 @@ fn threads_once(
         }
         for (t, h) in handles.into_iter().enumerate() {
             match h.join() {
-                Ok(Ok(r)) => regs.push(r),
-                Ok(Err(e)) => {
-                    first_err.get_or_insert(e);
-                    regs.push(Vec::new());
-                }
-                Err(_) => {
-                    first_err.get_or_insert(RunError::Panicked(test.threads[t].name.clone()));
+                Ok(Some(r)) => regs.push(r),
+                Ok(None) => regs.push(Vec::new()), // its failure is noted
+                Err(p) => {
+                    // Not from the test's statements (caught above): reported all the same.
+                    fail(RunError::Panicked {
+                        thread: test.threads[t].name.clone(),
+                        message: panic_message(&*p),
+                    });
                     regs.push(Vec::new());
                 }
             }
@@ -684,7 +734,7 @@ fn threads_once(
             after: deadline,
         });
     }
-    if let Some(e) = first_err {
+    if let Some(e) = first_err.into_inner().unwrap_or_else(|p| p.into_inner()) {
         return Err(e);
     }
     cluster.quiesce().map_err(OpError::from)?;
@@ -776,6 +826,8 @@ fn thread_body(test: &Test, t: usize, ctx: &Ctx, env: &Env) -> Result<Vec<u64>, 
                 std::thread::yield_now();
             }
         }
+        #[cfg(test)]
+        tests::hook(test, th, s);
         exec(ctx, env, &mut regs, &s.op).map_err(fail)?;
         env.progress[t].fetch_add(1, std::sync::atomic::Ordering::Release);
     }
@@ -945,6 +997,24 @@ fn exec(ctx: &Ctx, env: &Env, regs: &mut [u64], op: &Op) -> Result<(), OpError> 
 mod tests {
     use super::*;
 
+    /// The name of a test whose thread `t1` panics just before its last statement ([`hook`]).
+    const PANICS: &str = "test-hook-t1-panics";
+
+    /// The message of [`hook`]'s panic.
+    const HOOK_PANIC: &str = "a panic of the test hook";
+
+    /// A test-only way to make a test thread panic (the runner refuses a test that would make
+    /// one panic by itself, see `Test::validate`): called before each statement, it panics
+    /// before the last statement of thread `t1` of a test named [`PANICS`].
+    pub(super) fn hook(test: &Test, th: &crate::ast::Thread, stmt: &crate::ast::Stmt) {
+        if test.name == PANICS
+            && th.name == "t1"
+            && th.body.last().is_some_and(|l| std::ptr::eq(l, stmt))
+        {
+            panic!("{HOOK_PANIC}");
+        }
+    }
+
     const HELD: &str = "litmus held
 lock l : wlock
 loc x @n0
@@ -1026,10 +1096,8 @@ exists t0:r0 = 1
 expect forbidden
 ";
         let mut test = crate::parse(text, "panic").unwrap();
-        // A test the parser would refuse: t1 loads into a register it does not have, so its
-        // first statement panics (an index out of bounds), deterministically.
-        test.threads[1].regs.clear();
-        test.threads[1].assigned.clear();
+        // t1 panics at its first (and last) statement, deterministically.
+        test.name = PANICS.into();
         let cfg = RunConfig::new(RunBackend::SoftSim, 1, 0);
         let e = run_once(&test, &cfg, 0).unwrap_err();
         let report = e.to_string();
@@ -1039,7 +1107,7 @@ expect forbidden
         assert_eq!(head.matches("thread ").count(), 1, "{report}");
         assert_eq!(head.matches("panicked").count(), 1, "{report}");
         assert!(
-            head.contains("thread t1 panicked: index out of bounds"),
+            head.contains(&format!("thread t1 panicked: {HOOK_PANIC}")),
             "{report}"
         );
         assert!(
@@ -1052,5 +1120,72 @@ expect forbidden
             "{report}"
         );
         assert!(report.lines().count() > 3, "{report}");
+    }
+
+    /// A test thread that panics on OS threads is `RunError::Panicked` with the test's thread
+    /// and the panic's message (it used to keep the name only), and the run ends at once: the
+    /// panicked thread holds the lock the other waits for, and the runner shuts the cluster
+    /// down rather than let the other spin until the run's deadline (which would have made
+    /// the run `Stalled`, the panic lost).
+    #[test]
+    fn an_os_thread_panic_keeps_its_message() {
+        let text = format!(
+            "litmus {PANICS}
+lock l : wlock
+loc x @n0
+loc y @n1
+thread t0 @n0 {{
+  acquire(l)
+  store(x, 1)
+  release(l)
+}}
+thread t1 @n1 {{
+  acquire(l)
+  store(y, 1)
+  release(l)
+}}
+exists x = 1 /\\ y = 1
+expect allowed
+"
+        );
+        let test = crate::parse(&text, "panic").unwrap();
+        for backend in [RunBackend::SoftChaos, RunBackend::SoftThreaded] {
+            let mut cfg = RunConfig::new(backend, 3, 0);
+            cfg.timeout = Duration::from_secs(20); // the deadline: a minute
+            let start = Instant::now();
+            let e = run(&test, &cfg, |_| {}).unwrap_err();
+            let took = start.elapsed();
+            let RunError::Panicked { thread, message } = &e else {
+                panic!("{backend:?}: {e:?}");
+            };
+            assert_eq!(thread, "t1");
+            assert_eq!(message.as_deref(), Some(HOOK_PANIC));
+            assert_eq!(e.to_string(), format!("thread t1 panicked: {HOOK_PANIC}"));
+            assert!(took < Duration::from_secs(15), "{backend:?}: {took:?}");
+        }
+    }
+
+    /// A panic whose payload is no string is still a `Panicked`, without a message.
+    #[test]
+    fn a_panic_without_a_message_is_named() {
+        let e = RunError::Panicked {
+            thread: "t0".into(),
+            message: None,
+        };
+        assert_eq!(e.to_string(), "thread t0 panicked");
+        let p: Box<dyn std::any::Any + Send> = Box::new(7u32);
+        assert_eq!(panic_message(&*p), None);
+        let p: Box<dyn std::any::Any + Send> = Box::new(String::from("m"));
+        assert_eq!(panic_message(&*p).as_deref(), Some("m"));
+    }
+
+    /// A thread name with a NUL (a hand-built test; an OS thread's name cannot hold one) runs.
+    #[test]
+    fn a_thread_name_with_a_nul_runs() {
+        let mut test = crate::parse(HELD, "held").unwrap();
+        test.threads[0].name = "t\0zero".into();
+        test.threads[1].body.clear();
+        let r = run(&test, &RunConfig::new(RunBackend::SoftChaos, 2, 0), |_| {}).unwrap();
+        assert_eq!(r.runs, 2);
     }
 }

@@ -82,6 +82,10 @@ const TOKENS: &[&str] = &[
 fn check(src: &str) {
     match loco_litmus::parse(src, "fuzz") {
         Ok(t) => {
+            // A parsed test is valid: the explorer and the runner take it as it is.
+            if let Err(e) = t.validate() {
+                panic!("a parsed test fails validation: {e}\n{src}");
+            }
             // A parsed test is usable: its observables have names.
             for o in t.observables() {
                 assert!(!t.observable_name(&o).is_empty());
