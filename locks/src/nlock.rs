@@ -21,7 +21,8 @@ use crate::marks::{self, MARKS, POISON};
 use crate::protocol::{self, NLockWords, NL_ACQ, NL_REL};
 use crate::run::{Run, Spinner};
 use crate::thread::{
-    next_lock_id, thread_lock, Deadline, Home, Pace, Spin, ThreadLock, WaitSlots, WAIT_SLOTS,
+    next_lock_id, registered, thread_lock, Deadline, Home, Pace, Spin, ThreadLock, WaitSlots,
+    WAIT_SLOTS,
 };
 use crate::{Error, RawLock, Result};
 
@@ -101,6 +102,12 @@ impl RawNLock {
                 .owing_to(self.debts.clone())
                 .announcing_in(self.wait_slots.clone()))
         })
+    }
+
+    /// The calling thread's state if it has used the lock, without making it: for calls about
+    /// its hold, which a thread that never acquired does not have.
+    fn known(&self, ctx: &Ctx) -> Result<Option<Rc<ThreadLock>>> {
+        registered(ctx, self.cluster.id(), self.id)
     }
 
     fn check_not_held(me: &ThreadLock) -> Result<()> {
@@ -426,7 +433,10 @@ impl RawNLock {
 
     /// Reaps this thread's release CAS, so that its words can be recycled.
     pub(crate) fn leave_now(&self, ctx: &Ctx) -> Result<()> {
-        let me = self.me(ctx)?;
+        // A thread that has not used the lock (or left it already) has nothing to hand back.
+        let Some(me) = self.known(ctx)? else {
+            return Ok(());
+        };
         Self::check_not_held(&me)?;
         let d = Deadline::after(self.cluster.timeout());
         self.settle(ctx, &me, &d)?;
@@ -481,12 +491,12 @@ impl RawLock for RawNLock {
     }
 
     fn release(&self, ctx: &Ctx) -> Result<()> {
-        let me = self.me(ctx)?;
+        let me = self.known(ctx)?.ok_or(Error::NotHeld)?;
         self.cohorts.release(self, ctx, &me, false)
     }
 
     fn held(&self, ctx: &Ctx) -> Result<Option<u64>> {
-        Ok(self.me(ctx)?.held.get())
+        Ok(self.known(ctx)?.and_then(|me| me.held.get()))
     }
 
     fn acquire_until(&self, ctx: &Ctx, deadline: std::time::Instant) -> Result<u64> {
@@ -498,13 +508,14 @@ impl RawLock for RawNLock {
     }
 
     fn release_poisoned(&self, ctx: &Ctx) -> Result<()> {
-        let me = self.me(ctx)?;
+        let me = self.known(ctx)?.ok_or(Error::NotHeld)?;
         self.cohorts.release(self, ctx, &me, true)
     }
 
     fn poisoned(&self, ctx: &Ctx) -> Result<bool> {
-        let me = self.me(ctx)?;
-        Ok(me.held.get().is_some() && me.poisoned.get())
+        Ok(self
+            .known(ctx)?
+            .is_some_and(|me| me.held.get().is_some() && me.poisoned.get()))
     }
 
     fn leave(&self, ctx: &Ctx) -> Result<()> {

@@ -23,7 +23,8 @@ use crate::marks::{self, MARKS, POISON};
 use crate::protocol::{self, NONE, WL_ACQ, WL_REL};
 use crate::run::{Run, Spinner};
 use crate::thread::{
-    next_lock_id, thread_lock, Deadline, Home, OnDrop, Spin, ThreadLock, WaitSlots, WAIT_SLOTS,
+    next_lock_id, registered, thread_lock, Deadline, Home, OnDrop, Spin, ThreadLock, WaitSlots,
+    WAIT_SLOTS,
 };
 use crate::{Error, RawLock, Result};
 
@@ -146,6 +147,12 @@ impl RawWLock {
     /// earlier context of this process, else a fresh one with a remote FAA on `slots`.
     fn me(&self, ctx: &Ctx) -> Result<Rc<ThreadLock>> {
         self.me_by(ctx, &Deadline::after(self.cluster.timeout()))
+    }
+
+    /// The calling thread's state if it has used the lock, without taking a slot: for calls
+    /// about its hold, which a thread that never acquired does not have.
+    fn known(&self, ctx: &Ctx) -> Result<Option<Rc<ThreadLock>>> {
+        registered(ctx, self.cluster.id(), self.id)
     }
 
     /// [`Self::me`], registering (on first use) within the caller's deadline `d`.
@@ -675,7 +682,10 @@ impl RawWLock {
     }
 
     fn leave_now(&self, ctx: &Ctx) -> Result<()> {
-        let me = self.me(ctx)?;
+        // A thread that has not used the lock (or left it already) has nothing to hand back.
+        let Some(me) = self.known(ctx)? else {
+            return Ok(());
+        };
         Self::check_not_held(&me)?;
         let d = Deadline::after(self.cluster.timeout());
         self.settle(ctx, &me, &d)?;
@@ -740,7 +750,7 @@ impl RawWLock {
 
     /// Release through the node's queue: handed over, or released on the network.
     fn release_in(&self, ctx: &Ctx, poison: bool, strong: bool) -> Result<()> {
-        let me = self.me(ctx)?;
+        let me = self.known(ctx)?.ok_or(Error::NotHeld)?;
         self.cohorts.release(&self.net(strong), ctx, &me, poison)
     }
 }
@@ -759,7 +769,7 @@ impl RawLock for RawWLock {
     }
 
     fn held(&self, ctx: &Ctx) -> Result<Option<u64>> {
-        Ok(self.me(ctx)?.held.get())
+        Ok(self.known(ctx)?.and_then(|me| me.held.get()))
     }
 
     fn acquire_until(&self, ctx: &Ctx, deadline: Instant) -> Result<u64> {
@@ -775,8 +785,9 @@ impl RawLock for RawWLock {
     }
 
     fn poisoned(&self, ctx: &Ctx) -> Result<bool> {
-        let me = self.me(ctx)?;
-        Ok(me.held.get().is_some() && me.poisoned.get())
+        Ok(self
+            .known(ctx)?
+            .is_some_and(|me| me.held.get().is_some() && me.poisoned.get()))
     }
 
     fn leave(&self, ctx: &Ctx) -> Result<()> {
