@@ -151,7 +151,7 @@
 //! | a waiter's node dies | the same, for a ticket its node announced waiting for (a put sent as soon as the waiter has to wait); the next holder is told, conservatively |
 //! | a thread dies after taking its ticket, before naming it (between its FAA and its announcement landing) | a waiter that finds the lock released to that ticket for 4 ms, unmarked, and claimed by no live thread (below) skips it; the next holder is told, conservatively |
 //! | the calling thread's own node is reported dead | its waiting acquire stops with `PeerDead` naming that node, writing nothing |
-//! | the lock's own node dies (the node lock's node, the weak or strong lock's ticket node) | every acquire fails with [`PeerDead`](loco_rdmawait::Error::PeerDead) naming it |
+//! | the lock's own node dies (the node lock's node, the weak or strong lock's ticket node) | every acquire fails with [`PeerDead`](loco_rdmawait::Error::PeerDead) naming it, also one by a thread that held the lock when it died; such a thread's release (or local handover) fails the same way and writes nothing: its hold ends there (nobody can take the lock again, so nobody waits for the release) |
 //! | the lock's own node restarts ([`Cluster::incarnation`] changes) | its words are gone: the lock is refused from then on (`PeerDead` naming it, in acquire, in a wait, and in a release, which writes nothing: a hold from before the restart ends there); make the lock again |
 //! | another node dies (weak or strong lock) | releases publish to the live nodes only (and the strong lock fences only those): the lock keeps working among them |
 //! | a guard is dropped while its thread panics | the release is **poisoned**: the next holder is told ([`LockGuard::was_poisoned`]) |

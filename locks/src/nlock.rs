@@ -110,9 +110,15 @@ impl RawNLock {
         registered(ctx, self.cluster.id(), self.id)
     }
 
-    fn check_not_held(me: &ThreadLock) -> Result<()> {
+    /// [`Error::AlreadyHeld`] if the calling thread holds the lock, unless its node died or
+    /// restarted since: then the hold is gone, and the acquire is refused as every acquire of
+    /// the lock is (`PeerDead` naming the node).
+    fn check_not_held(&self, me: &ThreadLock) -> Result<()> {
         match me.held.get() {
-            Some(ticket) => Err(Error::AlreadyHeld { ticket }),
+            Some(ticket) => {
+                self.home.check_release(&self.cluster, me)?;
+                Err(Error::AlreadyHeld { ticket })
+            }
             None => Ok(()),
         }
     }
@@ -340,7 +346,7 @@ impl RawNLock {
 
     pub(crate) fn acquire_deadline(&self, ctx: &Ctx, d: &Deadline) -> Result<u64> {
         let me = self.me(ctx)?;
-        Self::check_not_held(&me)?;
+        self.check_not_held(&me)?;
         self.settle(ctx, &me, d)?;
         self.cluster.check_open()?;
         self.cluster.check_alive(self.node())?;
@@ -361,7 +367,7 @@ impl RawNLock {
 
     pub(crate) fn try_acquire_deadline(&self, ctx: &Ctx, d: &Deadline) -> Result<Option<u64>> {
         let me = self.me(ctx)?;
-        Self::check_not_held(&me)?;
+        self.check_not_held(&me)?;
         self.settle(ctx, &me, d)?;
         self.cluster.check_open()?;
         self.cluster.check_alive(self.node())?;
@@ -437,7 +443,7 @@ impl RawNLock {
         let Some(me) = self.known(ctx)? else {
             return Ok(());
         };
-        Self::check_not_held(&me)?;
+        self.check_not_held(&me)?;
         let d = Deadline::after(self.cluster.timeout());
         self.settle(ctx, &me, &d)?;
         d.wait(ctx, NL_REL)?;
@@ -451,7 +457,7 @@ impl RawNLock {
 impl NetLock for RawNLock {
     fn prepare(&self, ctx: &Ctx, _: &Deadline) -> Result<Rc<ThreadLock>> {
         let me = self.me(ctx)?;
-        Self::check_not_held(&me)?;
+        self.check_not_held(&me)?;
         Ok(me)
     }
 

@@ -39,9 +39,15 @@ impl Home {
     }
 
     /// [`Home::check`] before a release by `me`: if the home restarted, the hold went with its
-    /// words, so it ends here (writing the release now would corrupt the fresh lock).
+    /// words, so it ends here (writing the release now would corrupt the fresh lock). So it
+    /// does if the home is reported dead: a dead incarnation stays dead, and a lock whose home
+    /// died is refused for good (every acquire fails, and so do the waits of its waiters), so
+    /// there is nobody to release to; a thread kept holding could neither release (every
+    /// attempt `PeerDead`) nor acquire again or leave (`AlreadyHeld`).
     pub(crate) fn check_release(&self, cluster: &Cluster, me: &ThreadLock) -> Result<()> {
-        self.check(cluster).inspect_err(|_| me.end_hold())
+        self.check(cluster)
+            .and_then(|()| Ok(cluster.check_alive(self.node)?))
+            .inspect_err(|_| me.end_hold())
     }
 
     /// `PeerDead` naming the home if it restarted since the lock was made.

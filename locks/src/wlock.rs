@@ -260,9 +260,15 @@ impl RawWLock {
         Ok(())
     }
 
-    fn check_not_held(me: &ThreadLock) -> Result<()> {
+    /// [`Error::AlreadyHeld`] if the calling thread holds the lock, unless its home died or
+    /// restarted since: then the hold is gone, and the acquire is refused as every acquire of
+    /// the lock is (`PeerDead` naming the home).
+    fn check_not_held(&self, me: &ThreadLock) -> Result<()> {
         match me.held.get() {
-            Some(ticket) => Err(Error::AlreadyHeld { ticket }),
+            Some(ticket) => {
+                self.home.check_release(&self.cluster, me)?;
+                Err(Error::AlreadyHeld { ticket })
+            }
             None => Ok(()),
         }
     }
@@ -536,7 +542,7 @@ impl RawWLock {
 
     fn acquire_deadline(&self, ctx: &Ctx, d: &Deadline) -> Result<u64> {
         let me = self.me_by(ctx, d)?;
-        Self::check_not_held(&me)?;
+        self.check_not_held(&me)?;
         self.cluster.check_open()?;
         self.settle(ctx, &me, d)?;
         self.cluster.check_alive(self.ticket_node())?;
@@ -562,7 +568,7 @@ impl RawWLock {
 
     fn try_acquire_deadline(&self, ctx: &Ctx, d: &Deadline) -> Result<Option<u64>> {
         let me = self.me_by(ctx, d)?;
-        Self::check_not_held(&me)?;
+        self.check_not_held(&me)?;
         self.cluster.check_open()?;
         self.run(ctx, &me, d).wait(WL_REL)?;
         self.settle(ctx, &me, d)?;
@@ -686,7 +692,7 @@ impl RawWLock {
         let Some(me) = self.known(ctx)? else {
             return Ok(());
         };
-        Self::check_not_held(&me)?;
+        self.check_not_held(&me)?;
         let d = Deadline::after(self.cluster.timeout());
         self.settle(ctx, &me, &d)?;
         let mut run = self.run(ctx, &me, &d);
@@ -709,7 +715,7 @@ struct Net<'a> {
 impl NetLock for Net<'_> {
     fn prepare(&self, ctx: &Ctx, d: &Deadline) -> Result<Rc<ThreadLock>> {
         let me = self.w.me_by(ctx, d)?;
-        RawWLock::check_not_held(&me)?;
+        self.w.check_not_held(&me)?;
         Ok(me)
     }
 

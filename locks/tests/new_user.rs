@@ -659,3 +659,50 @@ fn a_holder_that_dies() {
         }
     }
 }
+
+/// A thread that holds a lock when the lock's home dies (and perhaps restarts): its release
+/// fails with `PeerDead` naming the home and ends the hold, and so does an acquire by that
+/// thread (it said `AlreadyHeld` for good: every release failed, so the thread could neither
+/// acquire nor leave again). A thread of the holder's node queued behind it is refused with
+/// `PeerDead` too, rather than handed the hold or left to time out.
+#[test]
+fn a_holder_whose_home_dies() {
+    for s in SCHEDULES {
+        for (restart, release_first, cohort) in
+            (0..8).map(|i| (i & 1 == 1, i & 2 == 2, if i & 4 == 4 { 2 } else { 0 }))
+        {
+            for k in 0..3 {
+                let c = cluster_on(3, s);
+                let l = each(&c, N0, 3).swap_remove(k);
+                let what = format!("{} {s:?} restart {restart} cohort {cohort}", l.name());
+                l.set_cohort(cohort);
+                let a = c.context(N1).unwrap();
+                let t = l.acquire(&a).unwrap();
+                let queued = Arc::new(Barrier::new(2));
+                let (l2, c2, queued2) = (l.boxed(), c.clone(), queued.clone());
+                let waiter = thread::spawn(move || {
+                    let ctx = c2.context(N1).unwrap();
+                    queued2.wait();
+                    l2.acquire_timeout(&ctx, Duration::from_secs(30))
+                });
+                queued.wait();
+                thread::sleep(Duration::from_millis(2)); // let it queue (either way is fine)
+                c.kill(N0).unwrap();
+                if restart {
+                    c.restart(N0).unwrap();
+                }
+                assert_eq!(l.held(&a).unwrap(), Some(t), "{what}: not told yet");
+                if release_first {
+                    dead(l.release(&a), N0);
+                } else {
+                    dead(l.acquire(&a), N0);
+                    assert!(matches!(l.release(&a), Err(Error::NotHeld)), "{what}");
+                }
+                assert_eq!(l.held(&a).unwrap(), None, "{what}");
+                dead(l.acquire(&a), N0);
+                dead(l.try_acquire_for(&a, Duration::from_millis(5)), N0);
+                dead(waiter.join().unwrap(), N0);
+            }
+        }
+    }
+}
