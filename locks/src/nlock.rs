@@ -112,11 +112,14 @@ impl RawNLock {
 
     /// [`Error::AlreadyHeld`] if the calling thread holds the lock, unless its node died or
     /// restarted since: then the hold is gone, and the acquire is refused as every acquire of
-    /// the lock is (`PeerDead` naming the node).
-    fn check_not_held(&self, me: &ThreadLock) -> Result<()> {
+    /// the lock is (`PeerDead` naming the node); or unless the thread's own node died since (a
+    /// context of a dead incarnation): `PeerDead` naming it, as for the context's every call
+    /// (the other threads skip its hold).
+    fn check_not_held(&self, ctx: &Ctx, me: &ThreadLock) -> Result<()> {
         match me.held.get() {
             Some(ticket) => {
                 self.home.check_release(&self.cluster, me)?;
+                ctx.load(&me.word)?;
                 Err(Error::AlreadyHeld { ticket })
             }
             None => Ok(()),
@@ -346,7 +349,7 @@ impl RawNLock {
 
     pub(crate) fn acquire_deadline(&self, ctx: &Ctx, d: &Deadline) -> Result<u64> {
         let me = self.me(ctx)?;
-        self.check_not_held(&me)?;
+        self.check_not_held(ctx, &me)?;
         self.settle(ctx, &me, d)?;
         self.cluster.check_open()?;
         self.cluster.check_alive(self.node())?;
@@ -367,7 +370,7 @@ impl RawNLock {
 
     pub(crate) fn try_acquire_deadline(&self, ctx: &Ctx, d: &Deadline) -> Result<Option<u64>> {
         let me = self.me(ctx)?;
-        self.check_not_held(&me)?;
+        self.check_not_held(ctx, &me)?;
         self.settle(ctx, &me, d)?;
         self.cluster.check_open()?;
         self.cluster.check_alive(self.node())?;
@@ -443,7 +446,7 @@ impl RawNLock {
         let Some(me) = self.known(ctx)? else {
             return Ok(());
         };
-        self.check_not_held(&me)?;
+        self.check_not_held(ctx, &me)?;
         let d = Deadline::after(self.cluster.timeout());
         self.settle(ctx, &me, &d)?;
         d.wait(ctx, NL_REL)?;
@@ -457,7 +460,7 @@ impl RawNLock {
 impl NetLock for RawNLock {
     fn prepare(&self, ctx: &Ctx, _: &Deadline) -> Result<Rc<ThreadLock>> {
         let me = self.me(ctx)?;
-        self.check_not_held(&me)?;
+        self.check_not_held(ctx, &me)?;
         Ok(me)
     }
 

@@ -102,6 +102,8 @@ trait AnyLock: Send + Sync {
     fn acquire_until(&self, ctx: &Ctx, at: Instant) -> loco_locks::Result<u64>;
     /// A guard taken and released by `LockGuard::release`.
     fn section(&self, ctx: &Ctx) -> loco_locks::Result<u64>;
+    /// A section within `t`: its ticket, and whether the guard said it was poisoned.
+    fn poisoned_section(&self, ctx: &Ctx, t: Duration) -> loco_locks::Result<(u64, bool)>;
     fn release(&self, ctx: &Ctx) -> loco_locks::Result<()>;
     fn held(&self, ctx: &Ctx) -> loco_locks::Result<Option<u64>>;
     fn is_held(&self, ctx: &Ctx) -> loco_locks::Result<bool>;
@@ -157,6 +159,12 @@ impl<R: RawLock + 'static> AnyLock for Lock<R> {
         let t = LockGuard::ticket(&g);
         LockGuard::release(g)?;
         Ok(t)
+    }
+    fn poisoned_section(&self, ctx: &Ctx, t: Duration) -> loco_locks::Result<(u64, bool)> {
+        let g = Lock::acquire_timeout(self, ctx, t)?;
+        let r = (LockGuard::ticket(&g), LockGuard::was_poisoned(&g));
+        LockGuard::release(g)?;
+        Ok(r)
     }
     fn release(&self, ctx: &Ctx) -> loco_locks::Result<()> {
         self.raw().release(ctx)
@@ -642,22 +650,73 @@ fn a_thread_of_a_dead_node() {
     }
 }
 
-/// A holder whose node dies: the next thread of a live node gets the lock, told it is poisoned.
+/// A holder whose node dies: the next thread of a live node gets the lock, told it is
+/// poisoned. The dead holder's context is told its node is dead (`PeerDead` naming it) by
+/// every call, its acquire too (which said `AlreadyHeld`), also once the node has restarted
+/// (then, as documented, the others are not let past the hold: not checked here).
 #[test]
 fn a_holder_that_dies() {
     for s in SCHEDULES {
-        let c = cluster_on(3, s);
-        for l in each(&c, N0, 3) {
-            let holder = c.context(N2).unwrap();
-            let t = l.acquire(&holder).unwrap();
-            c.kill(N2).unwrap();
-            let ctx = c.context(N1).unwrap();
-            let next = l.acquire_timeout(&ctx, Duration::from_secs(10)).unwrap();
-            assert!(next > t, "{}", l.name());
-            l.release(&ctx).unwrap();
-            c.restart(N2).unwrap();
+        for restart in [false, true] {
+            let c = cluster_on(3, s);
+            for l in each(&c, N0, 3) {
+                let holder = c.context(N2).unwrap();
+                let t = l.acquire(&holder).unwrap();
+                c.kill(N2).unwrap();
+                if restart {
+                    c.restart(N2).unwrap();
+                } else {
+                    let ctx = c.context(N1).unwrap();
+                    let (next, poisoned) =
+                        l.poisoned_section(&ctx, Duration::from_secs(10)).unwrap();
+                    assert!(
+                        next > t && poisoned,
+                        "{} {s:?}: {next} {poisoned}",
+                        l.name()
+                    );
+                    // Reported once.
+                    let (_, again) = l.poisoned_section(&ctx, Duration::from_secs(10)).unwrap();
+                    assert!(!again, "{}", l.name());
+                }
+                dead(l.acquire(&holder), N2);
+                dead(l.try_acquire(&holder), N2);
+                dead(l.release(&holder), N2);
+                dead(l.leave(&holder), N2);
+                if !restart {
+                    c.restart(N2).unwrap();
+                }
+            }
         }
     }
+}
+
+/// A context dropped while it holds (its guard forgotten): the lock stays held, as documented,
+/// and the other threads' acquires run into their timeout (`Timeout`) rather than hanging; the
+/// lock's home and the other locks are not affected.
+#[test]
+fn a_context_dropped_while_holding() {
+    let c = Cluster::builder()
+        .nodes(3)
+        .soft(Schedule::Threaded)
+        .timeout(Duration::from_millis(100)) // each plain acquire below runs into it
+        .build()
+        .unwrap();
+    for l in each(&c, N0, 3) {
+        drop({
+            let a = c.context(N1).unwrap();
+            l.acquire(&a).unwrap();
+            a
+        });
+        for n in [N1, N2] {
+            let ctx = c.context(n).unwrap();
+            timeout(l.acquire_timeout(&ctx, Duration::from_millis(20)));
+            timeout(l.try_acquire_for(&ctx, Duration::from_millis(20)));
+            assert_eq!(l.try_acquire(&ctx).unwrap(), None, "{}", l.name());
+            timeout(l.acquire(&ctx));
+        }
+    }
+    let fresh = NLock::new(&c, N0).unwrap();
+    LockGuard::release(fresh.acquire(&c.context(N2).unwrap()).unwrap()).unwrap();
 }
 
 /// A thread that holds a lock when the lock's home dies (and perhaps restarts): its release
