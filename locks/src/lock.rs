@@ -33,10 +33,13 @@ pub trait RawLock: Send + Sync + fmt::Debug {
     /// ticket. Costs a few round trips to the lock's words.
     fn try_acquire(&self, ctx: &Ctx) -> Result<Option<u64>>;
 
-    /// Releases the lock held by the calling thread.
+    /// Releases the lock held by the calling thread ([`Error::NotHeld`] if it holds none, also
+    /// when it never used the lock).
     fn release(&self, ctx: &Ctx) -> Result<()>;
 
-    /// The ticket of the calling thread's current hold, if it holds the lock.
+    /// The ticket of the calling thread's current hold, if it holds the lock. It posts nothing,
+    /// and for a thread that never used the lock it takes nothing either (none of a weak lock's
+    /// `max_threads` slots).
     fn held(&self, ctx: &Ctx) -> Result<Option<u64>>;
 
     /// [`RawLock::acquire`], giving up at `deadline` with [`Error::Timeout`]. **FIFO**: it takes
@@ -111,7 +114,8 @@ pub trait RawLock: Send + Sync + fmt::Debug {
     /// at once (a weak lock's `rel` slot, private words). Dropping the context does the same,
     /// except that words an operation may still read or write are then leaked rather than
     /// recycled (the thread's `waiting` slot is read back at the drop, as `leave` does, and kept
-    /// if that read does not complete). Fails with [`Error::AlreadyHeld`] while the thread holds the lock.
+    /// if that read does not complete). Fails with [`Error::AlreadyHeld`] while the thread holds the lock;
+    /// for a thread that has not used the lock (or has left it already) it does nothing.
     fn leave(&self, ctx: &Ctx) -> Result<()> {
         let _ = ctx;
         Ok(())

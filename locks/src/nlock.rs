@@ -21,7 +21,8 @@ use crate::marks::{self, MARKS, POISON};
 use crate::protocol::{self, NLockWords, NL_ACQ, NL_REL};
 use crate::run::{Run, Spinner};
 use crate::thread::{
-    next_lock_id, thread_lock, Deadline, Home, Pace, Spin, ThreadLock, WaitSlots, WAIT_SLOTS,
+    next_lock_id, registered, thread_lock, Deadline, Home, Pace, Spin, ThreadLock, WaitSlots,
+    WAIT_SLOTS,
 };
 use crate::{Error, RawLock, Result};
 
@@ -103,9 +104,24 @@ impl RawNLock {
         })
     }
 
-    fn check_not_held(me: &ThreadLock) -> Result<()> {
+    /// The calling thread's state if it has used the lock, without making it: for calls about
+    /// its hold, which a thread that never acquired does not have.
+    fn known(&self, ctx: &Ctx) -> Result<Option<Rc<ThreadLock>>> {
+        registered(ctx, self.cluster.id(), self.id)
+    }
+
+    /// [`Error::AlreadyHeld`] if the calling thread holds the lock, unless its node died or
+    /// restarted since: then the hold is gone, and the acquire is refused as every acquire of
+    /// the lock is (`PeerDead` naming the node); or unless the thread's own node died since (a
+    /// context of a dead incarnation): `PeerDead` naming it, as for the context's every call
+    /// (the other threads skip its hold).
+    fn check_not_held(&self, ctx: &Ctx, me: &ThreadLock) -> Result<()> {
         match me.held.get() {
-            Some(ticket) => Err(Error::AlreadyHeld { ticket }),
+            Some(ticket) => {
+                self.home.check_release(&self.cluster, me)?;
+                ctx.load(&me.word)?;
+                Err(Error::AlreadyHeld { ticket })
+            }
             None => Ok(()),
         }
     }
@@ -333,7 +349,7 @@ impl RawNLock {
 
     pub(crate) fn acquire_deadline(&self, ctx: &Ctx, d: &Deadline) -> Result<u64> {
         let me = self.me(ctx)?;
-        Self::check_not_held(&me)?;
+        self.check_not_held(ctx, &me)?;
         self.settle(ctx, &me, d)?;
         self.cluster.check_open()?;
         self.cluster.check_alive(self.node())?;
@@ -354,7 +370,7 @@ impl RawNLock {
 
     pub(crate) fn try_acquire_deadline(&self, ctx: &Ctx, d: &Deadline) -> Result<Option<u64>> {
         let me = self.me(ctx)?;
-        Self::check_not_held(&me)?;
+        self.check_not_held(ctx, &me)?;
         self.settle(ctx, &me, d)?;
         self.cluster.check_open()?;
         self.cluster.check_alive(self.node())?;
@@ -426,8 +442,11 @@ impl RawNLock {
 
     /// Reaps this thread's release CAS, so that its words can be recycled.
     pub(crate) fn leave_now(&self, ctx: &Ctx) -> Result<()> {
-        let me = self.me(ctx)?;
-        Self::check_not_held(&me)?;
+        // A thread that has not used the lock (or left it already) has nothing to hand back.
+        let Some(me) = self.known(ctx)? else {
+            return Ok(());
+        };
+        self.check_not_held(ctx, &me)?;
         let d = Deadline::after(self.cluster.timeout());
         self.settle(ctx, &me, &d)?;
         d.wait(ctx, NL_REL)?;
@@ -441,7 +460,7 @@ impl RawNLock {
 impl NetLock for RawNLock {
     fn prepare(&self, ctx: &Ctx, _: &Deadline) -> Result<Rc<ThreadLock>> {
         let me = self.me(ctx)?;
-        Self::check_not_held(&me)?;
+        self.check_not_held(ctx, &me)?;
         Ok(me)
     }
 
@@ -481,12 +500,12 @@ impl RawLock for RawNLock {
     }
 
     fn release(&self, ctx: &Ctx) -> Result<()> {
-        let me = self.me(ctx)?;
+        let me = self.known(ctx)?.ok_or(Error::NotHeld)?;
         self.cohorts.release(self, ctx, &me, false)
     }
 
     fn held(&self, ctx: &Ctx) -> Result<Option<u64>> {
-        Ok(self.me(ctx)?.held.get())
+        Ok(self.known(ctx)?.and_then(|me| me.held.get()))
     }
 
     fn acquire_until(&self, ctx: &Ctx, deadline: std::time::Instant) -> Result<u64> {
@@ -498,13 +517,14 @@ impl RawLock for RawNLock {
     }
 
     fn release_poisoned(&self, ctx: &Ctx) -> Result<()> {
-        let me = self.me(ctx)?;
+        let me = self.known(ctx)?.ok_or(Error::NotHeld)?;
         self.cohorts.release(self, ctx, &me, true)
     }
 
     fn poisoned(&self, ctx: &Ctx) -> Result<bool> {
-        let me = self.me(ctx)?;
-        Ok(me.held.get().is_some() && me.poisoned.get())
+        Ok(self
+            .known(ctx)?
+            .is_some_and(|me| me.held.get().is_some() && me.poisoned.get()))
     }
 
     fn leave(&self, ctx: &Ctx) -> Result<()> {

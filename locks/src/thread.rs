@@ -39,9 +39,15 @@ impl Home {
     }
 
     /// [`Home::check`] before a release by `me`: if the home restarted, the hold went with its
-    /// words, so it ends here (writing the release now would corrupt the fresh lock).
+    /// words, so it ends here (writing the release now would corrupt the fresh lock). So it
+    /// does if the home is reported dead: a dead incarnation stays dead, and a lock whose home
+    /// died is refused for good (every acquire fails, and so do the waits of its waiters), so
+    /// there is nobody to release to; a thread kept holding could neither release (every
+    /// attempt `PeerDead`) nor acquire again or leave (`AlreadyHeld`).
     pub(crate) fn check_release(&self, cluster: &Cluster, me: &ThreadLock) -> Result<()> {
-        self.check(cluster).inspect_err(|_| me.end_hold())
+        self.check(cluster)
+            .and_then(|()| Ok(cluster.check_alive(self.node)?))
+            .inspect_err(|_| me.end_hold())
     }
 
     /// `PeerDead` naming the home if it restarted since the lock was made.
@@ -690,13 +696,33 @@ pub(crate) fn thread_lock(
     id: u64,
     init: impl FnOnce(&Ctx) -> Result<ThreadLock>,
 ) -> Result<Rc<ThreadLock>> {
+    let reg = registry(ctx, cluster)?;
+    if let Some(st) = reg.locks.borrow().get(&id) {
+        return Ok(st.clone());
+    }
+    let st = Rc::new(init(ctx)?);
+    reg.locks.borrow_mut().insert(id, st.clone());
+    Ok(st)
+}
+
+/// The calling thread's state for lock `id` of cluster `cluster` if it has used the lock (and
+/// not left it since), without registering it: for the calls that only look at the thread's
+/// hold (`held`, `release`, `leave`), which must neither take a weak lock's `rel` slot nor
+/// touch the network for a thread that never acquired.
+pub(crate) fn registered(ctx: &Ctx, cluster: u32, id: u64) -> Result<Option<Rc<ThreadLock>>> {
+    Ok(registry(ctx, cluster)?.locks.borrow().get(&id).cloned())
+}
+
+/// The context's registry of lock states ([`Error::ForeignContext`] for a context of another
+/// cluster than `cluster`, the lock's).
+fn registry(ctx: &Ctx, cluster: u32) -> Result<Rc<Registry>> {
     if ctx.cluster().id() != cluster {
         return Err(Error::ForeignContext {
             ctx: ctx.cluster().id(),
             lock: cluster,
         });
     }
-    let reg = ctx.extension::<Registry>(|ctx| {
+    ctx.extension::<Registry>(|ctx| {
         // Before the context goes: every lock's slot is cleared and read back, so that it can
         // be reused. The reads share a work id: after one that does not complete (a stalled
         // or dead node), the others would wait for it too, so they are not tried.
@@ -711,13 +737,8 @@ pub(crate) fn thread_lock(
             }
         });
         Ok(Registry::default())
-    })?;
-    if let Some(st) = reg.locks.borrow().get(&id) {
-        return Ok(st.clone());
-    }
-    let st = Rc::new(init(ctx)?);
-    reg.locks.borrow_mut().insert(id, st.clone());
-    Ok(st)
+    })
+    .map_err(Error::from)
 }
 
 /// Drops the calling thread's state for lock `id` (its slot and words go back).

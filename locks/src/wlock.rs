@@ -23,7 +23,8 @@ use crate::marks::{self, MARKS, POISON};
 use crate::protocol::{self, NONE, WL_ACQ, WL_REL};
 use crate::run::{Run, Spinner};
 use crate::thread::{
-    next_lock_id, thread_lock, Deadline, Home, OnDrop, Spin, ThreadLock, WaitSlots, WAIT_SLOTS,
+    next_lock_id, registered, thread_lock, Deadline, Home, OnDrop, Spin, ThreadLock, WaitSlots,
+    WAIT_SLOTS,
 };
 use crate::{Error, RawLock, Result};
 
@@ -148,6 +149,12 @@ impl RawWLock {
         self.me_by(ctx, &Deadline::after(self.cluster.timeout()))
     }
 
+    /// The calling thread's state if it has used the lock, without taking a slot: for calls
+    /// about its hold, which a thread that never acquired does not have.
+    fn known(&self, ctx: &Ctx) -> Result<Option<Rc<ThreadLock>>> {
+        registered(ctx, self.cluster.id(), self.id)
+    }
+
     /// [`Self::me`], registering (on first use) within the caller's deadline `d`.
     fn me_by(&self, ctx: &Ctx, d: &Deadline) -> Result<Rc<ThreadLock>> {
         thread_lock(ctx, self.cluster.id(), self.id, |ctx| {
@@ -253,9 +260,18 @@ impl RawWLock {
         Ok(())
     }
 
-    fn check_not_held(me: &ThreadLock) -> Result<()> {
+    /// [`Error::AlreadyHeld`] if the calling thread holds the lock, unless its home died or
+    /// restarted since: then the hold is gone, and the acquire is refused as every acquire of
+    /// the lock is (`PeerDead` naming the home); or unless the thread's own node died since (a
+    /// context of a dead incarnation): `PeerDead` naming it, as for the context's every call
+    /// (the other threads skip its hold).
+    fn check_not_held(&self, ctx: &Ctx, me: &ThreadLock) -> Result<()> {
         match me.held.get() {
-            Some(ticket) => Err(Error::AlreadyHeld { ticket }),
+            Some(ticket) => {
+                self.home.check_release(&self.cluster, me)?;
+                ctx.load(&me.word)?;
+                Err(Error::AlreadyHeld { ticket })
+            }
             None => Ok(()),
         }
     }
@@ -529,7 +545,7 @@ impl RawWLock {
 
     fn acquire_deadline(&self, ctx: &Ctx, d: &Deadline) -> Result<u64> {
         let me = self.me_by(ctx, d)?;
-        Self::check_not_held(&me)?;
+        self.check_not_held(ctx, &me)?;
         self.cluster.check_open()?;
         self.settle(ctx, &me, d)?;
         self.cluster.check_alive(self.ticket_node())?;
@@ -555,7 +571,7 @@ impl RawWLock {
 
     fn try_acquire_deadline(&self, ctx: &Ctx, d: &Deadline) -> Result<Option<u64>> {
         let me = self.me_by(ctx, d)?;
-        Self::check_not_held(&me)?;
+        self.check_not_held(ctx, &me)?;
         self.cluster.check_open()?;
         self.run(ctx, &me, d).wait(WL_REL)?;
         self.settle(ctx, &me, d)?;
@@ -675,8 +691,11 @@ impl RawWLock {
     }
 
     fn leave_now(&self, ctx: &Ctx) -> Result<()> {
-        let me = self.me(ctx)?;
-        Self::check_not_held(&me)?;
+        // A thread that has not used the lock (or left it already) has nothing to hand back.
+        let Some(me) = self.known(ctx)? else {
+            return Ok(());
+        };
+        self.check_not_held(ctx, &me)?;
         let d = Deadline::after(self.cluster.timeout());
         self.settle(ctx, &me, &d)?;
         let mut run = self.run(ctx, &me, &d);
@@ -699,7 +718,7 @@ struct Net<'a> {
 impl NetLock for Net<'_> {
     fn prepare(&self, ctx: &Ctx, d: &Deadline) -> Result<Rc<ThreadLock>> {
         let me = self.w.me_by(ctx, d)?;
-        RawWLock::check_not_held(&me)?;
+        self.w.check_not_held(ctx, &me)?;
         Ok(me)
     }
 
@@ -740,7 +759,7 @@ impl RawWLock {
 
     /// Release through the node's queue: handed over, or released on the network.
     fn release_in(&self, ctx: &Ctx, poison: bool, strong: bool) -> Result<()> {
-        let me = self.me(ctx)?;
+        let me = self.known(ctx)?.ok_or(Error::NotHeld)?;
         self.cohorts.release(&self.net(strong), ctx, &me, poison)
     }
 }
@@ -759,7 +778,7 @@ impl RawLock for RawWLock {
     }
 
     fn held(&self, ctx: &Ctx) -> Result<Option<u64>> {
-        Ok(self.me(ctx)?.held.get())
+        Ok(self.known(ctx)?.and_then(|me| me.held.get()))
     }
 
     fn acquire_until(&self, ctx: &Ctx, deadline: Instant) -> Result<u64> {
@@ -775,8 +794,9 @@ impl RawLock for RawWLock {
     }
 
     fn poisoned(&self, ctx: &Ctx) -> Result<bool> {
-        let me = self.me(ctx)?;
-        Ok(me.held.get().is_some() && me.poisoned.get())
+        Ok(self
+            .known(ctx)?
+            .is_some_and(|me| me.held.get().is_some() && me.poisoned.get()))
     }
 
     fn leave(&self, ctx: &Ctx) -> Result<()> {
