@@ -112,7 +112,8 @@ use crate::{Cluster, Ctx, NodeId, Schedule};
 use sched::{Handle, Op, Sched};
 
 /// The environment variable that overrides the default base seed of [`Config`]: a `u64` in
-/// decimal or `0x`-prefixed hex. [`check`] refuses a value that does not parse
+/// decimal or `0x`-prefixed hex (surrounding whitespace ignored), read by each [`check`]
+/// without a [`Config::seed`] ([`replay`] takes its seed as an argument and ignores it). [`check`] refuses a value that does not parse
 /// ([`FailureKind::Setup`]) rather than fall back to the default.
 pub const SEED_ENV: &str = "LOCO_SIM_SEED";
 
@@ -208,11 +209,13 @@ impl fmt::Display for Search {
 /// When a [`Fault`] strikes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum At {
-    /// At this step of the run (the first is 1).
+    /// At this step of the run (the first is 1). [`check`] refuses step 0 (there is none) and
+    /// a step past [`Config::max_steps`] (no run reaches it) as [`FailureKind::Setup`].
     Step(u64),
-    /// At a step drawn from the run's seed, uniformly in `1..=within`.
+    /// At a step drawn from the run's seed, uniformly in `1..=within` (a run that ends sooner
+    /// does not see it). `within: 0` is refused as [`FailureKind::Setup`].
     Random {
-        /// The last step it may strike at.
+        /// The last step it may strike at (at least 1).
         within: u64,
     },
 }
@@ -226,7 +229,9 @@ pub enum Fault {
     /// `node` crashes, as [`Cluster::kill`] does: its threads' next operations fail with
     /// `PeerDead` naming their own node (a thread that ends with an error after its node
     /// crashed is not a failure; its [`JoinHandle::join`] says [`JoinError::Crashed`]), and the
-    /// survivors' operations towards it fail with `PeerDead`.
+    /// survivors' operations towards it fail with `PeerDead`. A crash of a node that is already
+    /// dead (a second crash of it in the plan, or after the code under test killed it) does
+    /// nothing more.
     Crash {
         /// The node.
         node: NodeId,
@@ -241,7 +246,7 @@ pub enum Fault {
         node: NodeId,
         /// When it starts.
         at: At,
-        /// How many steps it lasts.
+        /// How many steps it lasts (at least 1: [`check`] refuses 0 as [`FailureKind::Setup`]).
         steps: u64,
     },
 }
@@ -287,7 +292,7 @@ impl Config {
     /// How long a run may go without any scheduling point, in real time, before it fails as
     /// [`FailureKind::Hang`] (default [`DEFAULT_WATCHDOG`]): code under test that blocks
     /// outside the simulator (a `std` mutex held by a descheduled thread, a sleep, I/O) would
-    /// otherwise hang [`check`] for ever.
+    /// otherwise hang [`check`] for ever. A limit under 1 ms is taken as 1 ms.
     pub fn watchdog(mut self, limit: Duration) -> Self {
         self.watchdog = limit.max(Duration::from_millis(1));
         self
@@ -337,13 +342,16 @@ impl Config {
         self
     }
 
-    /// Steps after which a run fails as a livelock (default 2 000 000).
+    /// Steps after which a run fails as a livelock (default 2 000 000); at least 1 ([`check`]
+    /// and [`replay`] refuse 0 as [`FailureKind::Setup`]: a run takes a step to start).
     pub fn max_steps(mut self, steps: u64) -> Self {
         self.max_steps = steps;
         self
     }
 
-    /// Virtual time each step takes (default 100 ns).
+    /// Virtual time each step takes (default 100 ns). Without a [`Config::profile`], at least
+    /// 1 ns ([`check`] and [`replay`] refuse zero as [`FailureKind::Setup`]: virtual time
+    /// would stand still, and a wait that cannot complete would never time out).
     pub fn step_time(mut self, d: Duration) -> Self {
         self.step_time = d;
         self
@@ -575,9 +583,23 @@ pub enum JoinError {
         /// Its error, displayed.
         message: String,
     },
-    /// [`spawn`] was called outside a simulation.
-    #[error("sim::spawn called outside a simulated run (use it inside sim::check or sim::replay)")]
+    /// [`spawn`] was called outside a simulation, or [`JoinHandle::join`] was (from a thread
+    /// that is not simulated, such as a `std::thread` started by the code under test).
+    #[error(
+        "sim::spawn or JoinHandle::join called outside a simulated thread (call them in the \
+         closure given to sim::check or sim::replay, or in a thread it spawned with sim::spawn)"
+    )]
     NotSimulated,
+    /// [`JoinHandle::join`] was called in another run than the one that spawned the thread (the
+    /// handle was kept from one run to the next): that thread is gone with its run.
+    #[error(
+        "simulated thread t{thread} was joined in another run than the one that spawned it (a \
+         JoinHandle belongs to its run: join it there)"
+    )]
+    OtherRun {
+        /// The thread, as its own run numbered it.
+        thread: usize,
+    },
 }
 
 type Outcome = Arc<Mutex<Option<Result<(), JoinError>>>>;
@@ -588,14 +610,23 @@ type Outcome = Arc<Mutex<Option<Result<(), JoinError>>>>;
 pub struct JoinHandle {
     thread: usize,
     outcome: Option<Outcome>,
+    /// The run that spawned the thread (a thread number means nothing in another run).
+    run: std::sync::Weak<Sched>,
 }
 
 impl JoinHandle {
     /// Waits (in simulation) until the thread has finished; its error, if it returned one.
+    /// Call it from a simulated thread of the run that spawned the thread (else
+    /// [`JoinError::NotSimulated`] or [`JoinError::OtherRun`]).
     pub fn join(self) -> Result<(), JoinError> {
         let (Some(outcome), Some(h)) = (self.outcome, sched::current()) else {
             return Err(JoinError::NotSimulated);
         };
+        if !std::ptr::eq(self.run.as_ptr(), Arc::as_ptr(&h.sched)) {
+            return Err(JoinError::OtherRun {
+                thread: self.thread,
+            });
+        }
         h.join(self.thread);
         let r = outcome.lock().unwrap_or_else(|p| p.into_inner()).take();
         r.unwrap_or(Ok(()))
@@ -624,6 +655,7 @@ where
         return JoinHandle {
             thread: usize::MAX,
             outcome: None,
+            run: std::sync::Weak::new(),
         };
     };
     let thread = parent.spawn(node);
@@ -669,6 +701,7 @@ where
     JoinHandle {
         thread,
         outcome: Some(outcome),
+        run: Arc::downgrade(&parent.sched),
     }
 }
 
@@ -795,6 +828,13 @@ fn explorer(config: &Config, seed: u64) -> Result<Option<Arc<explore::Explorer>>
 /// Runs `f` once with the run seed `seed` (a [`Failure::seed`]): the same schedule, step for
 /// step, as the run that produced the seed with the same `config` (strategy, step time,
 /// timeout, budget).
+///
+/// Any seed runs: one that never failed gives the run it stands for (`Ok` if that run passes).
+/// The seed is all that is kept of the failing run, so a replay under another `config` (other
+/// nodes, strategy, budget, profile or faults) or of a closure that behaves differently runs
+/// another schedule, and cannot know it: compare its [`Failure::trace`] with the original's.
+/// Under [`Strategy::Exhaustive`] the seed is a run number, and one past the end of the search
+/// is refused as [`FailureKind::Setup`].
 pub fn replay<F, E>(config: Config, seed: u64, f: F) -> Result<Run, Failure>
 where
     F: Fn(&Cluster) -> Result<(), E> + Send + Sync + 'static,
@@ -805,8 +845,13 @@ where
     if let Some(e) = &explorer {
         // Under exhaustive search the seed is the run's number: walk the search up to it.
         for i in 0..seed {
-            // Earlier runs only move the search on; whether they failed does not matter.
-            let _ = run_once(&config, i, 10_000, Some(e), f.clone());
+            // Earlier runs only move the search on; whether they failed does not matter, unless
+            // they could not start (then no run can).
+            if let Err(fail) = run_once(&config, i, 10_000, Some(e), f.clone()) {
+                if fail.kind == FailureKind::Setup && fail.steps == 0 {
+                    return Err(Failure { seed, ..fail });
+                }
+            }
             if !e.advance() {
                 return Err(Failure {
                     seed,
@@ -842,6 +887,9 @@ where
         steps: 0,
         trace: Vec::new(),
     };
+    if let Some(message) = refused(config) {
+        return Err(setup(message));
+    }
     let words = config.memory.unwrap_or(DEFAULT_SIM_MEMORY) / crate::WORD;
     let words = usize::try_from(words).unwrap_or(usize::MAX);
     let nic_seed = derive(seed, u64::MAX);
@@ -866,12 +914,15 @@ where
         .or_else(|| config.profile.as_ref().map(Profile::fence_read));
     let cluster = Cluster::assemble(Box::new(soft.clone()), config.timeout, fence_read);
     for fault in &config.faults {
-        let node = match *fault {
-            Fault::Crash { node, .. } | Fault::Partition { node, .. } => node,
+        let (node, at) = match *fault {
+            Fault::Crash { node, at } | Fault::Partition { node, at, .. } => (node, at),
         };
         cluster
             .check_node(node)
             .map_err(|e| setup(format!("a fault of the plan: {e}")))?;
+        if let Some(why) = refused_fault(fault, at, config.max_steps) {
+            return Err(setup(format!("a fault of the plan ({fault:?}): {why}")));
+        }
     }
     let sched = Arc::new(Sched::new(
         seed,
@@ -954,6 +1005,56 @@ where
             steps,
             trace: sched.trace(),
         }),
+    }
+}
+
+/// Why `config` cannot run, if it cannot (its faults aside, which [`refused_fault`] checks once
+/// the cluster is there): a configuration that would make every run fail for a reason other
+/// than the code under test, or test nothing, is the user's mistake, told as such.
+fn refused(config: &Config) -> Option<String> {
+    if config.max_steps == 0 {
+        return Some(
+            "Config::max_steps(0): a run takes at least one step (its start), so every run \
+             would fail on the budget; give at least 1"
+                .into(),
+        );
+    }
+    if config.step_time.is_zero() && config.profile.is_none() {
+        return Some(
+            "Config::step_time(0): virtual time would stand still, so no timeout or deadline \
+             of the code under test could expire (a wait that cannot complete would spin until \
+             the step budget); give at least 1 ns, or time the run with Config::profile"
+                .into(),
+        );
+    }
+    None
+}
+
+/// Why `fault` (striking `at`) of the plan cannot be injected as asked, if it cannot.
+fn refused_fault(fault: &Fault, at: At, max_steps: u64) -> Option<String> {
+    match at {
+        At::Step(0) => {
+            return Some("At::Step(0): steps count from 1 (At::Step(1) is a run's first)".into())
+        }
+        At::Step(s) if s > max_steps => {
+            return Some(format!(
+                "At::Step({s}) is past Config::max_steps ({max_steps}): no run reaches it"
+            ))
+        }
+        At::Random { within: 0 } => {
+            return Some(
+                "At::Random { within: 0 }: no step to draw from (within is the last step the \
+                 fault may strike at: at least 1)"
+                    .into(),
+            )
+        }
+        At::Step(_) | At::Random { .. } => {}
+    }
+    match *fault {
+        Fault::Partition { steps: 0, .. } => {
+            Some("a partition of 0 steps would cut nothing off: give at least 1".into())
+        }
+        Fault::Partition { .. } | Fault::Crash { .. } => None,
     }
 }
 

@@ -750,24 +750,26 @@ impl Sched {
         match Self::pick(&mut st, yielding) {
             Some(next) => st.current = next,
             None => {
-                let blocked: Vec<String> = st
-                    .threads
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(t, th)| match th.status {
-                        Status::Joining(u) => Some(format!("t{t} joins t{u}")),
-                        _ => None,
-                    })
-                    .collect();
-                Self::fail_locked(
-                    &mut st,
-                    FailureKind::Deadlock,
-                    format!("deadlock: every thread is blocked ({})", blocked.join(", ")),
-                );
+                let m = format!("deadlock: every thread is blocked ({})", Self::joins(&st));
+                Self::fail_locked(&mut st, FailureKind::Deadlock, m);
                 self.wake_all(&st);
             }
         }
         self.wait_turn(st, me)
+    }
+
+    /// Who joins whom, for a deadlock's message: "t1 joins t2, t2 joins t1".
+    fn joins(st: &State) -> String {
+        let blocked: Vec<String> = st
+            .threads
+            .iter()
+            .enumerate()
+            .filter_map(|(t, th)| match th.status {
+                Status::Joining(u) => Some(format!("t{t} joins t{u}")),
+                _ => None,
+            })
+            .collect();
+        blocked.join(", ")
     }
 
     fn record(st: &mut State, me: usize, op: Op) {
@@ -827,11 +829,13 @@ impl Sched {
             } else if last.1.elapsed() >= watchdog {
                 let t = st.current;
                 let message = format!(
-                    "simulated thread {t} reached no scheduling point for {watchdog:?} of real \
+                    "simulated thread t{t} reached no scheduling point for {watchdog:?} of real \
                      time: it blocks outside the simulator (a std lock, a sleep, I/O, or a loop \
                      without context operations); its threads are abandoned"
                 );
-                st.failure.get_or_insert((FailureKind::Hang, message));
+                // Stopped, not only failed: should the thread come unblocked later, the run
+                // unwinds at its next scheduling point instead of going on in the background.
+                Self::fail_locked(&mut st, FailureKind::Hang, message);
                 return;
             }
         }
@@ -1081,11 +1085,11 @@ impl Handle {
                 Some(next) => st.current = next,
                 None if st.threads.iter().all(|t| t.status == Status::Done) => {}
                 None => {
-                    Sched::fail_locked(
-                        &mut st,
-                        FailureKind::Deadlock,
-                        "deadlock: every thread left is blocked in a join".into(),
+                    let m = format!(
+                        "deadlock: every thread left is blocked in a join ({})",
+                        Sched::joins(&st)
                     );
+                    Sched::fail_locked(&mut st, FailureKind::Deadlock, m);
                 }
             }
         }
