@@ -90,6 +90,7 @@ enum Command {
 enum Bench {
     /// Lock throughput, p50/p99 acquire latency, fairness and network operations per acquire,
     /// per lock, node count and thread count (a table, or JSON lines with --json).
+    #[command(after_help = LOCKS_EXIT_CODES)]
     Locks(bench::LocksArgs),
     /// Latency (p50/p99/mean) and throughput of put, get, rfaa and rcas + wait from n0 to n1,
     /// per size and outstanding count (a table, or JSON lines with --json); with --vs-perftest
@@ -97,6 +98,14 @@ enum Bench {
     #[command(after_help = OPS_EXIT_CODES)]
     Ops(ops::OpsArgs),
 }
+
+/// The exit statuses of `loco bench locks`.
+const LOCKS_EXIT_CODES: &str = "Exit status:
+  0  measured
+  2  bad command line (a count out of range, --secs not in (0, 3600], an option for another
+     backend than --backend, ...)
+  5  the run failed: backend unavailable, a library error, no critical section completed in
+     --secs, the plot cannot be written, or --vs-sim without --backend verbs";
 
 /// The exit statuses of `loco bench ops`.
 const OPS_EXIT_CODES: &str = "Exit status:

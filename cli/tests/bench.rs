@@ -474,6 +474,22 @@ fn a_usage_error_shows_the_usage_of_its_subcommand() {
     }
 }
 
+/// `loco bench locks --help` documents its exit statuses, as `ops` and `litmus` do.
+#[test]
+fn bench_locks_help_documents_the_exit_codes() {
+    let out = loco(&["bench", "locks", "--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for line in [
+        "Exit status:",
+        "0  measured",
+        "2  bad command line",
+        "5  the run failed",
+    ] {
+        assert!(help.contains(line), "{line} missing: {help}");
+    }
+}
+
 /// `--secs` too short for a single critical section: a failure that says so (exit 5), never a
 /// row of zeros with an infinite fairness and exit 0; and one that rounds to 0 ns is a usage
 /// error.
