@@ -218,11 +218,12 @@ pub(crate) fn count<const MAX: usize>(s: &str) -> Result<usize, String> {
     }
 }
 
-/// A duration in seconds in `(0, 3600]`, fractions allowed (command-line parser).
+/// A duration in seconds in `(0, 3600]`, fractions allowed, and not so small that it rounds
+/// to 0 ns (command-line parser).
 pub(crate) fn seconds(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
-        Ok(x) if x > 0.0 && x <= 3600.0 => Ok(x),
-        _ => Err("expected seconds, more than 0 and at most 3600".to_string()),
+        Ok(x) if x > 0.0 && x <= 3600.0 && !Duration::from_secs_f64(x).is_zero() => Ok(x),
+        _ => Err("expected seconds, at least 0.000000001 (1 ns) and at most 3600".to_string()),
     }
 }
 
@@ -981,9 +982,29 @@ fn measure_with(
         net += n;
     }
     let elapsed = began.elapsed().as_secs_f64();
+    if lat.is_empty() {
+        // Nothing to report: a row of zeros (and an infinite fairness) would read as a lock
+        // that makes no progress.
+        return Err(format!(
+            "no critical section completed in {} (--secs {}): give a longer --secs",
+            fmt_secs(elapsed),
+            secs.as_secs_f64()
+        ));
+    }
     let mut row = summarise(lock, nodes, threads, lat, &counts, net, elapsed);
     row.fence_read = cluster.fence_read().name();
     Ok(row)
+}
+
+/// Seconds for a message: `1.5 s`, `250 µs`.
+fn fmt_secs(s: f64) -> String {
+    if s >= 1.0 {
+        format!("{s:.2} s")
+    } else if s >= 1e-3 {
+        format!("{:.1} ms", s * 1e3)
+    } else {
+        format!("{:.0} µs", s * 1e6)
+    }
 }
 
 /// The figures of one configuration from every acquire's latency (ns), each thread's count of
@@ -1283,8 +1304,13 @@ fn verbs_cluster(args: &LocksArgs) -> Result<Option<Spanning>, String> {
             .len();
         if args.nodes.iter().any(|&n| n != nodes) {
             return Err(format!(
-                "--nodes {:?}: a cluster of processes has as many nodes as LOCO_PEERS names ({nodes})",
+                "--nodes {}: a cluster of processes has as many nodes as LOCO_PEERS names \
+                 ({nodes}): give --nodes {nodes}",
                 args.nodes
+                    .iter()
+                    .map(usize::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
             ));
         }
         // Every configuration allocates afresh: room for the largest run of them.

@@ -122,19 +122,22 @@ pub fn main(args: &DoctorArgs) -> ExitCode {
             })
             .collect();
         let out = json!({"ok": failed == 0, "checks": rows, "devices": devices});
-        println!("{}", serde_json::to_string_pretty(&out).expect("json"));
+        crate::ops::out(&serde_json::to_string_pretty(&out).expect("json"));
     } else {
         let width = checks.iter().map(|c| c.name.len()).max().unwrap_or(0);
         for c in &checks {
-            println!("{:<4}  {:<width$}  {}", c.status, c.name, c.detail);
+            crate::ops::out(&format!(
+                "{:<4}  {:<width$}  {}",
+                c.status, c.name, c.detail
+            ));
             if let Some(fix) = &c.fix {
-                println!("{:<4}  {:<width$}  fix: {fix}", "", "");
+                crate::ops::out(&format!("{:<4}  {:<width$}  fix: {fix}", "", ""));
             }
         }
-        println!(
+        crate::ops::out(&format!(
             "loco doctor: {} checks, {failed} failed, {warned} warning(s)",
             checks.len()
-        );
+        ));
     }
     if failed > 0 {
         ExitCode::FAILURE
@@ -267,29 +270,118 @@ fn has_cap_ipc_lock() -> bool {
 }
 
 /// A TCP connection to each peer's rendezvous port, closed at once (the rendezvous drops a
-/// connection that never says Hello).
+/// connection that never says Hello). The peers are tried at once, each on its own thread, and
+/// a peer whose name resolution or connection has not answered by [`PEERS_DEADLINE`] fails as
+/// such: an unreachable host costs the connection timeout once, not once per peer.
 fn peer_checks(peers: &[String]) -> Vec<Check> {
-    peers
-        .iter()
-        .map(|p| {
-            let name = format!("peer {p}");
-            let addr = match p.to_socket_addrs().map(|mut a| a.next()) {
-                Ok(Some(a)) => a,
-                Ok(None) | Err(_) => {
-                    return check(name, Status::Fail, "does not resolve (want host:port)")
-                        .fix("list peers as `host:port` (LOCO_PEERS or --peers)");
-                }
-            };
-            match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
-                Ok(_) => check(name, Status::Pass, format!("{addr} accepts connections")),
-                Err(e) => check(name, Status::Fail, format!("{addr}: {e}")).fix(format!(
-                    "start that node's process (it listens on its own address from LOCO_PEERS), \
-                     or open TCP port {} in its firewall",
-                    addr.port()
-                )),
-            }
+    let (tx, rx) = std::sync::mpsc::channel();
+    for (i, p) in peers.iter().enumerate() {
+        let (tx, p) = (tx.clone(), p.clone());
+        // Not joined: a thread stuck in the resolver is left behind when the doctor exits.
+        std::thread::spawn(move || {
+            let _ = tx.send((i, peer_check(&p)));
+        });
+    }
+    drop(tx);
+    let deadline = std::time::Instant::now() + PEERS_DEADLINE;
+    let mut out: Vec<Option<Check>> = peers.iter().map(|_| None).collect();
+    while out.iter().any(Option::is_none) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((i, c)) => out[i] = Some(c),
+            Err(_) => break,
+        }
+    }
+    out.into_iter()
+        .zip(peers)
+        .map(|(c, p)| {
+            c.unwrap_or_else(|| {
+                check(
+                    format!("peer {p}"),
+                    Status::Fail,
+                    format!(
+                        "no answer within {} s (its name does not resolve in time, or the \
+                         connection hangs)",
+                        PEERS_DEADLINE.as_secs()
+                    ),
+                )
+                .fix("check the name (DNS or /etc/hosts) and that the host is up and reachable")
+            })
         })
         .collect()
+}
+
+/// How long the peer checks take at most, all peers together.
+const PEERS_DEADLINE: Duration = Duration::from_secs(5);
+
+/// One peer: its address, then a TCP connection to it.
+fn peer_check(p: &str) -> Check {
+    let name = format!("peer {p}");
+    let addr = match resolve(p) {
+        Ok(a) => a,
+        Err((detail, fix)) => return check(name, Status::Fail, detail).fix(fix),
+    };
+    match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+        Ok(_) => check(name, Status::Pass, format!("{addr} accepts connections")),
+        Err(e) => {
+            let why = if e.kind() == std::io::ErrorKind::TimedOut {
+                format!("no answer within {} s", CONNECT_TIMEOUT.as_secs())
+            } else {
+                e.to_string()
+            };
+            check(name, Status::Fail, format!("{addr}: {why}")).fix(format!(
+                "start that node's process (it listens on its own address from LOCO_PEERS), \
+                 or open TCP port {} in its firewall",
+                addr.port()
+            ))
+        }
+    }
+}
+
+/// A peer's first address, or what is wrong with the entry (the detail, and the fix): not of
+/// the form `host:port`, or a host that does not resolve.
+fn resolve(p: &str) -> Result<std::net::SocketAddr, (String, String)> {
+    let form = |why: String| {
+        (
+            format!("not host:port: {why}"),
+            "list peers as `host:port`, e.g. 10.0.0.2:7470 or [fe80::1]:7470 (LOCO_PEERS or \
+             --peers)"
+                .to_string(),
+        )
+    };
+    let Some((host, port)) = p.rsplit_once(':') else {
+        return Err(form("no port".into()));
+    };
+    if host.is_empty() {
+        return Err(form("the host is missing".into()));
+    }
+    if !matches!(port.parse::<u16>(), Ok(1..)) {
+        return Err(form(format!(
+            "port `{port}` is not a number from 1 to 65535"
+        )));
+    }
+    let bracketed = host.starts_with('[') && host.ends_with(']');
+    if !bracketed && (host.contains('[') || host.contains(']')) {
+        return Err(form(
+            "the brackets around the IPv6 address do not match".into(),
+        ));
+    }
+    if host.contains(':') && !bracketed {
+        return Err(form(format!(
+            "an IPv6 address takes brackets: [{host}]:{port}"
+        )));
+    }
+    match p.to_socket_addrs().map(|mut a| a.next()) {
+        Ok(Some(a)) => Ok(a),
+        Ok(None) => Err((
+            format!("host `{host}` resolves to no address"),
+            "check the name (DNS or /etc/hosts), or give an IP address".into(),
+        )),
+        Err(e) => Err((
+            format!("host `{host}` does not resolve: {e}"),
+            "check the name (DNS or /etc/hosts), or give an IP address".into(),
+        )),
+    }
 }
 
 #[cfg(not(feature = "verbs"))]

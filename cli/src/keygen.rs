@@ -24,7 +24,7 @@ pub fn generate() -> Result<String, String> {
 pub fn main() -> ExitCode {
     match generate() {
         Ok(key) => {
-            println!("{key}");
+            crate::ops::out(&key);
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -90,6 +90,7 @@ enum Command {
 enum Bench {
     /// Lock throughput, p50/p99 acquire latency, fairness and network operations per acquire,
     /// per lock, node count and thread count (a table, or JSON lines with --json).
+    #[command(after_help = LOCKS_EXIT_CODES)]
     Locks(bench::LocksArgs),
     /// Latency (p50/p99/mean) and throughput of put, get, rfaa and rcas + wait from n0 to n1,
     /// per size and outstanding count (a table, or JSON lines with --json); with --vs-perftest
@@ -97,6 +98,14 @@ enum Bench {
     #[command(after_help = OPS_EXIT_CODES)]
     Ops(ops::OpsArgs),
 }
+
+/// The exit statuses of `loco bench locks`.
+const LOCKS_EXIT_CODES: &str = "Exit status:
+  0  measured
+  2  bad command line (a count out of range, --secs not in (0, 3600], an option for another
+     backend than --backend, ...)
+  5  the run failed: backend unavailable, a library error, no critical section completed in
+     --secs, the plot cannot be written, or --vs-sim without --backend verbs";
 
 /// The exit statuses of `loco bench ops`.
 const OPS_EXIT_CODES: &str = "Exit status:
@@ -167,7 +176,7 @@ impl ModelArgs {
 enum Litmus {
     /// Decide each test's `exists` condition with the model explorer.
     Check {
-        /// Test files (.litmus).
+        /// Test files (.litmus); `-` reads one from standard input.
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// Machine-readable output.
@@ -205,7 +214,7 @@ enum Litmus {
         #[arg(long, default_value_t = loco_litmus::run::DEFAULT_NOISE,
               value_parser = clap::value_parser!(u32).range(0..=loco_litmus::run::MAX_NOISE as i64))]
         noise: u32,
-        /// Test files (.litmus).
+        /// Test files (.litmus); `-` reads one from standard input.
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// Machine-readable output.
@@ -218,7 +227,7 @@ enum Litmus {
     },
     /// Print the outcomes the model allows.
     Show {
-        /// Test file (.litmus).
+        /// Test file (.litmus); `-` reads it from standard input.
         file: PathBuf,
         /// Print a schedule reaching each outcome.
         #[arg(long)]
@@ -304,14 +313,9 @@ enum ScheduleArg {
 }
 
 /// `litmus run --timeout`: seconds as `bench --secs` takes them (more than 0, at most 3600,
-/// fractions allowed), and not so small that they round to 0 ns (command-line parser).
+/// fractions allowed, not so small that they round to 0 ns; command-line parser).
 fn timeout_seconds(s: &str) -> Result<f64, String> {
-    match bench::seconds(s)? {
-        x if Duration::from_secs_f64(x).is_zero() => {
-            Err("expected seconds, at least 0.000000001 (1 ns) and at most 3600".into())
-        }
-        x => Ok(x),
-    }
+    bench::seconds(s)
 }
 
 /// A count of at least 1 (command-line parser): `--runs 0` would run nothing and report that
@@ -323,10 +327,21 @@ fn at_least_one(s: &str) -> Result<usize, String> {
     }
 }
 
+/// The command line's grammar: [`Cli`]'s, with negative numbers taken as values everywhere, so
+/// that `--threads -1` is refused by the option's own parser ("expected a whole number from 1
+/// to 256") rather than as an unknown argument `-1`.
+fn command() -> clap::Command {
+    fn negatives(c: clap::Command) -> clap::Command {
+        c.allow_negative_numbers(true).mut_subcommands(negatives)
+    }
+    negatives(Cli::command())
+}
+
 fn main() -> ExitCode {
-    let matches = Cli::command().get_matches();
+    let matches = command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     refuse_ignored_options(&cli, &matches);
+    refuse_stdin_twice(&cli);
     match cli.command {
         Command::Litmus(cmd) => ExitCode::from(litmus(cmd).code()),
         Command::Keygen => keygen::main(),
@@ -351,22 +366,43 @@ fn main() -> ExitCode {
 /// A usage error (exit 2) for options the run would ignore: given for another backend than
 /// the one chosen (`--profile` with `--backend soft`, say).
 fn refuse_ignored_options(cli: &Cli, m: &clap::ArgMatches) {
-    let Some(("bench", b)) = m.subcommand() else {
-        return;
-    };
-    let ignored = match (&cli.command, b.subcommand()) {
-        (Command::Bench(Bench::Locks(a)), Some((_, sub))) => bench::ignored_options(a, sub),
-        (Command::Bench(Bench::Ops(a)), Some((_, sub))) => ops::ignored_options(a, sub),
+    let (path, ignored) = match (&cli.command, m.subcommand()) {
+        (Command::Bench(bench), Some(("bench", b))) => match (bench, b.subcommand()) {
+            (Bench::Locks(a), Some((name, sub))) => {
+                (["bench", name], bench::ignored_options(a, sub))
+            }
+            (Bench::Ops(a), Some((name, sub))) => (["bench", name], ops::ignored_options(a, sub)),
+            _ => return,
+        },
+        (Command::Litmus(Litmus::Run { backend, .. }), Some(("litmus", l))) => {
+            let Some((name, sub)) = l.subcommand() else {
+                return;
+            };
+            let soft = matches!(backend, BackendArg::Soft);
+            let rules = [("schedule", "--backend soft", soft)];
+            (["litmus", name], bench::given_where_ignored(sub, &rules))
+        }
         _ => return,
     };
     if !ignored.is_empty() {
-        Cli::command()
-            .error(
-                clap::error::ErrorKind::ArgumentConflict,
-                format!("{} (this run would ignore it)", ignored.join("; ")),
-            )
-            .exit();
+        usage_error(
+            &path,
+            format!("{} (this run would ignore it)", ignored.join("; ")),
+        );
     }
+}
+
+/// Exits with a usage error (status 2) of the subcommand at `path` (`["bench", "locks"]`):
+/// its usage line, not the top-level `loco <COMMAND>`.
+fn usage_error(path: &[&str], msg: String) -> ! {
+    let mut root = command();
+    root.build();
+    let mut cmd = &mut root;
+    for name in path {
+        cmd = cmd.find_subcommand_mut(name).expect("a subcommand of loco");
+    }
+    cmd.error(clap::error::ErrorKind::ArgumentConflict, msg)
+        .exit()
 }
 
 fn litmus(cmd: Litmus) -> Status {
@@ -429,12 +465,39 @@ fn report(e: &dyn std::error::Error) {
     eprintln!();
 }
 
-/// Reads and parses a file; on error, reports it (on stderr) and returns its message.
+/// Reads and parses a file (`-`: standard input); on error, reports it (on stderr) and
+/// returns its message.
 fn load(path: &Path) -> Result<Test, String> {
-    loco_litmus::parse_file(path).map_err(|e| {
+    let parsed = if is_stdin(path) {
+        loco_litmus::parse_reader(std::io::stdin().lock(), "<stdin>")
+    } else {
+        loco_litmus::parse_file(path)
+    };
+    parsed.map_err(|e| {
         report(&e);
         e.to_string()
     })
+}
+
+/// Whether a file argument is `-`, standard input.
+fn is_stdin(path: &Path) -> bool {
+    path.as_os_str() == "-"
+}
+
+/// A usage error (exit 2) for `-` (standard input) given more than once: the second would
+/// read nothing.
+fn refuse_stdin_twice(cli: &Cli) {
+    let (name, files) = match &cli.command {
+        Command::Litmus(Litmus::Check { files, .. }) => ("check", files),
+        Command::Litmus(Litmus::Run { files, .. }) => ("run", files),
+        _ => return,
+    };
+    if files.iter().filter(|f| is_stdin(f)).count() > 1 {
+        usage_error(
+            &["litmus", name],
+            "`-` (standard input) can be given once only".into(),
+        );
+    }
 }
 
 /// Explores `test` within `budget`; with `pb`, its message says how many states are in, as

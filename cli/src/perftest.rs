@@ -24,7 +24,7 @@
 //! side gains from the scheduler moving it around.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -166,6 +166,12 @@ impl Target {
                 .map_err(|_| format!("LOCO_GID_INDEX={s}: expected a number"))?,
             Err(_) => 1,
         };
+        if !Path::new("/sys/class/infiniband").join(&device).exists() {
+            return Err(format!(
+                "no RDMA device {device} for perftest (LOCO_RDMA_DEVICE names it; `loco doctor` \
+                 lists the devices)"
+            ));
+        }
         let gid_file = format!("/sys/class/infiniband/{device}/ports/1/gids/{gid_index}");
         let gid = std::fs::read_to_string(&gid_file)
             .map_err(|e| format!("RDMA device {device}: cannot read {gid_file}: {e}"))?;
@@ -712,9 +718,10 @@ pub(crate) fn compare(args: &OpsArgs) -> Result<(), String> {
     if std::env::var_os("LOCO_NODE_ID").is_some() {
         return across::compare(args);
     }
-    let target = Target::from_env()?;
-    // The device works for loco before perftest is run against it (a clear error if not).
+    // The device works for loco before perftest is run against it (a clear error if not: no
+    // device, or a loco built without the verbs backend), and before its GID is looked up.
     drop(crate::bench::verbs_single(2, 4096)?);
+    let target = Target::from_env()?;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find loco's binary: {e}"))?;
     let cmps = comparisons(args);
     let pin = Pinning::probe().map(|(p, _)| p);

@@ -412,3 +412,119 @@ fn bench_options_for_another_backend_are_refused() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A negative number is refused by the option's own parser, which says what it takes; it used
+/// to be read as an unknown flag (`unexpected argument '-1' found`).
+#[test]
+fn negative_numbers_are_refused_by_the_option_that_takes_them() {
+    for (args, says) in [
+        (
+            &["bench", "locks", "--threads", "-1"][..],
+            "expected a whole number from 1 to 256",
+        ),
+        (&["bench", "locks", "--secs", "-1"], "expected seconds"),
+        (
+            &["bench", "ops", "--warmup", "-1"],
+            "expected a whole number from 0",
+        ),
+        (&["bench", "ops", "--sizes", "8,-8"], "a multiple of 8"),
+        (&["litmus", "run", "--runs", "-5", "x.litmus"], "at least 1"),
+        (&["doctor", "--memory", "-1"], "invalid value '-1'"),
+    ] {
+        let out = loco(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(says) && !err.contains("unexpected argument"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+/// A usage error found after parsing (an option another backend takes, a repeat) shows the
+/// subcommand's usage, as clap's own errors do, not the top level's `loco <COMMAND>`.
+#[test]
+fn a_usage_error_shows_the_usage_of_its_subcommand() {
+    for (args, usage) in [
+        (
+            &["bench", "locks", "--profile", "rxe"][..],
+            "bench locks [OPTIONS]",
+        ),
+        (&["bench", "ops", "--seed", "3"], "bench ops [OPTIONS]"),
+        (
+            &[
+                "litmus",
+                "run",
+                "--backend",
+                "verbs",
+                "--schedule",
+                "chaos",
+                "x.litmus",
+            ],
+            "litmus run [OPTIONS] <FILES>...",
+        ),
+    ] {
+        let out = loco(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(usage) && !err.contains("<COMMAND>"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+/// `loco bench locks --help` documents its exit statuses, as `ops` and `litmus` do.
+#[test]
+fn bench_locks_help_documents_the_exit_codes() {
+    let out = loco(&["bench", "locks", "--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for line in [
+        "Exit status:",
+        "0  measured",
+        "2  bad command line",
+        "5  the run failed",
+    ] {
+        assert!(help.contains(line), "{line} missing: {help}");
+    }
+}
+
+/// `--secs` too short for a single critical section: a failure that says so (exit 5), never a
+/// row of zeros with an infinite fairness and exit 0; and one that rounds to 0 ns is a usage
+/// error.
+#[test]
+fn a_run_too_short_to_measure_is_not_a_row_of_zeros() {
+    let base = [
+        "bench",
+        "locks",
+        "--lock",
+        "nlock",
+        "--nodes",
+        "1",
+        "--threads",
+        "1",
+        "--json",
+        "--no-plot",
+        "--secs",
+    ];
+    let mut args = base.to_vec();
+    args.push("0.000000001");
+    let out = loco(&args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    match out.status.code() {
+        Some(5) => assert!(err.contains("no critical section completed"), "{err}"),
+        Some(0) => {
+            for v in json_lines(&out) {
+                assert!(v["ops_per_sec"].as_f64().unwrap() > 0.0, "{v}");
+            }
+        }
+        other => panic!("exit {other:?}: {err}"),
+    }
+    let mut args = base.to_vec();
+    args.push("1e-12");
+    let out = loco(&args);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("at least 0.000000001"), "{err}");
+}

@@ -156,3 +156,67 @@ fn impossible_options_are_refused() {
         assert!(!out.stderr.is_empty(), "{args:?}");
     }
 }
+
+/// A peer that is not `host:port` says what is wrong with it (no port, a port out of range, no
+/// host, an IPv6 address without brackets); all of it used to read "does not resolve". Nothing
+/// here is resolved or contacted.
+#[test]
+fn a_malformed_peer_says_what_is_wrong() {
+    let peers = "foo,10.0.0.1:99999,:7470,10.0.0.2:0,::1:7470,10.0.0.3:x";
+    let (code, v) = doctor(&["--peers", peers, "--no-smoke"], &[]);
+    assert_eq!(code, 1, "{v:#}");
+    for (peer, says) in [
+        ("foo", "no port"),
+        (
+            "10.0.0.1:99999",
+            "port `99999` is not a number from 1 to 65535",
+        ),
+        (":7470", "the host is missing"),
+        ("10.0.0.2:0", "port `0`"),
+        ("::1:7470", "[::1]:7470"),
+        ("10.0.0.3:x", "port `x`"),
+    ] {
+        let c = find(&v, &format!("peer {peer}"));
+        assert_eq!(c["status"], "fail", "{c:#}");
+        let detail = c["detail"].as_str().unwrap();
+        assert!(
+            detail.contains("not host:port") && detail.contains(says),
+            "{peer}: {detail}"
+        );
+        assert!(
+            c["fix"].as_str().is_some_and(|f| f.contains("host:port")),
+            "{c:#}"
+        );
+    }
+}
+
+/// `loco doctor | head -0` and `loco keygen` into a closed pipe end quietly with the status of
+/// a SIGPIPE death (141), as the other subcommands do; they used to panic ("failed printing to
+/// stdout") with a backtrace.
+#[test]
+fn a_closed_stdout_ends_doctor_and_keygen_quietly() {
+    use std::process::Stdio;
+    for args in [
+        &["doctor", "--no-smoke"][..],
+        &["doctor", "--json"],
+        &["keygen"],
+    ] {
+        // A pipe whose reader has gone: `true` reads nothing and exits, and its end is closed.
+        let mut reader = Command::new("true")
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("runs true");
+        let write_end = reader.stdin.take().expect("a pipe");
+        reader.wait().expect("true exits");
+        let out = Command::new(env!("CARGO_BIN_EXE_loco"))
+            .args(args)
+            .env_remove("LOCO_PEERS")
+            .stdout(Stdio::from(write_end))
+            .stderr(Stdio::piped())
+            .output()
+            .expect("runs loco");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(out.status.code(), Some(141), "{args:?}: {err}");
+    }
+}

@@ -513,3 +513,73 @@ expect forbidden
         "{err}"
     );
 }
+
+/// `-` reads a test from standard input (`check`, `run`, `show`); it used to be taken for a
+/// file named `-` ("cannot read -: No such file or directory"). Twice is a usage error.
+#[test]
+fn a_dash_reads_the_test_from_standard_input() {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    let file = litmus_files()
+        .into_iter()
+        .find(|f| f.ends_with("fig5-sb-put-gf.litmus"))
+        .expect("the shared test fig5-sb-put-gf");
+    let text = std::fs::read(&file).unwrap();
+    let with_stdin = |args: &[&str]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_loco"))
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("running loco");
+        child.stdin.take().unwrap().write_all(&text).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    for args in [
+        &["litmus", "check", "--json", "-"][..],
+        &["litmus", "run", "--runs", "5", "--json", "-"],
+    ] {
+        let out = with_stdin(args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rows = json(&out);
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(rows[0]["name"], "fig5-sb-put-gf", "{args:?}");
+    }
+    let out = with_stdin(&["litmus", "show", "--json", "-"]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["name"], "fig5-sb-put-gf");
+    // Nothing on standard input: a parse error of `<stdin>`, a file error.
+    let out = loco(&["litmus", "check", "-"], &[]);
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("<stdin>"), "{err}");
+    let out = with_stdin(&["litmus", "check", "-", "-"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("standard input"), "{err}");
+}
+
+/// `--schedule` is the soft NIC's: given with `--backend verbs` it is a usage error, as the
+/// bench's options for another backend are, not silently dropped.
+#[test]
+fn run_refuses_a_schedule_for_the_verbs_backend() {
+    let file = &litmus_files()[0];
+    let out = loco(
+        &["litmus", "run", "--backend", "verbs", "--schedule", "sim"],
+        std::slice::from_ref(file),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--schedule applies only to --backend soft") && err.contains("litmus run"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+}

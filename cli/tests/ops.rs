@@ -229,3 +229,31 @@ fn an_unwritable_plot_is_refused_at_once() {
         }
     }
 }
+
+/// `--vs-perftest` on a loco built without the verbs backend says so first; it used to look
+/// for the device's GID file and report that it could not read it.
+#[test]
+fn vs_perftest_without_the_verbs_backend_says_so() {
+    if cfg!(feature = "verbs") {
+        return; // a device may be there: the comparison would run
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_loco"))
+        .args([
+            "bench",
+            "ops",
+            "--backend",
+            "verbs",
+            "--vs-perftest",
+            "--no-plot",
+        ])
+        .env_remove("LOCO_NODE_ID")
+        .env("LOCO_RDMA_DEVICE", "loco-no-such-device")
+        .output()
+        .expect("runs loco");
+    assert_eq!(out.status.code(), Some(5));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("without the verbs backend") && !err.contains("/sys/class"),
+        "{err}"
+    );
+}

@@ -134,7 +134,7 @@ pub mod validate;
 
 pub use ast::Test;
 pub use explore::{explore, Exploration, Outcome, Verdict};
-pub use parse::{parse, parse_file, LimitUnit, ParseError, ParseErrorKind};
+pub use parse::{parse, parse_file, parse_reader, LimitUnit, ParseError, ParseErrorKind};
 #[allow(deprecated)]
 pub use run::Backend;
 pub use run::{run, RunBackend, RunConfig, RunError, RunReport};

@@ -178,20 +178,30 @@ pub const MAX_ATOMS: usize = 64;
 /// Reads and parses a `.litmus` file. A file larger than [`MAX_INPUT_BYTES`] is refused
 /// without being read whole, and one that is not UTF-8 is a parse error at its first bad byte.
 pub fn parse_file(path: &Path) -> Result<Test, crate::Error> {
-    use std::io::Read as _;
     let file = path.display().to_string();
-    let io = |source| crate::Error::Io {
+    let reader = std::fs::File::open(path).map_err(|source| crate::Error::Io {
         path: file.clone(),
+        source,
+    })?;
+    parse_reader(reader, &file)
+}
+
+/// Reads and parses one test from `reader` (standard input, say), as [`parse_file`] reads a
+/// file: at most [`MAX_INPUT_BYTES`] are read, and input that is not UTF-8 is a parse error
+/// at its first bad byte. `file` names the input in errors.
+pub fn parse_reader(reader: impl std::io::Read, file: &str) -> Result<Test, crate::Error> {
+    use std::io::Read as _;
+    let io = |source| crate::Error::Io {
+        path: file.to_string(),
         source,
     };
     let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .map_err(io)?
+    reader
         .take(MAX_INPUT_BYTES as u64 + 1)
         .read_to_end(&mut bytes)
         .map_err(io)?;
     if bytes.len() > MAX_INPUT_BYTES {
-        return Err(too_large_input(&file).into());
+        return Err(too_large_input(file).into());
     }
     let src = match std::str::from_utf8(&bytes) {
         Ok(s) => s,
@@ -201,7 +211,7 @@ pub fn parse_file(path: &Path) -> Result<Test, crate::Error> {
             let start = good.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
             let col = String::from_utf8_lossy(&good[start..]).chars().count() + 1;
             return Err(ParseError {
-                file,
+                file: file.to_string(),
                 span: Span {
                     line: u32::try_from(line).unwrap_or(u32::MAX),
                     col: u32::try_from(col).unwrap_or(u32::MAX),
@@ -211,7 +221,7 @@ pub fn parse_file(path: &Path) -> Result<Test, crate::Error> {
             .into());
         }
     };
-    Ok(parse(src, &file)?)
+    Ok(parse(src, file)?)
 }
 
 /// The text of a [`ParseErrorKind::TooLarge`]: the input's limit is in bytes, the others count
