@@ -167,7 +167,8 @@ fn peers(args: &DoctorArgs) -> (Vec<String>, Option<PeerListError>) {
 }
 
 /// The peer list names every node once, in node order, without blanks (the verbs backend
-/// refuses any other list).
+/// refuses any other list), each entry as `host:port` (a malformed entry fails here, naming
+/// it, as well as in its own peer check).
 fn peer_list_check(peers: &[String], error: Option<PeerListError>) -> Check {
     let name = "peer list";
     match error {
@@ -175,11 +176,32 @@ fn peer_list_check(peers: &[String], error: Option<PeerListError>) -> Check {
             "give LOCO_PEERS (or --peers) one host:port per node, in node order, separated by \
              commas, each node at its own address",
         ),
-        None => check(
-            name,
-            Status::Pass,
-            format!("{} nodes, each at its own address", peers.len()),
-        ),
+        None => {
+            let bad: Vec<String> = peers
+                .iter()
+                .enumerate()
+                .filter_map(|(i, p)| malformed(p).map(|why| format!("n{i} `{p}`: {why}")))
+                .collect();
+            if bad.is_empty() {
+                check(
+                    name,
+                    Status::Pass,
+                    format!("{} nodes, each at its own address", peers.len()),
+                )
+            } else {
+                check(
+                    name,
+                    Status::Fail,
+                    format!(
+                        "{} of {} entries not host:port: {}",
+                        bad.len(),
+                        peers.len(),
+                        bad.join("; ")
+                    ),
+                )
+                .fix(PEER_FORM_FIX)
+            }
+        }
     }
 }
 
@@ -338,39 +360,40 @@ fn peer_check(p: &str) -> Check {
     }
 }
 
-/// A peer's first address, or what is wrong with the entry (the detail, and the fix): not of
-/// the form `host:port`, or a host that does not resolve.
-fn resolve(p: &str) -> Result<std::net::SocketAddr, (String, String)> {
-    let form = |why: String| {
-        (
-            format!("not host:port: {why}"),
-            "list peers as `host:port`, e.g. 10.0.0.2:7470 or [fe80::1]:7470 (LOCO_PEERS or \
-             --peers)"
-                .to_string(),
-        )
-    };
+/// How to write a peer (the fix for an entry that is not `host:port`).
+const PEER_FORM_FIX: &str = "list peers as `host:port`, e.g. 10.0.0.2:7470 or [fe80::1]:7470 \
+    (LOCO_PEERS or --peers)";
+
+/// What is wrong with the form of a peer entry, if anything: no port, a port that is not
+/// 1-65535, no host, an IPv6 address without (or with unbalanced) brackets. Nothing is
+/// resolved.
+fn malformed(p: &str) -> Option<String> {
     let Some((host, port)) = p.rsplit_once(':') else {
-        return Err(form("no port".into()));
+        return Some("no port".into());
     };
     if host.is_empty() {
-        return Err(form("the host is missing".into()));
+        return Some("the host is missing".into());
     }
     if !matches!(port.parse::<u16>(), Ok(1..)) {
-        return Err(form(format!(
-            "port `{port}` is not a number from 1 to 65535"
-        )));
+        return Some(format!("port `{port}` is not a number from 1 to 65535"));
     }
     let bracketed = host.starts_with('[') && host.ends_with(']');
     if !bracketed && (host.contains('[') || host.contains(']')) {
-        return Err(form(
-            "the brackets around the IPv6 address do not match".into(),
-        ));
+        return Some("the brackets around the IPv6 address do not match".into());
     }
     if host.contains(':') && !bracketed {
-        return Err(form(format!(
-            "an IPv6 address takes brackets: [{host}]:{port}"
-        )));
+        return Some(format!("an IPv6 address takes brackets: [{host}]:{port}"));
     }
+    None
+}
+
+/// A peer's first address, or what is wrong with the entry (the detail, and the fix): not of
+/// the form `host:port` ([`malformed`]), or a host that does not resolve.
+fn resolve(p: &str) -> Result<std::net::SocketAddr, (String, String)> {
+    if let Some(why) = malformed(p) {
+        return Err((format!("not host:port: {why}"), PEER_FORM_FIX.to_string()));
+    }
+    let host = p.rsplit_once(':').map_or(p, |(h, _)| h);
     match p.to_socket_addrs().map(|mut a| a.next()) {
         Ok(Some(a)) => Ok(a),
         Ok(None) => Err((

@@ -188,6 +188,39 @@ fn a_malformed_peer_says_what_is_wrong() {
             "{c:#}"
         );
     }
+    // The peer list check fails too, naming each malformed entry (it used to pass with "6
+    // nodes, each at its own address").
+    let c = find(&v, "peer list");
+    assert_eq!(c["status"], "fail", "{c:#}");
+    let detail = c["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with("6 of 6 entries not host:port"),
+        "{detail}"
+    );
+    for entry in [
+        "n0 `foo`: no port",
+        "n1 `10.0.0.1:99999`",
+        "n2 `:7470`",
+        "n3 `10.0.0.2:0`",
+        "n4 `::1:7470`",
+        "n5 `10.0.0.3:x`",
+    ] {
+        assert!(detail.contains(entry), "{entry}: {detail}");
+    }
+    assert!(
+        c["fix"].as_str().is_some_and(|f| f.contains("host:port")),
+        "{c:#}"
+    );
+    // One malformed entry among good ones: only it is named.
+    let (code, v) = doctor(&["--peers", "127.0.0.1:1,127.0.0.1", "--no-smoke"], &[]);
+    assert_eq!(code, 1, "{v:#}");
+    let c = find(&v, "peer list");
+    assert_eq!(c["status"], "fail", "{c:#}");
+    let detail = c["detail"].as_str().unwrap();
+    assert_eq!(
+        detail, "1 of 2 entries not host:port: n1 `127.0.0.1`: no port",
+        "{c:#}"
+    );
 }
 
 /// `loco doctor | head -0` and `loco keygen` into a closed pipe end quietly with the status of
