@@ -691,7 +691,7 @@ fn write_plot(rows: &[Row], args: &LocksArgs) -> Result<(), String> {
     );
     std::fs::write(&args.plot, svg)
         .map_err(|e| format!("cannot write the plot to {}: {e}", args.plot.display()))?;
-    eprintln!("plot written to {}", args.plot.display());
+    errln!("plot written to {}", args.plot.display());
     Ok(())
 }
 

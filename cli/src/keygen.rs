@@ -28,7 +28,7 @@ pub fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("loco keygen: {e}");
+            errln!("loco keygen: {e}");
             ExitCode::FAILURE
         }
     }

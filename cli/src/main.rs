@@ -27,6 +27,27 @@ use std::time::Duration;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
+/// `eprint!` that does not panic when stderr is closed (`loco ... 2>&-`, or a reader of it
+/// that went away): the message is lost and the command goes on to its usual exit status.
+/// (Defined before the modules, so that they can use it too.)
+macro_rules! err {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($t)*);
+    }};
+}
+
+/// `eprintln!` as `err!`: does not panic when stderr is closed.
+macro_rules! errln {
+    () => {
+        err!("\n")
+    };
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
 mod bench;
 mod doctor;
 mod keygen;
@@ -349,14 +370,14 @@ fn main() -> ExitCode {
         Command::Bench(Bench::Locks(args)) => match bench::locks(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("loco bench locks: {e}");
+                errln!("loco bench locks: {e}");
                 ExitCode::from(5)
             }
         },
         Command::Bench(Bench::Ops(args)) => match ops::ops(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("loco bench ops: {e}");
+                errln!("loco bench ops: {e}");
                 ExitCode::from(5)
             }
         },
@@ -451,18 +472,18 @@ fn litmus(cmd: Litmus) -> Status {
 /// Prints an error with its chain of causes.
 fn report(e: &dyn std::error::Error) {
     let mut said = e.to_string();
-    eprint!("error: {said}");
+    err!("error: {said}");
     let mut src = e.source();
     while let Some(s) = src {
         // An error that shows its source in its own message is not repeated.
         let text = s.to_string();
         if !said.contains(&text) {
-            eprint!(": {text}");
+            err!(": {text}");
             said.push_str(&text);
         }
         src = s.source();
     }
-    eprintln!();
+    errln!();
 }
 
 /// Reads and parses a file (`-`: standard input); on error, reports it (on stderr) and
@@ -643,7 +664,7 @@ fn check(files: &[PathBuf], json: bool, budget: Budget, model: ModelArgs) -> Sta
             Err(err) => {
                 status.gave_up += 1;
                 pb.suspend(|| {
-                    eprintln!("{}: {err}", f.display());
+                    errln!("{}: {err}", f.display());
                     if !json {
                         out!(
                             "{:<32} {:<9} {:<9} {:>8} {:>10} {:>9}  GAVE UP (above)",
@@ -711,7 +732,7 @@ fn run(
         let model = match explore(&test, budget, None) {
             Ok(e) => e,
             Err(err) => {
-                eprintln!("{}: {err}", f.display());
+                errln!("{}: {err}", f.display());
                 status.gave_up += 1;
                 rows.push(json!({"file": f, "name": test.name, "error": err.to_string(), "kind": "gave up"}));
                 continue;
@@ -740,7 +761,7 @@ fn run(
                 continue;
             }
             Err(err) => {
-                eprint!("{}: ", f.display());
+                err!("{}: ", f.display());
                 report(&err);
                 status.run_errors += 1;
                 rows.push(
@@ -859,7 +880,7 @@ fn show(file: &Path, traces: bool, json: bool, budget: Budget, model: ModelArgs)
     let e = match explored {
         Ok(e) => e,
         Err(err) => {
-            eprintln!("{}: {err}", file.display());
+            errln!("{}: {err}", file.display());
             status.gave_up += 1;
             return status;
         }

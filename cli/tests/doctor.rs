@@ -253,3 +253,50 @@ fn a_closed_stdout_ends_doctor_and_keygen_quietly() {
         assert_eq!(out.status.code(), Some(141), "{args:?}: {err}");
     }
 }
+
+/// Errors printed on a closed stderr (a pipe whose reader has gone, `loco ... 2>&1 | head -0`)
+/// do not panic ("failed printing to stderr", exit 101): the message is lost and the command
+/// ends with its usual status. A usage error (clap's, and one of loco's own), a file that
+/// cannot be read, a bench that cannot run.
+#[test]
+fn a_closed_stderr_keeps_the_usual_exit_status() {
+    use std::process::Stdio;
+    for (args, code) in [
+        (&["litmus", "frobnicate"][..], 2),
+        (&["litmus", "check", "-", "-"], 2),
+        (&["doctor", "--nodes", "0"], 2),
+        (&["litmus", "check", "/nonexistent/loco-missing.litmus"], 3),
+        (
+            &[
+                "bench",
+                "ops",
+                "--backend",
+                "soft",
+                "--vs-perftest",
+                "--no-plot",
+            ],
+            5,
+        ),
+    ] {
+        let mut reader = Command::new("true")
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("runs true");
+        let write_end = reader.stdin.take().expect("a pipe");
+        reader.wait().expect("true exits");
+        let out = Command::new(env!("CARGO_BIN_EXE_loco"))
+            .args(args)
+            .env_remove("LOCO_PEERS")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(write_end))
+            .output()
+            .expect("runs loco");
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+}
