@@ -243,6 +243,10 @@ impl ClusterBuilder {
     /// Timeout of [`Ctx::wait`], [`Ctx::rdmatso`] polls and [`Cluster::quiesce`] (default 30 s).
     /// [`Duration::MAX`] (or any timeout beyond what the clock can represent) means no timeout:
     /// those calls then wait as long as needed (a shutdown or a dead peer still ends them).
+    /// [`Duration::ZERO`] is accepted and makes every wait that uses this default a
+    /// non-blocking look: it fails with [`Error::Timeout`] unless the work is already done (a
+    /// contended lock acquire, for one, then fails at once, every time). It is meant for tests
+    /// of the timeout paths, not for a running cluster.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
