@@ -317,7 +317,8 @@ pub fn satisfies(test: &Test, observables: &[Observable], o: &Outcome) -> bool {
 }
 
 impl Exploration {
-    /// The verdict of `test` (the test explored).
+    /// The verdict of `test` (the test explored): its `exists` condition over the outcomes
+    /// explored, as in [`Exploration::witness`].
     pub fn verdict(&self, test: &Test) -> Verdict {
         Verdict {
             reachable: self.witness(test).is_some(),
@@ -325,7 +326,10 @@ impl Exploration {
         }
     }
 
-    /// The first reachable outcome satisfying the condition, if any.
+    /// The first reachable outcome satisfying `test`'s `exists` condition, if any. The
+    /// condition is read against [`Exploration::observables`] (see [`satisfies`]): given
+    /// another test than the one explored, an atom naming something not observed here does
+    /// not hold.
     pub fn witness(&self, test: &Test) -> Option<&Outcome> {
         self.outcomes
             .keys()
@@ -337,7 +341,8 @@ impl Exploration {
         self.outcomes.contains_key(o)
     }
 
-    /// Formats an outcome as `t0:r0=1 x=0 ...`.
+    /// Formats an outcome as `t0:r0=1 x=0 ...`, with `test`'s names (placeholders such as
+    /// `#1` for what `test` does not have, see [`Test::observable_name`]).
     pub fn show(&self, test: &Test, o: &Outcome) -> String {
         self.observables
             .iter()
@@ -348,7 +353,12 @@ impl Exploration {
     }
 
     /// The recorded schedule reaching `o`, one line per transition, replayed from the initial
-    /// state (so each line can show the values it reads and writes).
+    /// state (so each line can show the values it reads and writes). `None` if `o` is not a
+    /// reachable outcome.
+    ///
+    /// The schedule is that of the test explored; `test` only names its threads, work ids and
+    /// source lines. Given another test, names and lines it does not have are placeholders
+    /// (`#1` for thread 1, `line ?`), as with [`Exploration::show`]: no panic.
     pub fn trace(&self, test: &Test, o: &Outcome) -> Option<Vec<String>> {
         self.outcomes
             .get(o)
@@ -420,15 +430,26 @@ impl fmt::Display for Word<'_> {
     }
 }
 
+/// One transition, as a trace line. Everything but the names and line numbers comes from
+/// `prog`; those come from `test`, and where `test` lacks them (it is not the test `prog` was
+/// lowered from) they are placeholders, as in [`Test::observable_name`]: `#1` for thread 1,
+/// `line ?`.
 fn describe(prog: &Program, test: &Test, s: &State, a: Action) -> String {
     let t = a.thread();
     let th = &s.threads[t];
-    let name = &test.threads[t].name;
+    let name = test
+        .threads
+        .get(t)
+        .map_or_else(|| format!("#{t}"), |th| th.name.clone());
     let me = prog.threads[t].node;
     match a {
         Action::Exec { .. } => {
             let o = &prog.threads[t].origins[th.pc];
-            let line = test.threads[t].body[o.stmt].span.line;
+            let line = test
+                .threads
+                .get(t)
+                .and_then(|th| th.body.get(o.stmt))
+                .map_or_else(|| "?".to_string(), |st| st.span.line.to_string());
             format!("{name}: {} (line {line})", o.what)
         }
         Action::Flush { .. } => match th.sb.front() {
@@ -715,6 +736,52 @@ expect forbidden
             trace.iter().any(|l| l.contains("nRR reads x@n1 = 1")),
             "{trace:#?}"
         );
+    }
+
+    /// The methods that take the test accept another test than the one explored (fewer
+    /// threads, statements, registers, locations, work ids) without panicking: names it lacks
+    /// are shown as placeholders.
+    #[test]
+    fn methods_accept_a_test_other_than_the_one_explored() {
+        let tiny = parse(
+            "litmus tiny\nloc z @n0\nthread t0 @n0 {\n  store(z, 1)\n}\nexists z = 1\nexpect allowed\n",
+            "tiny",
+        )
+        .unwrap();
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/litmus/");
+        for file in ["fig7a-lb-get", "fig8e-slock", "sc-mp", "sv-mp-bcast"] {
+            let t =
+                crate::parse_file(std::path::Path::new(&format!("{dir}{file}.litmus"))).unwrap();
+            let e = explore(&t).unwrap();
+            let mut short = t.clone(); // every thread cut to its first statement
+            for th in &mut short.threads {
+                th.body.truncate(1);
+                th.regs.clear();
+            }
+            let mut empty = t.clone(); // nothing at all
+            empty.threads.clear();
+            empty.locs.clear();
+            empty.svs.clear();
+            empty.scs.clear();
+            empty.locks.clear();
+            empty.work_ids.clear();
+            for other in [&tiny, &short, &empty] {
+                let _ = e.verdict(other);
+                let _ = e.witness(other);
+                for o in e.outcomes.keys() {
+                    let _ = e.show(other, o);
+                    let trace = e.trace(other, o).expect("an outcome has a trace");
+                    assert_eq!(trace.len(), e.outcomes[o].len(), "{file}");
+                    if std::ptr::eq(other, &empty) {
+                        assert!(trace.iter().all(|l| l.starts_with('#')), "{trace:#?}");
+                    }
+                }
+            }
+            // The test explored still gets its names.
+            let o = e.outcomes.keys().next().unwrap();
+            let trace = e.trace(&t, o).unwrap();
+            assert!(!trace.iter().any(|l| l.contains('#')), "{trace:#?}");
+        }
     }
 
     /// Every litmus test of the repository's tests/litmus/, parsed, with its path.
