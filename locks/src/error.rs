@@ -81,6 +81,16 @@ impl From<loco_sv::Error> for Error {
 /// `Result` with [`Error`] as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+impl loco_rdmawait::RdmaCause for Error {
+    fn rdma(&self) -> Option<&loco_rdmawait::Error> {
+        match self {
+            Error::Rdma(e) => Some(e),
+            Error::Sv(e) => e.rdma(),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

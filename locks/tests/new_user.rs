@@ -8,60 +8,31 @@ use std::time::{Duration, Instant};
 use loco_locks::{
     Error, Lock, LockGuard, NLock, RawLock, RawNLock, RawSLock, RawWLock, SLock, WLock,
 };
-use loco_rdmawait::{Cluster, Ctx, NodeId, Schedule};
+use loco_rdmawait::testing::{
+    assert_peer_dead as dead, assert_shutdown as shut, assert_unknown_node as unknown,
+};
+use loco_rdmawait::{testing, Cluster, Ctx, NodeId, RdmaCause, Schedule};
 
 const N0: NodeId = NodeId(0);
 const N1: NodeId = NodeId(1);
 const N2: NodeId = NodeId(2);
 
 /// The soft NIC's schedules: the shutdown and dead-node tests run under each.
-const SCHEDULES: [Schedule; 3] = [
-    Schedule::Immediate,
-    Schedule::Chaos { seed: 5 },
-    Schedule::Threaded,
-];
+const SCHEDULES: [Schedule; 3] = testing::soft_schedules(5);
 
 fn cluster(nodes: usize) -> Cluster {
     cluster_on(nodes, Schedule::Chaos { seed: 5 })
 }
 
+/// Waits time out after `testing::SHORT_TIMEOUT`: an operation that wrongly blocks fails the
+/// test quickly instead of hanging it.
 fn cluster_on(nodes: usize, schedule: Schedule) -> Cluster {
-    Cluster::builder()
-        .nodes(nodes)
-        .memory_per_node(1 << 14)
-        .soft(schedule)
-        // Short: an acquire that wrongly blocks fails the test quickly instead of hanging it.
-        .timeout(Duration::from_millis(500))
-        .build()
-        .unwrap()
+    testing::short_cluster(nodes, 1 << 14, schedule)
 }
 
 fn rdma(e: &Error) -> &loco_rdmawait::Error {
-    match e {
-        Error::Rdma(e) => e,
-        other => panic!("not an rdmawait error: {other:?}"),
-    }
-}
-
-fn unknown<T: std::fmt::Debug>(r: Result<T, Error>) {
-    let e = r.unwrap_err();
-    assert!(
-        matches!(rdma(&e), loco_rdmawait::Error::UnknownNode { .. }),
-        "{e:?}"
-    );
-}
-
-fn shut<T: std::fmt::Debug>(r: Result<T, Error>) {
-    let e = r.unwrap_err();
-    assert!(matches!(rdma(&e), loco_rdmawait::Error::Shutdown), "{e:?}");
-}
-
-fn dead<T: std::fmt::Debug>(r: Result<T, Error>, node: NodeId) {
-    let e = r.unwrap_err();
-    assert!(
-        matches!(rdma(&e), loco_rdmawait::Error::PeerDead { node: n, .. } if *n == node),
-        "{e:?}"
-    );
+    e.rdma()
+        .unwrap_or_else(|| panic!("not an rdmawait error: {e:?}"))
 }
 
 fn foreign<T: std::fmt::Debug>(r: Result<T, Error>) {

@@ -193,3 +193,25 @@ impl std::fmt::Display for TimeoutKind {
 
 /// `Result` with [`Error`] as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// An error of a layer built on rdmawait that may come from the rdmawait layer itself (an
+/// unknown node, a shutdown, a dead peer...): each layer's `Error` implements it, so that code
+/// over several layers can ask the same question of all of them.
+///
+/// ```
+/// use loco_rdmawait::{Cluster, Error, NodeId, RdmaCause};
+/// let cluster = Cluster::builder().nodes(1).build()?;
+/// let e = cluster.context(NodeId(7)).unwrap_err();
+/// assert!(matches!(e.rdma(), Some(Error::UnknownNode { .. })));
+/// # Ok::<(), Error>(())
+/// ```
+pub trait RdmaCause {
+    /// The rdmawait error this error is, or wraps; `None` for an error of the layer's own.
+    fn rdma(&self) -> Option<&Error>;
+}
+
+impl RdmaCause for Error {
+    fn rdma(&self) -> Option<&Error> {
+        Some(self)
+    }
+}

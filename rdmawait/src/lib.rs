@@ -101,7 +101,7 @@ pub use backend::WorkRequest;
 pub use cluster::{BackendKind, Cluster, ClusterBuilder, DEFAULT_MEMORY, DEFAULT_TIMEOUT};
 #[allow(deprecated)]
 pub use ctx::{Ctx, Raw, RdmaTso, Settled, DROP_SETTLE};
-pub use error::{Error, Result, TimeoutKind};
+pub use error::{Error, RdmaCause, Result, TimeoutKind};
 pub use model::FailedCas;
 pub use types::{FenceRead, Loc, NodeId, WorkId, FENCE_CAS_EXPECTED, WORD};
 

@@ -22,7 +22,10 @@
 //! # Ok::<(), loco_rdmawait::Error>(())
 //! ```
 
-use crate::{BackendKind, Cluster, Result, Schedule};
+use std::fmt::Debug;
+use std::time::Duration;
+
+use crate::{BackendKind, Cluster, Error, NodeId, RdmaCause, Result, Schedule};
 
 /// The backend `LOCO_BACKEND` names ([`BackendKind::from_env`]); a bad value counts as
 /// [`BackendKind::Soft`] here, and fails the test when it builds a cluster with [`cluster`].
@@ -81,7 +84,7 @@ pub fn shows_weak_outcomes() -> bool {
 /// the soft NIC with `schedule`, or the verbs backend as `LOCO_RDMA_DEVICE` and the other
 /// variables of `VerbsConfig::from_env` say (the schedule is then
 /// ignored). Without a device the error says how to get one; without the `verbs` feature it is
-/// [`Error::BackendNotBuilt`](crate::Error::BackendNotBuilt).
+/// [`Error::BackendNotBuilt`].
 pub fn cluster(nodes: usize, bytes: u64, schedule: Schedule) -> Result<Cluster> {
     Cluster::builder()
         .nodes(nodes)
@@ -89,6 +92,75 @@ pub fn cluster(nodes: usize, bytes: u64, schedule: Schedule) -> Result<Cluster> 
         .soft(schedule)
         .backend_from_env()?
         .build()
+}
+
+/// The soft NIC's three schedules, `Chaos` with `seed`: for tests that check an error or an edge
+/// value under each (they differ in when requests execute, so in which check meets them first).
+pub const fn soft_schedules(seed: u64) -> [Schedule; 3] {
+    [
+        Schedule::Immediate,
+        Schedule::Chaos { seed },
+        Schedule::Threaded,
+    ]
+}
+
+/// How long the waits of a [`short_cluster`] may block.
+pub const SHORT_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// A soft-NIC cluster of `nodes` nodes with `bytes` of memory each and a timeout of
+/// [`SHORT_TIMEOUT`]: an operation that wrongly blocks fails its test quickly instead of hanging
+/// it.
+///
+/// # Panics
+/// If the cluster cannot be built (a test's own mistake: too many nodes or bytes).
+pub fn short_cluster(nodes: usize, bytes: u64, schedule: Schedule) -> Cluster {
+    Cluster::builder()
+        .nodes(nodes)
+        .memory_per_node(bytes)
+        .soft(schedule)
+        .timeout(SHORT_TIMEOUT)
+        .build()
+        .unwrap_or_else(|e| panic!("a cluster of {nodes} nodes with {bytes} bytes each: {e}"))
+}
+
+/// Asserts that `r` failed with an rdmawait error (itself or wrapped by a layer above) for which
+/// `expected` holds; `what` names it in the failure message.
+#[track_caller]
+fn assert_rdma<T: Debug, E: RdmaCause + Debug>(
+    r: std::result::Result<T, E>,
+    what: &str,
+    expected: impl Fn(&Error) -> bool,
+) {
+    match r {
+        Ok(v) => panic!("expected {what}, got Ok({v:?})"),
+        Err(e) => assert!(e.rdma().is_some_and(expected), "expected {what}, got {e:?}"),
+    }
+}
+
+/// Asserts that `r` failed with [`Error::UnknownNode`] (itself or wrapped by a layer above).
+#[track_caller]
+pub fn assert_unknown_node<T: Debug, E: RdmaCause + Debug>(r: std::result::Result<T, E>) {
+    assert_rdma(r, "UnknownNode", |e| matches!(e, Error::UnknownNode { .. }));
+}
+
+/// Asserts that `r` failed with [`Error::Shutdown`] (itself or wrapped by a layer above).
+#[track_caller]
+pub fn assert_shutdown<T: Debug, E: RdmaCause + Debug>(r: std::result::Result<T, E>) {
+    assert_rdma(r, "Shutdown", |e| matches!(e, Error::Shutdown));
+}
+
+/// Asserts that `r` failed with [`Error::PeerDead`] naming `node` (itself or wrapped by a layer
+/// above).
+#[track_caller]
+pub fn assert_peer_dead<T: Debug, E: RdmaCause + Debug>(
+    r: std::result::Result<T, E>,
+    node: NodeId,
+) {
+    assert_rdma(
+        r,
+        &format!("PeerDead naming {node}"),
+        |e| matches!(e, Error::PeerDead { node: n, .. } if *n == node),
+    );
 }
 
 #[cfg(test)]

@@ -83,3 +83,13 @@ impl From<loco_locks::Error> for Error {
 
 /// `Result` with [`Error`] as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl loco_rdmawait::RdmaCause for Error {
+    fn rdma(&self) -> Option<&loco_rdmawait::Error> {
+        match self {
+            Error::Rdma(e) => Some(e),
+            Error::Lock(e) => e.rdma(),
+            _ => None,
+        }
+    }
+}

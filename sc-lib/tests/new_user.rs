@@ -3,9 +3,8 @@
 
 mod common;
 
-use std::time::Duration;
-
-use loco_rdmawait::{Cluster, NodeId, Schedule};
+use loco_rdmawait::testing::{assert_peer_dead as dead, assert_shutdown as shut};
+use loco_rdmawait::{testing, Cluster, NodeId, RdmaCause, Schedule};
 use loco_sc::lincheck::{self, Call, Register, RegisterOp};
 use loco_sc::{
     BoundedQueue, Decoder, Encoder, Error, FixedHashMap, LayoutError, MapOp, MapRet, Ported,
@@ -17,45 +16,21 @@ const N1: NodeId = NodeId(1);
 const N2: NodeId = NodeId(2);
 
 /// The soft NIC's schedules: the shutdown and dead-node tests run under each.
-const SCHEDULES: [Schedule; 3] = [
-    Schedule::Immediate,
-    Schedule::Chaos { seed: 8 },
-    Schedule::Threaded,
-];
+const SCHEDULES: [Schedule; 3] = testing::soft_schedules(8);
 
 fn cluster(nodes: usize) -> Cluster {
     cluster_on(nodes, Schedule::Chaos { seed: 8 })
 }
 
+/// Waits time out after `testing::SHORT_TIMEOUT`: an operation that wrongly blocks fails the
+/// test quickly instead of hanging it.
 fn cluster_on(nodes: usize, schedule: Schedule) -> Cluster {
-    Cluster::builder()
-        .nodes(nodes)
-        .memory_per_node(common::MEMORY)
-        .soft(schedule)
-        // Short: an operation that wrongly blocks fails the test quickly instead of hanging it.
-        .timeout(Duration::from_millis(500))
-        .build()
-        .unwrap()
+    testing::short_cluster(nodes, common::MEMORY, schedule)
 }
 
 fn rdma(e: &Error) -> &loco_rdmawait::Error {
-    match e {
-        Error::Rdma(e) => e,
-        other => panic!("not an rdmawait error: {other:?}"),
-    }
-}
-
-fn shut<T: std::fmt::Debug>(r: Result<T, Error>) {
-    let e = r.unwrap_err();
-    assert!(matches!(rdma(&e), loco_rdmawait::Error::Shutdown), "{e:?}");
-}
-
-fn dead<T: std::fmt::Debug>(r: Result<T, Error>, node: NodeId) {
-    let e = r.unwrap_err();
-    assert!(
-        matches!(rdma(&e), loco_rdmawait::Error::PeerDead { node: n, .. } if *n == node),
-        "{e:?}"
-    );
+    e.rdma()
+        .unwrap_or_else(|| panic!("not an rdmawait error: {e:?}"))
 }
 
 fn out_of_layout<T: std::fmt::Debug>(r: Result<T, Error>) {

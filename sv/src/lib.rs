@@ -83,6 +83,14 @@ pub enum Error {
 /// `Result` with [`Error`] as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+impl loco_rdmawait::RdmaCause for Error {
+    fn rdma(&self) -> Option<&loco_rdmawait::Error> {
+        match self {
+            Error::Rdma(e) => Some(e),
+        }
+    }
+}
+
 /// The library-reserved work id of the global fence's reads. A user's `wait(d)` never waits for a
 /// fence, and a fence never waits for a user's operations beyond what the fence itself orders.
 pub const GF_WORK_ID: WorkId = WorkId::internal(0x5356_0001);

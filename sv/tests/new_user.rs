@@ -1,63 +1,27 @@
 //! A new user's edge values for every public function of `loco-sv` on the soft NIC: each returns
 //! a typed error or does what its docs say, and none panics or hangs.
 
-use std::time::Duration;
-
-use loco_rdmawait::{Cluster, NodeId, Schedule, WorkId};
-use loco_sv::{gf_words, protocol, Error, GlobalFence, SharedVar};
+use loco_rdmawait::testing::{
+    assert_peer_dead as dead, assert_shutdown as shut, assert_unknown_node as unknown,
+};
+use loco_rdmawait::{testing, Cluster, NodeId, Schedule, WorkId};
+use loco_sv::{gf_words, protocol, GlobalFence, SharedVar};
 
 const N0: NodeId = NodeId(0);
 const N1: NodeId = NodeId(1);
 const N2: NodeId = NodeId(2);
 
 /// The soft NIC's schedules: the shutdown and dead-node tests run under each.
-const SCHEDULES: [Schedule; 3] = [
-    Schedule::Immediate,
-    Schedule::Chaos { seed: 3 },
-    Schedule::Threaded,
-];
+const SCHEDULES: [Schedule; 3] = testing::soft_schedules(3);
 
 fn cluster(nodes: usize) -> Cluster {
     cluster_on(nodes, Schedule::Chaos { seed: 3 })
 }
 
+/// Waits time out after `testing::SHORT_TIMEOUT`: an operation that wrongly blocks fails the
+/// test quickly instead of hanging it.
 fn cluster_on(nodes: usize, schedule: Schedule) -> Cluster {
-    Cluster::builder()
-        .nodes(nodes)
-        .memory_per_node(4096)
-        .soft(schedule)
-        // Short: an operation that wrongly blocks fails the test quickly instead of hanging it.
-        .timeout(Duration::from_millis(500))
-        .build()
-        .unwrap()
-}
-
-fn rdma(e: &Error) -> &loco_rdmawait::Error {
-    match e {
-        Error::Rdma(e) => e,
-        other => panic!("not an rdmawait error: {other:?}"),
-    }
-}
-
-fn unknown<T: std::fmt::Debug>(r: Result<T, Error>) {
-    let e = r.unwrap_err();
-    assert!(
-        matches!(rdma(&e), loco_rdmawait::Error::UnknownNode { .. }),
-        "{e:?}"
-    );
-}
-
-fn shut<T: std::fmt::Debug>(r: Result<T, Error>) {
-    let e = r.unwrap_err();
-    assert!(matches!(rdma(&e), loco_rdmawait::Error::Shutdown), "{e:?}");
-}
-
-fn dead<T: std::fmt::Debug>(r: Result<T, Error>, node: NodeId) {
-    let e = r.unwrap_err();
-    assert!(
-        matches!(rdma(&e), loco_rdmawait::Error::PeerDead { node: n, .. } if *n == node),
-        "{e:?}"
-    );
+    testing::short_cluster(nodes, 4096, schedule)
 }
 
 /// Values at the ends of their ranges, unknown nodes, empty and repeated node lists.
