@@ -21,6 +21,12 @@ use crate::{Error, Result};
 /// own guarantee (docs/model.md §5.3-§5.5). Misuse by the calling thread is checked: acquiring a lock it holds is
 /// [`Error::AlreadyHeld`], releasing one it does not hold is [`Error::NotHeld`].
 pub trait RawLock: Send + Sync + fmt::Debug {
+    /// The protocol's short name, as `loco bench locks` and the litmus tests write it: `wlock`,
+    /// `slock` or `nlock`; `lock` for an implementation that does not say.
+    fn name(&self) -> &'static str {
+        "lock"
+    }
+
     /// Blocks until the calling thread holds the lock; returns its ticket. Tickets are served in
     /// the order they are taken (FIFO). Gives up with [`Error::Timeout`] after the cluster's
     /// timeout ([`Cluster::timeout`](loco_rdmawait::Cluster::timeout)); see

@@ -489,6 +489,10 @@ impl NetLock for RawNLock {
 }
 
 impl RawLock for RawNLock {
+    fn name(&self) -> &'static str {
+        "nlock"
+    }
+
     fn acquire(&self, ctx: &Ctx) -> Result<u64> {
         let d = Deadline::after(self.cluster.timeout());
         self.cohorts.acquire(self, ctx, &d)

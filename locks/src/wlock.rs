@@ -765,6 +765,10 @@ impl RawWLock {
 }
 
 impl RawLock for RawWLock {
+    fn name(&self) -> &'static str {
+        "wlock"
+    }
+
     fn acquire(&self, ctx: &Ctx) -> Result<u64> {
         self.acquire_in(ctx, &Deadline::after(self.cluster.timeout()), false)
     }
@@ -846,6 +850,10 @@ impl RawSLock {
 }
 
 impl RawLock for RawSLock {
+    fn name(&self) -> &'static str {
+        "slock"
+    }
+
     fn acquire(&self, ctx: &Ctx) -> Result<u64> {
         let d = Deadline::after(self.w.cluster.timeout());
         self.w.acquire_in(ctx, &d, true)

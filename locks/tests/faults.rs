@@ -49,14 +49,7 @@ impl<R: RawLock + 'static> AnyLock for Lock<R> {
         Box::new(self.clone())
     }
     fn name(&self) -> &'static str {
-        let n = std::any::type_name::<R>();
-        if n.ends_with("RawWLock") {
-            "wlock"
-        } else if n.ends_with("RawSLock") {
-            "slock"
-        } else {
-            "nlock"
-        }
+        self.raw().name()
     }
     fn with(&self, ctx: &loco_rdmawait::Ctx, t: Duration, cs: &dyn Fn()) -> Result<(u64, bool)> {
         let g = self.acquire_timeout(ctx, t)?;

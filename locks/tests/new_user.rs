@@ -85,14 +85,7 @@ trait AnyLock: Send + Sync {
 
 impl<R: RawLock + 'static> AnyLock for Lock<R> {
     fn name(&self) -> &'static str {
-        let n = std::any::type_name::<R>();
-        if n.ends_with("RawWLock") {
-            "wlock"
-        } else if n.ends_with("RawSLock") {
-            "slock"
-        } else {
-            "nlock"
-        }
+        self.raw().name()
     }
     fn acquire(&self, ctx: &Ctx) -> loco_locks::Result<u64> {
         let g = Lock::acquire(self, ctx)?;
@@ -735,4 +728,13 @@ fn a_holder_whose_home_dies() {
             }
         }
     }
+}
+
+/// Each protocol names itself as the bench and the litmus tests do.
+#[test]
+fn each_protocol_says_its_name() {
+    let c = cluster(3);
+    assert_eq!(WLock::new(&c, N1, 2).unwrap().raw().name(), "wlock");
+    assert_eq!(SLock::new(&c, N1, 2).unwrap().raw().name(), "slock");
+    assert_eq!(NLock::new(&c, N2).unwrap().raw().name(), "nlock");
 }
