@@ -110,22 +110,6 @@ impl RawNLock {
         registered(ctx, self.cluster.id(), self.id)
     }
 
-    /// [`Error::AlreadyHeld`] if the calling thread holds the lock, unless its node died or
-    /// restarted since: then the hold is gone, and the acquire is refused as every acquire of
-    /// the lock is (`PeerDead` naming the node); or unless the thread's own node died since (a
-    /// context of a dead incarnation): `PeerDead` naming it, as for the context's every call
-    /// (the other threads skip its hold).
-    fn check_not_held(&self, ctx: &Ctx, me: &ThreadLock) -> Result<()> {
-        match me.held.get() {
-            Some(ticket) => {
-                self.home.check_release(&self.cluster, me)?;
-                ctx.load(&me.word)?;
-                Err(Error::AlreadyHeld { ticket })
-            }
-            None => Ok(()),
-        }
-    }
-
     /// `wait(d)` for the acquire's operations; a failure leaves them in flight (`dirty`).
     fn wait_acq(ctx: &Ctx, me: &ThreadLock, d: &Deadline) -> Result<()> {
         match d.wait(ctx, NL_ACQ) {
@@ -349,7 +333,7 @@ impl RawNLock {
 
     pub(crate) fn acquire_deadline(&self, ctx: &Ctx, d: &Deadline) -> Result<u64> {
         let me = self.me(ctx)?;
-        self.check_not_held(ctx, &me)?;
+        self.home.check_not_held(&self.cluster, ctx, &me)?;
         self.settle(ctx, &me, d)?;
         self.cluster.check_open()?;
         self.cluster.check_alive(self.node())?;
@@ -370,7 +354,7 @@ impl RawNLock {
 
     pub(crate) fn try_acquire_deadline(&self, ctx: &Ctx, d: &Deadline) -> Result<Option<u64>> {
         let me = self.me(ctx)?;
-        self.check_not_held(ctx, &me)?;
+        self.home.check_not_held(&self.cluster, ctx, &me)?;
         self.settle(ctx, &me, d)?;
         self.cluster.check_open()?;
         self.cluster.check_alive(self.node())?;
@@ -446,7 +430,7 @@ impl RawNLock {
         let Some(me) = self.known(ctx)? else {
             return Ok(());
         };
-        self.check_not_held(ctx, &me)?;
+        self.home.check_not_held(&self.cluster, ctx, &me)?;
         let d = Deadline::after(self.cluster.timeout());
         self.settle(ctx, &me, &d)?;
         d.wait(ctx, NL_REL)?;
@@ -460,7 +444,7 @@ impl RawNLock {
 impl NetLock for RawNLock {
     fn prepare(&self, ctx: &Ctx, _: &Deadline) -> Result<Rc<ThreadLock>> {
         let me = self.me(ctx)?;
-        self.check_not_held(ctx, &me)?;
+        self.home.check_not_held(&self.cluster, ctx, &me)?;
         Ok(me)
     }
 

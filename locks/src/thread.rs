@@ -50,6 +50,27 @@ impl Home {
             .inspect_err(|_| me.end_hold())
     }
 
+    /// [`Error::AlreadyHeld`] if `me`, the calling thread, holds the lock, unless the home died
+    /// or restarted since: then the hold is gone, and the acquire is refused as every acquire
+    /// of the lock is (`PeerDead` naming the home, [`Home::check_release`]); or unless the
+    /// thread's own node died since (a context of a dead incarnation): `PeerDead` naming it, as
+    /// for the context's every call (the other threads skip its hold).
+    pub(crate) fn check_not_held(
+        &self,
+        cluster: &Cluster,
+        ctx: &Ctx,
+        me: &ThreadLock,
+    ) -> Result<()> {
+        match me.held.get() {
+            Some(ticket) => {
+                self.check_release(cluster, me)?;
+                ctx.load(&me.word)?;
+                Err(Error::AlreadyHeld { ticket })
+            }
+            None => Ok(()),
+        }
+    }
+
     /// `PeerDead` naming the home if it restarted since the lock was made.
     pub(crate) fn check(&self, cluster: &Cluster) -> Result<()> {
         let now = cluster.incarnation(self.node)?;

@@ -260,22 +260,6 @@ impl RawWLock {
         Ok(())
     }
 
-    /// [`Error::AlreadyHeld`] if the calling thread holds the lock, unless its home died or
-    /// restarted since: then the hold is gone, and the acquire is refused as every acquire of
-    /// the lock is (`PeerDead` naming the home); or unless the thread's own node died since (a
-    /// context of a dead incarnation): `PeerDead` naming it, as for the context's every call
-    /// (the other threads skip its hold).
-    fn check_not_held(&self, ctx: &Ctx, me: &ThreadLock) -> Result<()> {
-        match me.held.get() {
-            Some(ticket) => {
-                self.home.check_release(&self.cluster, me)?;
-                ctx.load(&me.word)?;
-                Err(Error::AlreadyHeld { ticket })
-            }
-            None => Ok(()),
-        }
-    }
-
     /// Whether some local copy of `rel[*]` reads `t` (poison bit aside): ticket `t` may enter.
     /// Returns the raw value found, and otherwise the highest ticket released to.
     fn released_to(ctx: &Ctx, me: &ThreadLock, t: u64) -> Result<std::result::Result<u64, u64>> {
@@ -545,7 +529,7 @@ impl RawWLock {
 
     fn acquire_deadline(&self, ctx: &Ctx, d: &Deadline) -> Result<u64> {
         let me = self.me_by(ctx, d)?;
-        self.check_not_held(ctx, &me)?;
+        self.home.check_not_held(&self.cluster, ctx, &me)?;
         self.cluster.check_open()?;
         self.settle(ctx, &me, d)?;
         self.cluster.check_alive(self.ticket_node())?;
@@ -571,7 +555,7 @@ impl RawWLock {
 
     fn try_acquire_deadline(&self, ctx: &Ctx, d: &Deadline) -> Result<Option<u64>> {
         let me = self.me_by(ctx, d)?;
-        self.check_not_held(ctx, &me)?;
+        self.home.check_not_held(&self.cluster, ctx, &me)?;
         self.cluster.check_open()?;
         self.run(ctx, &me, d).wait(WL_REL)?;
         self.settle(ctx, &me, d)?;
@@ -695,7 +679,7 @@ impl RawWLock {
         let Some(me) = self.known(ctx)? else {
             return Ok(());
         };
-        self.check_not_held(ctx, &me)?;
+        self.home.check_not_held(&self.cluster, ctx, &me)?;
         let d = Deadline::after(self.cluster.timeout());
         self.settle(ctx, &me, &d)?;
         let mut run = self.run(ctx, &me, &d);
@@ -718,7 +702,7 @@ struct Net<'a> {
 impl NetLock for Net<'_> {
     fn prepare(&self, ctx: &Ctx, d: &Deadline) -> Result<Rc<ThreadLock>> {
         let me = self.w.me_by(ctx, d)?;
-        self.w.check_not_held(ctx, &me)?;
+        self.w.home.check_not_held(&self.w.cluster, ctx, &me)?;
         Ok(me)
     }
 
