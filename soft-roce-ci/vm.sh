@@ -279,6 +279,21 @@ mkdir -p /host/run/loco-ctl && mount --bind /ctl /host/run/loco-ctl
 ip link set lo up
 mkdir -p "/host$workdir" 2>/dev/null # only matters under the guest's own /run
 mount -t 9p -o "$p9" work "/host$workdir" || fail "cannot mount the work dir at $workdir"
+# The guest's clock runs on the TSC at the rate the kernel measured at boot against the emulated
+# HPET, refined a few seconds later by at most 1%. A first measurement far off (the host busy
+# just then) keeps its wrong rate for good, silently, and every timeout in the guest with it (a
+# CI run once saw a 17 s VM report a 158 s wait). Such a clock is never refined: fall back to
+# the HPET, slower to read but right.
+cs=/sys/devices/system/clocksource/clocksource0/current_clocksource
+i=0
+while [ "$(cat $cs)" = tsc-early ] && [ $i -lt 100 ]; do
+    usleep 100000
+    i=$((i + 1))
+done
+if [ "$(cat $cs)" != hpet ] && ! dmesg | grep -q 'Refined TSC clocksource calibration'; then
+    echo "vm init: the TSC's boot calibration was not confirmed ($(dmesg | grep -m1 'tsc: Detected')); the clock falls back to the HPET"
+    echo hpet >$cs || echo "vm init: could not switch the clock to the HPET"
+fi
 [ $verbose = 1 ] && set +x
 env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     chroot /host /bin/bash "$guest" </dev/null
@@ -374,6 +389,13 @@ smp=${LOCO_VM_SMP:-$((ncpu > 4 ? 4 : ncpu))}
 # AML evaluation of the PCI interrupt links (virtio uses MSI-X); cryptomgr.notests and
 # no_timer_check skip boot-time self tests. Together ~1.5 s less to the command.
 cmdline="console=ttyS0 panic=-1 mitigations=off tsc=reliable no_timer_check cryptomgr.notests acpi=noirq"
+# Under TCG the guest's TSC is the host's: tell the guest its rate, so that it does not have to
+# measure it at boot against an emulated timer while the host may be busy (the init checks the
+# result either way). Only when the host's kernel log says it.
+if [ "$accel" = tcg ]; then
+    tsc_khz=$(dmesg 2>/dev/null | sed -n -E 's/.*tsc: (Refined TSC clocksource calibration|Detected):? ([0-9]+)\.([0-9]{3}) MHz.*/\2\3/p' | tail -n 1)
+    [ -z "$tsc_khz" ] || cmdline="$cmdline tsc_early_khz=$tsc_khz"
+fi
 if [ "$verbose" -eq 1 ]; then
     cmdline="$cmdline loco.verbose"
 else
