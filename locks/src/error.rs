@@ -56,6 +56,18 @@ pub enum Error {
     /// handle, which queues it behind its node's holder.
     #[error("this thread's hold was handed to another thread of its node, which still holds it")]
     HandedOff,
+    /// Another thread of this node ran the critical section for the calling one
+    /// ([`Lock::combine`](crate::Lock::combine)) and then failed: waiting for the operations of
+    /// the sections it ran, or (the section then ran in full) in a way that left their effects
+    /// unknown. The section ran; whether its operations took effect is not known, as for a
+    /// thread whose own wait fails. `reason` is the combining thread's error.
+    #[error(
+        "the critical section ran on this node's combining thread, which then failed: {reason}"
+    )]
+    Combined {
+        /// The combining thread's error.
+        reason: String,
+    },
     /// A lock was created with room for no thread.
     #[error("a lock needs room for at least one thread")]
     NoThreads,

@@ -243,6 +243,7 @@
 #![forbid(unsafe_code)]
 
 mod cohort;
+mod combine;
 mod error;
 mod lock;
 mod marks;
@@ -269,6 +270,7 @@ pub const COHORT_BARGES: u32 = 2;
 /// Words in a lock's ring of abandon marks (see [Failures](crate#failures)).
 pub const MARKS: u64 = marks::MARKS;
 
+pub use combine::COMBINE_BATCHES;
 pub use error::{Error, Result};
 #[cfg(feature = "tokio")]
 pub use lock::LOCAL_HANDOVERS;

@@ -167,6 +167,8 @@ impl<R: RawLock + ?Sized> RawLockTimed for R {}
 #[derive(Debug)]
 pub struct Lock<R: RawLock> {
     raw: Arc<R>,
+    /// The nodes' queues of [`Lock::combine`], shared by the clones.
+    combining: Arc<crate::combine::Combining>,
     /// Most local handovers in a row ([`Lock::set_local_handovers`]), shared by the clones.
     #[cfg(feature = "tokio")]
     handovers: Arc<std::sync::atomic::AtomicU32>,
@@ -176,6 +178,7 @@ impl<R: RawLock> Clone for Lock<R> {
     fn clone(&self) -> Self {
         Lock {
             raw: self.raw.clone(),
+            combining: self.combining.clone(),
             #[cfg(feature = "tokio")]
             handovers: self.handovers.clone(),
         }
@@ -187,6 +190,7 @@ impl<R: RawLock> Lock<R> {
     pub fn from_raw(raw: R) -> Self {
         Lock {
             raw: Arc::new(raw),
+            combining: Arc::new(crate::combine::Combining::new()),
             #[cfg(feature = "tokio")]
             handovers: Arc::new(std::sync::atomic::AtomicU32::new(LOCAL_HANDOVERS)),
         }
@@ -249,6 +253,50 @@ impl<R: RawLock> Lock<R> {
     ) -> Result<LockGuard<'a, R>> {
         let ticket = self.raw.acquire_until(ctx, deadline)?;
         Ok(self.guard(ctx, ticket))
+    }
+
+    /// Runs the critical section `cs` under the lock and returns its result, **combining**
+    /// with the other threads of the calling thread's node: the sections queued there are run
+    /// by one of those threads, the combiner, on its own context (the `&Ctx` that `cs` is
+    /// given), in one hold of the lock (see the crate's [Combining](crate#combining)).
+    ///
+    /// The guarantee is the lock's: every section runs alone, in some order that keeps each
+    /// node's sections in the order they were queued, and sees the effects of the sections
+    /// before it as the lock kind promises across a release (on one combiner, consecutive
+    /// sections are one thread's program: they see each other in full). When `combine`
+    /// returns, the section's operations have completed: its puts have read their sources and
+    /// its gets written their destinations (the combiner ran [`Ctx::wait_all`]); what the lock
+    /// owes the next holder is paid when the combiner releases.
+    ///
+    /// `cs` runs on another thread's context, so it captures no context of the caller's (the
+    /// bounds make sure of it); its operations may name any location, and use any work id (the
+    /// combiner waits for them all). A panic in `cs` is caught and resumed in the caller, and
+    /// the lock is released poisoned, as a guard dropped in a panic would.
+    ///
+    /// Fails with [`Error::AlreadyHeld`] if the calling thread holds the lock, with
+    /// [`Error::Timeout`] if the section was not taken by a combiner within the cluster's
+    /// timeout (then it never runs), with the combiner's own error if it is the calling thread
+    /// and cannot take the lock (the section did not run), and with [`Error::Combined`] if the
+    /// section ran but its combiner then failed.
+    pub fn combine<T: Send + 'static>(
+        &self,
+        ctx: &Ctx,
+        cs: impl FnOnce(&Ctx) -> T + Send + 'static,
+    ) -> Result<T> {
+        self.combining.combine(&*self.raw, ctx, cs)
+    }
+
+    /// Sets how many batches of its node's sections a combiner runs in one hold of the lock
+    /// ([`Lock::combine`]; for every handle of the lock; at least 1, default
+    /// [`COMBINE_BATCHES`](crate::COMBINE_BATCHES)). Each batch ends with one round trip (the
+    /// combiner's [`Ctx::wait_all`]); other nodes' sections wait behind at most this many.
+    pub fn set_combine_batches(&self, batches: u32) {
+        self.combining.set_batches(batches);
+    }
+
+    /// The bound of [`Lock::set_combine_batches`].
+    pub fn combine_batches(&self) -> u32 {
+        self.combining.batches()
     }
 
     /// The calling thread is done with the lock: its per-thread state goes back now (see

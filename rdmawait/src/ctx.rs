@@ -488,7 +488,44 @@ impl Ctx {
         }
     }
 
+    /// Blocks until every operation this thread has posted, whatever its work id, has
+    /// completed: `wait(d)` for every `d` at once (docs/model.md §5.7), within the cluster's
+    /// timeout. For code that runs operations it did not tag itself, such as a lock's combiner
+    /// (`loco-locks`' `Lock::combine`), which must know that the critical sections it ran
+    /// for other threads are done (their puts have read their sources, their gets written their
+    /// destinations) before it tells those threads.
+    pub fn wait_all(&self) -> Result<()> {
+        self.wait_all_timeout(self.cluster.timeout())
+    }
+
+    /// [`Ctx::wait_all`], giving up with [`Error::Timeout`] after `timeout` (as
+    /// [`Ctx::wait_timeout`] does: nothing is lost, it can be repeated).
+    pub fn wait_all_timeout(&self, timeout: Duration) -> Result<()> {
+        #[cfg(feature = "tokio")]
+        if crate::aio::in_task() && !timeout.is_zero() {
+            return self.look_in_task(timeout, || {
+                self.wait_until(TimeoutKind::Other("wait_all"), Duration::ZERO, |t| {
+                    Some(t.posted).filter(|&n| n > t.polled)
+                })
+            });
+        }
+        self.wait_until(TimeoutKind::Other("wait_all"), timeout, |t| {
+            Some(t.posted).filter(|&n| n > t.polled)
+        })
+    }
+
     fn wait_now(&self, wid: WorkId, timeout: Duration) -> Result<()> {
+        self.wait_until(TimeoutKind::Wait(wid), timeout, |t| t.until(wid))
+    }
+
+    /// Polls, per node, until the polled count reaches `until` of the node's track (nothing to
+    /// do where it gives `None`); `what` names the wait in its timeout.
+    fn wait_until(
+        &self,
+        what: TimeoutKind,
+        timeout: Duration,
+        until: impl Fn(&Track) -> Option<u64>,
+    ) -> Result<()> {
         // The clock is read only once a request has not completed by the time the wait looks
         // (`ThreadNic::try_poll`; on Soft-RoCE an atomic's completion is there as soon as its
         // post returns), then for every later poll to compute the time left.
@@ -496,7 +533,7 @@ impl Ctx {
         let mut inner = self.inner.borrow_mut();
         let Inner { nic, track, .. } = &mut *inner;
         for (n, t) in track.iter_mut().enumerate() {
-            let Some(until) = t.until(wid) else {
+            let Some(until) = until(t) else {
                 continue;
             };
             while t.polled < until {
@@ -518,9 +555,9 @@ impl Ctx {
                 match polled {
                     Ok(()) => t.pop(),
                     Err(Error::Timeout { .. }) => {
-                        tracing::debug!(target: "loco::rdmawait", node = %self.node, %wid, ?timeout, "wait timed out");
+                        tracing::debug!(target: "loco::rdmawait", node = %self.node, %what, ?timeout, "wait timed out");
                         return Err(Error::Timeout {
-                            what: TimeoutKind::Wait(wid),
+                            what,
                             after: timeout,
                         });
                     }
@@ -536,13 +573,13 @@ impl Ctx {
                             }
                             _ => t.failed(),
                         }
-                        tracing::debug!(target: "loco::rdmawait", node = %self.node, %wid, error = %e, "wait failed");
+                        tracing::debug!(target: "loco::rdmawait", node = %self.node, %what, error = %e, "wait failed");
                         return Err(e);
                     }
                 }
             }
         }
-        tracing::trace!(target: "loco::rdmawait", node = %self.node, %wid, elapsed = ?start.map(|s| crate::clock::now().saturating_duration_since(s)), "wait done");
+        tracing::trace!(target: "loco::rdmawait", node = %self.node, %what, elapsed = ?start.map(|s| crate::clock::now().saturating_duration_since(s)), "wait done");
         Ok(())
     }
 

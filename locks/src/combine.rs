@@ -1,0 +1,390 @@
+//! Combining ([`Lock::combine`](crate::Lock::combine)): the threads of one node hand their
+//! critical sections to one of them, the **combiner**, which takes the lock once and runs them
+//! one after the other on its own context, as flat combining and delegation locks do (Sherman
+//! combines a node's writes the same way).
+//!
+//! Why it is faster: with cohorts a node's threads still hand the lock to each other, and every
+//! handover costs what the lock owes its next holder (a round trip on the network: the node
+//! lock's `gf([n])`), because the next thread's operations travel on queue pairs of their own
+//! and could overtake the last holder's. A combiner's sections all travel on *its* queue pairs,
+//! in program order: a later section's get waits for an earlier one's put to the same node
+//! (docs/model.md §2, rule 6), so consecutive sections need nothing between them. What the
+//! combiner does owe is a [`Ctx::wait_all`] before it tells a batch's threads that their
+//! sections are done (so that their puts have read their sources and their gets written their
+//! destinations), one round trip per batch instead of one per section.
+//!
+//! The queue of each node is process memory (a mutex per node and lock); no `Ctx` operation
+//! and no critical section runs under it, so a simulated thread is never stopped while holding
+//! it. Waiting threads spin (with [`clock::pause`]: a scheduling point under the simulator) for
+//! [`SPIN_BUDGET`], then park until the combiner or a deadline wakes them.
+
+use std::any::Any;
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use loco_rdmawait::clock::{self, Unparker};
+use loco_rdmawait::Ctx;
+
+use crate::lock::RawLock;
+use crate::thread::{Deadline, Spin};
+use crate::{Error, Result};
+
+/// Most sections of one batch (each batch ends with one [`Ctx::wait_all`]).
+pub(crate) const MAX_BATCH: usize = 64;
+
+/// Most batches a combiner runs in one hold of the lock: other nodes' threads wait behind at
+/// most this many batches of a node.
+pub const COMBINE_BATCHES: u32 = 8;
+
+/// How long a waiting thread spins before it parks.
+const SPIN_BUDGET: Duration = Duration::from_micros(20);
+
+/// The longest a waiting thread parks before it looks at its deadline again.
+const PARKED_MAX: Duration = Duration::from_millis(1);
+
+/// How long a parked simulated waiter of an untimed run lets pass before it looks again.
+const PARKED_STEP: Duration = Duration::from_micros(2);
+
+/// How many rounds a combiner with an empty queue looks for new sections before it releases:
+/// the threads it has just told come back with their next section within a few CPU
+/// operations, and the hold is worth keeping for them.
+const LINGER_ROUNDS: u32 = 16;
+
+const QUEUED: u8 = 0;
+const RUNNING: u8 = 1;
+const DONE: u8 = 2;
+
+/// One critical section handed to the node's combiner.
+struct Job {
+    /// The section, until a combiner takes it; it leaves its result with its caller.
+    cs: Mutex<Option<Section>>,
+    state: AtomicU8,
+    /// Set, with [`DONE`], when the section ran but the combiner then failed (see
+    /// [`Error::Combined`]).
+    failure: Mutex<Option<String>>,
+    /// The calling thread parks (and must be unparked).
+    sleeping: AtomicBool,
+    waker: Option<Unparker>,
+}
+
+type Section = Box<dyn FnOnce(&Ctx) + Send>;
+
+impl Job {
+    fn state(&self) -> u8 {
+        self.state.load(SeqCst)
+    }
+
+    /// Runs the section on the combiner's context; false if it panicked (the panic goes to its
+    /// caller, with the section's result slot).
+    fn run(&self, ctx: &Ctx) -> bool {
+        let cs = lock(&self.cs).take();
+        match cs {
+            Some(cs) => catch_unwind(AssertUnwindSafe(|| cs(ctx))).is_ok(),
+            None => true,
+        }
+    }
+
+    /// The section is over: its caller may return (with `failure`, if the combiner failed).
+    fn finish(&self, failure: Option<String>) {
+        if failure.is_some() {
+            *lock(&self.failure) = failure;
+        }
+        self.state.store(DONE, SeqCst);
+        if self.sleeping.load(SeqCst) {
+            if let Some(w) = &self.waker {
+                w.unpark();
+            }
+        }
+    }
+}
+
+/// A node's queue of sections and whether a combiner is at work there.
+#[derive(Default)]
+struct NodeJobs {
+    state: Mutex<Queue>,
+}
+
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Arc<Job>>,
+    /// A thread of the node is combining.
+    busy: bool,
+}
+
+/// The combining queues of one lock (shared by its handles), one per node, made on first use.
+#[derive(Default)]
+pub(crate) struct Combining {
+    nodes: OnceLock<Vec<NodeJobs>>,
+    /// Most batches per hold ([`Lock::set_combine_batches`](crate::Lock::set_combine_batches)).
+    batches: std::sync::atomic::AtomicU32,
+}
+
+impl std::fmt::Debug for Combining {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Combining")
+            .field("batches", &self.batches())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A poisoned mutex here only means a panic elsewhere while it was held; the queue itself is
+/// always consistent (no user code runs under it).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Combining {
+    pub(crate) fn new() -> Self {
+        Combining {
+            nodes: OnceLock::new(),
+            batches: std::sync::atomic::AtomicU32::new(COMBINE_BATCHES),
+        }
+    }
+
+    pub(crate) fn batches(&self) -> u32 {
+        self.batches.load(SeqCst)
+    }
+
+    pub(crate) fn set_batches(&self, n: u32) {
+        self.batches.store(n.max(1), SeqCst);
+    }
+
+    /// Runs `cs` under `raw` (see [`Lock::combine`](crate::Lock::combine)).
+    pub(crate) fn combine<R: RawLock, T: Send + 'static>(
+        &self,
+        raw: &R,
+        ctx: &Ctx,
+        cs: impl FnOnce(&Ctx) -> T + Send + 'static,
+    ) -> Result<T> {
+        let cluster = ctx.cluster();
+        cluster.check_open()?;
+        cluster.check_alive(ctx.node())?;
+        // A thread that holds the lock itself would wait for its own combiner (or deadlock
+        // combining): the same misuse as acquiring twice.
+        if let Some(ticket) = raw.held(ctx)? {
+            return Err(Error::AlreadyHeld { ticket });
+        }
+        let nodes = self
+            .nodes
+            .get_or_init(|| (0..cluster.nodes()).map(|_| NodeJobs::default()).collect());
+        let Some(node) = nodes.get(ctx.node().index()) else {
+            return Err(Error::Rdma(loco_rdmawait::Error::UnknownNode {
+                node: ctx.node(),
+                nodes: nodes.len(),
+            }));
+        };
+        let slot: Arc<Mutex<Option<std::thread::Result<T>>>> = Arc::new(Mutex::new(None));
+        let out = slot.clone();
+        let job = Arc::new(Job {
+            cs: Mutex::new(Some(Box::new(move |ctx: &Ctx| {
+                let r = catch_unwind(AssertUnwindSafe(|| cs(ctx)));
+                let panicked = r.is_err();
+                *lock(&out) = Some(r);
+                if panicked {
+                    // Tell the combiner (which poisons the lock, as a guard dropped in a panic
+                    // would); the payload goes to the section's caller.
+                    resume_unwind(Box::new(()) as Box<dyn Any + Send>);
+                }
+            }))),
+            state: AtomicU8::new(QUEUED),
+            failure: Mutex::new(None),
+            sleeping: AtomicBool::new(false),
+            waker: clock::unparker(),
+        });
+        // The section runs on another thread: this thread's stores must be visible to it (a
+        // store buffered here could otherwise land over what the section writes).
+        ctx.mfence()?;
+        lock(&node.state).jobs.push_back(job.clone());
+        let d = Deadline::after(cluster.timeout());
+        let mut spun_since = clock::now();
+        let mut spin = Spin::new();
+        loop {
+            if job.state() == DONE {
+                return finished(&job, &slot);
+            }
+            // Nobody combines: this thread does.
+            let combiner = {
+                let mut q = lock(&node.state);
+                !q.busy && job.state() == QUEUED && {
+                    q.busy = true;
+                    true
+                }
+            };
+            if combiner {
+                let served = {
+                    let _step_down = StepDown(node);
+                    self.serve(raw, ctx, node, &d)
+                };
+                if job.state() == DONE {
+                    return match served {
+                        Err(e) if lock(&job.failure).is_none() => {
+                            // Its own section ran and was waited for; the release failed.
+                            let _ = finished(&job, &slot);
+                            Err(e)
+                        }
+                        _ => finished(&job, &slot),
+                    };
+                }
+                if let Err(e) = served {
+                    if withdraw(node, &job) {
+                        return Err(e);
+                    }
+                }
+                spun_since = clock::now();
+                spin = Spin::new();
+                continue;
+            }
+            let gone = cluster
+                .check_open()
+                .and_then(|()| cluster.check_alive(ctx.node()))
+                .err();
+            if gone.is_some() || d.expired() {
+                // Not taken by a combiner yet: it never will be. Taken: it is running, and its
+                // combiner finishes it (or fails it) within its own deadline.
+                if withdraw(node, &job) {
+                    return Err(gone.map_or_else(|| d.timeout(), Error::from));
+                }
+            }
+            let spinning = clock::now().saturating_duration_since(spun_since) < SPIN_BUDGET;
+            if spinning || (clock::cooperative() && !clock::simulated()) {
+                spin.wait(cluster)?;
+            } else if clock::simulated() && !clock::timed() {
+                // No time to wake up in: look again after a step.
+                clock::sleep(PARKED_STEP);
+            } else {
+                job.sleeping.store(true, SeqCst);
+                if job.state() != DONE {
+                    clock::park_timeout(d.remaining().min(PARKED_MAX));
+                }
+                job.sleeping.store(false, SeqCst);
+            }
+        }
+    }
+
+    /// The combiner's work: takes the lock, runs batches of the node's sections (each ended by
+    /// a [`Ctx::wait_all`] before its threads are told), at most [`Combining::batches`] of
+    /// them, and releases. A failure fails the current batch's sections
+    /// ([`Error::Combined`]) and releases.
+    fn serve<R: RawLock>(&self, raw: &R, ctx: &Ctx, node: &NodeJobs, d: &Deadline) -> Result<()> {
+        raw.acquire_until(ctx, d.end())?;
+        let mut poisoned = false;
+        let mut batches = 0;
+        let limit = self.batches();
+        let mut failed = None;
+        while batches < limit {
+            let mut batch = Batch(take(node));
+            let mut rounds = 0;
+            while batch.0.is_empty() && batches > 0 && rounds < LINGER_ROUNDS {
+                clock::pause();
+                rounds += 1;
+                batch = Batch(take(node));
+            }
+            if batch.0.is_empty() {
+                break;
+            }
+            for job in &batch.0 {
+                poisoned |= !job.run(ctx);
+            }
+            // The sections' operations are done before their threads hear of it; bounded by
+            // the cluster's timeout, as a section's own wait would be.
+            match ctx.wait_all().and_then(|()| ctx.mfence()) {
+                // And the sections' stores are visible to their threads.
+                Ok(()) => batch.finish(None),
+                Err(e) => {
+                    batch.finish(Some(e.to_string()));
+                    failed = Some(Error::from(e));
+                    poisoned = true;
+                    break;
+                }
+            }
+            batches += 1;
+        }
+        let released = if poisoned {
+            raw.release_poisoned(ctx)
+        } else {
+            raw.release(ctx)
+        };
+        match failed {
+            Some(e) => Err(e),
+            None => released,
+        }
+    }
+}
+
+/// The sections a combiner has taken: finished by it, or failed if it unwinds first (so that
+/// their threads never wait for sections nobody will finish).
+struct Batch(Vec<Arc<Job>>);
+
+impl Batch {
+    fn finish(&mut self, failure: Option<String>) {
+        for job in self.0.drain(..) {
+            job.finish(failure.clone());
+        }
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        if !self.0.is_empty() {
+            self.finish(Some("the combining thread panicked".into()));
+        }
+    }
+}
+
+/// Takes up to [`MAX_BATCH`] queued sections, marking them running.
+fn take(node: &NodeJobs) -> Vec<Arc<Job>> {
+    let mut q = lock(&node.state);
+    let n = q.jobs.len().min(MAX_BATCH);
+    q.jobs
+        .drain(..n)
+        .inspect(|j| j.state.store(RUNNING, SeqCst))
+        .collect()
+}
+
+/// Takes `job` out of its node's queue if no combiner has taken it yet.
+fn withdraw(node: &NodeJobs, job: &Arc<Job>) -> bool {
+    let mut q = lock(&node.state);
+    match q.jobs.iter().position(|j| Arc::ptr_eq(j, job)) {
+        Some(i) => {
+            q.jobs.remove(i);
+            true
+        }
+        None => false,
+    }
+}
+
+/// What a finished section's caller gets.
+fn finished<T>(job: &Job, slot: &Mutex<Option<std::thread::Result<T>>>) -> Result<T> {
+    let r = lock(slot).take();
+    if let Some(reason) = lock(&job.failure).take() {
+        return Err(Error::Combined { reason });
+    }
+    match r {
+        Some(Ok(t)) => Ok(t),
+        Some(Err(panic)) => resume_unwind(panic),
+        None => Err(Error::Combined {
+            reason: "the combiner ended without running the section".into(),
+        }),
+    }
+}
+
+/// Ends a thread's turn as its node's combiner, also when it unwinds: the next queued thread is
+/// woken to take over.
+struct StepDown<'a>(&'a NodeJobs);
+
+impl Drop for StepDown<'_> {
+    fn drop(&mut self) {
+        let mut q = lock(&self.0.state);
+        q.busy = false;
+        if let Some(next) = q.jobs.front() {
+            if next.sleeping.load(SeqCst) {
+                if let Some(w) = &next.waker {
+                    w.unpark();
+                }
+            }
+        }
+    }
+}
