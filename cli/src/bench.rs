@@ -71,6 +71,13 @@ pub enum LockArg {
     SlockNoCohort,
     /// Baseline: a remote-CAS spinlock on the data node, with backoff, released by an rCAS.
     RcasSpinlock,
+    /// The node lock, its critical sections run through `Lock::combine`: a node's sections
+    /// are run by one of its threads in one hold of the lock.
+    NlockCombining,
+    /// The weak lock (with `gf` in the section) through `Lock::combine`.
+    WlockCombining,
+    /// The strong lock through `Lock::combine`.
+    SlockCombining,
 }
 
 impl BenchBackend {
@@ -93,6 +100,9 @@ impl LockArg {
             LockArg::WlockNoCohort => "wlock-no-cohort",
             LockArg::SlockNoCohort => "slock-no-cohort",
             LockArg::RcasSpinlock => "rcas-spinlock",
+            LockArg::NlockCombining => "nlock-combining",
+            LockArg::WlockCombining => "wlock-combining",
+            LockArg::SlockCombining => "slock-combining",
         }
     }
 }
@@ -155,7 +165,7 @@ pub(crate) fn profile_scale(s: &str) -> Result<f64, String> {
 #[derive(Args, Debug)]
 pub struct LocksArgs {
     /// Locks to measure.
-    #[arg(long, value_enum, num_args = 1.., value_delimiter = ',', default_values = ["nlock", "wlock", "slock", "nlock-no-cohort", "wlock-no-cohort", "slock-no-cohort", "rcas-spinlock"])]
+    #[arg(long, value_enum, num_args = 1.., value_delimiter = ',', default_values = ["nlock", "wlock", "slock", "nlock-combining", "slock-combining", "nlock-no-cohort", "wlock-no-cohort", "slock-no-cohort", "rcas-spinlock"])]
     lock: Vec<LockArg>,
     /// Backend.
     #[arg(long, value_enum, default_value = "soft")]
@@ -389,6 +399,8 @@ enum AnyLock {
     W(WLock),
     S(SLock),
     Spin(Loc),
+    /// A lock whose sections go through `Lock::combine`.
+    Combining(Box<AnyLock>),
 }
 
 /// A thread's words: `one` and `zero` to send, `ret` for the spinlock's CAS.
@@ -1113,6 +1125,13 @@ fn new_lock(
         LockArg::SlockNoCohort => {
             SLock::new(cluster, NodeId(0), threads).map(|l| AnyLock::S(l.with_cohort(0)))
         }
+        LockArg::NlockCombining => {
+            NLock::new(cluster, data_node).map(|l| AnyLock::Combining(Box::new(AnyLock::N(l))))
+        }
+        LockArg::WlockCombining => WLock::new(cluster, NodeId(0), threads)
+            .map(|l| AnyLock::Combining(Box::new(AnyLock::W(l)))),
+        LockArg::SlockCombining => SLock::new(cluster, NodeId(0), threads)
+            .map(|l| AnyLock::Combining(Box::new(AnyLock::S(l)))),
         LockArg::RcasSpinlock => {
             return cluster
                 .alloc_word(data_node)
@@ -1138,8 +1157,8 @@ fn cycles(
     let before = ctx.posted();
     while go_on() {
         let t0 = loco_rdmawait::clock::now();
-        cycle(l, ctx, w, data, data_node, || {
-            let took = loco_rdmawait::clock::now().saturating_duration_since(t0);
+        cycle(l, ctx, w, data, data_node, |at| {
+            let took = at.saturating_duration_since(t0);
             lat.push(took.as_nanos().min(u32::MAX as u128) as u32)
         })
         .map_err(|e| e.to_string())?;
@@ -1161,23 +1180,54 @@ fn words(ctx: &Ctx) -> loco_rdmawait::Result<Words> {
 /// Any error of the layers a cycle calls.
 type CycleError = Box<dyn std::error::Error>;
 
-/// One acquire (`acquired` is called when it returns), critical section, release.
+/// One acquire (`acquired` is told when the critical section started), critical section,
+/// release.
 fn cycle(
     l: &AnyLock,
     ctx: &Ctx,
     w: &Words,
     data: &Loc,
     data_node: NodeId,
-    acquired: impl FnOnce(),
+    started: impl FnOnce(std::time::Instant),
 ) -> Result<(), CycleError> {
     let put = || ctx.put(data, &w.one, D);
+    let now = loco_rdmawait::clock::now;
     match l {
-        AnyLock::N(l) => locked(l, ctx, acquired, || Ok(put()?)),
-        AnyLock::W(l) => locked(l, ctx, acquired, || {
-            put()?;
-            Ok(ctx.gf([data_node])?)
-        }),
-        AnyLock::S(l) => locked(l, ctx, acquired, || Ok(put()?)),
+        AnyLock::Combining(l) => {
+            // The same section, run by the node's combiner on its context (the thread's word
+            // `one` is on the combiner's node too); it says when it started.
+            let (data, one) = (*data, w.one);
+            let section = move |ctx: &Ctx, fence: bool| -> Result<std::time::Instant, String> {
+                let at = loco_rdmawait::clock::now();
+                let r: Result<(), CycleError> = (|| {
+                    ctx.put(&data, &one, D)?;
+                    if fence {
+                        ctx.gf([data_node])?;
+                    }
+                    Ok(())
+                })();
+                r.map(|()| at).map_err(|e| e.to_string())
+            };
+            let at = match &**l {
+                AnyLock::N(l) => l.combine(ctx, move |ctx| section(ctx, false))?,
+                AnyLock::W(l) => l.combine(ctx, move |ctx| section(ctx, true))?,
+                AnyLock::S(l) => l.combine(ctx, move |ctx| section(ctx, false))?,
+                _ => return Err("only the loco locks combine".into()),
+            }?;
+            started(at);
+            Ok(())
+        }
+        AnyLock::N(l) => locked(l, ctx, || started(now()), || Ok(put()?)),
+        AnyLock::W(l) => locked(
+            l,
+            ctx,
+            || started(now()),
+            || {
+                put()?;
+                Ok(ctx.gf([data_node])?)
+            },
+        ),
+        AnyLock::S(l) => locked(l, ctx, || started(now()), || Ok(put()?)),
         AnyLock::Spin(word) => {
             let backoff = crossbeam_utils::Backoff::new();
             let mut round = 0u32;
@@ -1205,7 +1255,7 @@ fn cycle(
                     backoff.snooze();
                 }
             }
-            acquired();
+            started(now());
             put()?;
             // Released by an rCAS, not a put: on rxe a failed rCAS writes back the value it
             // read, so a release put landing inside a waiter's failing rCAS is lost and the

@@ -31,7 +31,7 @@ fn bench_locks_prints_one_json_object_per_configuration() {
         .lines()
         .map(|l| serde_json::from_str(l).expect("a JSON object per line"))
         .collect();
-    assert_eq!(lines.len(), 7 * 2, "7 locks x 2 thread counts");
+    assert_eq!(lines.len(), 9 * 2, "9 locks x 2 thread counts");
     for v in &lines {
         for field in [
             "lock",
@@ -57,6 +57,8 @@ fn bench_locks_prints_one_json_object_per_configuration() {
         "nlock",
         "wlock",
         "slock",
+        "nlock-combining",
+        "slock-combining",
         "nlock-no-cohort",
         "wlock-no-cohort",
         "slock-no-cohort",
@@ -66,7 +68,7 @@ fn bench_locks_prints_one_json_object_per_configuration() {
     }
     // The plot: one line per lock (one node count here).
     let svg = std::fs::read_to_string(&plot).expect("the plot was written");
-    assert_eq!(svg.matches("<polyline").count(), 7, "{svg}");
+    assert_eq!(svg.matches("<polyline").count(), 9, "{svg}");
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -48,10 +48,14 @@ const PARKED_MAX: Duration = Duration::from_millis(1);
 /// How long a parked simulated waiter of an untimed run lets pass before it looks again.
 const PARKED_STEP: Duration = Duration::from_micros(2);
 
-/// How many rounds a combiner with an empty queue looks for new sections before it releases:
-/// the threads it has just told come back with their next section within a few CPU
-/// operations, and the hold is worth keeping for them.
-const LINGER_ROUNDS: u32 = 16;
+/// How long a combiner waits for the threads of its last batch to come back with their next
+/// sections before it runs the next batch (or releases, if none came): they come back within
+/// a few CPU operations when they are busy, and a batch that leaves them behind costs a round
+/// trip more for theirs.
+const LINGER: Duration = Duration::from_micros(1);
+
+/// At most this many looks while lingering (in an untimed simulation time does not pass).
+const LINGER_ROUNDS: u32 = 64;
 
 const QUEUED: u8 = 0;
 const RUNNING: u8 = 1;
@@ -67,6 +71,9 @@ struct Job {
     failure: Mutex<Option<String>>,
     /// The calling thread parks (and must be unparked).
     sleeping: AtomicBool,
+    /// A combiner is about to take the lock for this section: its thread spins from now on,
+    /// so that it is awake when told (a wake-up costs the combiner, inside its hold).
+    called: AtomicBool,
     waker: Option<Unparker>,
 }
 
@@ -192,6 +199,7 @@ impl Combining {
             state: AtomicU8::new(QUEUED),
             failure: Mutex::new(None),
             sleeping: AtomicBool::new(false),
+            called: AtomicBool::new(false),
             waker: clock::unparker(),
         });
         // The section runs on another thread: this thread's stores must be visible to it (a
@@ -205,10 +213,12 @@ impl Combining {
             if job.state() == DONE {
                 return finished(&job, &slot);
             }
-            // Nobody combines: this thread does.
+            // Nobody combines, and this thread's section is the oldest queued: this thread
+            // does (in queue order, so that the role, which costs its thread the sections of
+            // the hold it runs for others, goes round).
             let combiner = {
                 let mut q = lock(&node.state);
-                !q.busy && job.state() == QUEUED && {
+                !q.busy && q.jobs.front().is_some_and(|f| Arc::ptr_eq(f, &job)) && {
                     q.busy = true;
                     true
                 }
@@ -216,7 +226,7 @@ impl Combining {
             if combiner {
                 let served = {
                     let _step_down = StepDown(node);
-                    self.serve(raw, ctx, node, &d)
+                    self.serve(raw, ctx, node, &job, &d)
                 };
                 if job.state() == DONE {
                     return match served {
@@ -248,7 +258,9 @@ impl Combining {
                     return Err(gone.map_or_else(|| d.timeout(), Error::from));
                 }
             }
-            let spinning = clock::now().saturating_duration_since(spun_since) < SPIN_BUDGET;
+            let spinning = clock::now().saturating_duration_since(spun_since) < SPIN_BUDGET
+                || job.called.load(SeqCst)
+                || job.state() == RUNNING;
             if spinning || (clock::cooperative() && !clock::simulated()) {
                 spin.wait(cluster)?;
             } else if clock::simulated() && !clock::timed() {
@@ -268,33 +280,62 @@ impl Combining {
     /// a [`Ctx::wait_all`] before its threads are told), at most [`Combining::batches`] of
     /// them, and releases. A failure fails the current batch's sections
     /// ([`Error::Combined`]) and releases.
-    fn serve<R: RawLock>(&self, raw: &R, ctx: &Ctx, node: &NodeJobs, d: &Deadline) -> Result<()> {
+    fn serve<R: RawLock>(
+        &self,
+        raw: &R,
+        ctx: &Ctx,
+        node: &NodeJobs,
+        own: &Arc<Job>,
+        d: &Deadline,
+    ) -> Result<()> {
+        call(node);
         raw.acquire_until(ctx, d.end())?;
         let mut poisoned = false;
         let mut batches = 0;
         let limit = self.batches();
         let mut failed = None;
+        // This thread's own section when it ran in a batch of its own: nobody to tell, so its
+        // wait comes with the next batch's or after the release (as after a plain critical
+        // section, an uncontended `combine` then costs no round trip more than a lock).
+        let mut alone = Batch(Vec::new());
+        // The other threads of the last batch, expected back.
+        let mut expected = 0;
         while batches < limit {
-            let mut batch = Batch(take(node));
-            let mut rounds = 0;
-            while batch.0.is_empty() && batches > 0 && rounds < LINGER_ROUNDS {
-                clock::pause();
-                rounds += 1;
-                batch = Batch(take(node));
+            if expected > 0 {
+                let start = clock::now();
+                let mut rounds = 0;
+                while queued(node) < expected
+                    && rounds < LINGER_ROUNDS
+                    && clock::now().saturating_duration_since(start) < LINGER
+                {
+                    clock::pause();
+                    rounds += 1;
+                }
             }
+            let mut batch = Batch(take(node));
             if batch.0.is_empty() {
                 break;
             }
+            expected = batch.0.iter().filter(|j| !Arc::ptr_eq(j, own)).count();
             for job in &batch.0 {
                 poisoned |= !job.run(ctx);
             }
-            // The sections' operations are done before their threads hear of it; bounded by
-            // the cluster's timeout, as a section's own wait would be.
+            if expected == 0 {
+                alone.0.append(&mut batch.0);
+                batches += 1;
+                continue;
+            }
+            // The sections' operations are done before their threads hear of it (bounded by
+            // the cluster's timeout, as a section's own wait would be), and their stores
+            // visible to them.
             match ctx.wait_all().and_then(|()| ctx.mfence()) {
-                // And the sections' stores are visible to their threads.
-                Ok(()) => batch.finish(None),
+                Ok(()) => {
+                    batch.finish(None);
+                    alone.finish(None);
+                }
                 Err(e) => {
                     batch.finish(Some(e.to_string()));
+                    alone.finish(Some(e.to_string()));
                     failed = Some(Error::from(e));
                     poisoned = true;
                     break;
@@ -307,6 +348,15 @@ impl Combining {
         } else {
             raw.release(ctx)
         };
+        if !alone.0.is_empty() {
+            match ctx.wait_all() {
+                Ok(()) => alone.finish(None),
+                Err(e) => {
+                    alone.finish(Some(e.to_string()));
+                    failed.get_or_insert(Error::from(e));
+                }
+            }
+        }
         match failed {
             Some(e) => Err(e),
             None => released,
@@ -344,12 +394,35 @@ fn take(node: &NodeJobs) -> Vec<Arc<Job>> {
         .collect()
 }
 
+/// The number of queued sections.
+fn queued(node: &NodeJobs) -> usize {
+    lock(&node.state).jobs.len()
+}
+
+/// Wakes the threads of the queued sections that sleep, so that they spin by the time their
+/// sections are done (see [`Job::called`]); the combiner is about to take the lock.
+fn call(node: &NodeJobs) {
+    let q = lock(&node.state);
+    for job in q.jobs.iter().take(MAX_BATCH) {
+        job.called.store(true, SeqCst);
+        if job.sleeping.load(SeqCst) {
+            if let Some(w) = &job.waker {
+                w.unpark();
+            }
+        }
+    }
+}
+
 /// Takes `job` out of its node's queue if no combiner has taken it yet.
 fn withdraw(node: &NodeJobs, job: &Arc<Job>) -> bool {
     let mut q = lock(&node.state);
     match q.jobs.iter().position(|j| Arc::ptr_eq(j, job)) {
         Some(i) => {
             q.jobs.remove(i);
+            // The next oldest may now be the one to combine.
+            if i == 0 && !q.busy {
+                wake_front(&q);
+            }
             true
         }
         None => false,
@@ -379,11 +452,16 @@ impl Drop for StepDown<'_> {
     fn drop(&mut self) {
         let mut q = lock(&self.0.state);
         q.busy = false;
-        if let Some(next) = q.jobs.front() {
-            if next.sleeping.load(SeqCst) {
-                if let Some(w) = &next.waker {
-                    w.unpark();
-                }
+        wake_front(&q);
+    }
+}
+
+/// Wakes the thread of the oldest queued section if it sleeps: it is the one to combine next.
+fn wake_front(q: &Queue) {
+    if let Some(next) = q.jobs.front() {
+        if next.sleeping.load(SeqCst) {
+            if let Some(w) = &next.waker {
+                w.unpark();
             }
         }
     }
