@@ -1,14 +1,14 @@
-//! Combining ([`Lock::combine`](crate::Lock::combine)): the threads of one node hand their
-//! critical sections to one of them, the **combiner**, which takes the lock once and runs them
-//! one after the other on its own context, as flat combining and delegation locks do (Sherman
-//! combines a node's writes the same way).
+//! Combining ([`Lock::combine`](crate::Lock::combine), docs/model.md §5.5b): the threads of one
+//! node hand their critical sections to one of them, the **combiner**, which takes the lock once
+//! and runs them one after the other on its own context, as flat combining and delegation locks
+//! do (Sherman combines a node's writes the same way).
 //!
 //! Why it is faster: with cohorts a node's threads still hand the lock to each other, and every
 //! handover costs what the lock owes its next holder (a round trip on the network: the node
 //! lock's `gf([n])`), because the next thread's operations travel on queue pairs of their own
 //! and could overtake the last holder's. A combiner's sections all travel on *its* queue pairs,
 //! in program order: a later section's get waits for an earlier one's put to the same node
-//! (docs/model.md §2, rule 6), so consecutive sections need nothing between them. What the
+//! (docs/model.md §4.4, rules 3 and 6), so consecutive sections need nothing between them. What the
 //! combiner does owe is a [`Ctx::wait_all`] before it tells a batch's threads that their
 //! sections are done (so that their puts have read their sources and their gets written their
 //! destinations), one round trip per batch instead of one per section.
