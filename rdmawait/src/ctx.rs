@@ -95,6 +95,10 @@ struct Inner {
     /// Per node, its incarnation when the context was made: a node restarted since is never
     /// [`Ctx::fenced`] (the context's operations towards it fail, and a fence must say so).
     incarnations: Vec<u64>,
+    /// Async operations (`aio`'s own work ids) that a wait for another id forgot when their
+    /// node was found dead, with that node and the reason: the task awaiting one of them is
+    /// told `PeerDead` ([`Ctx::take_lost`]) instead of finding nothing pending.
+    lost: Vec<(WorkId, NodeId, String)>,
 }
 
 #[derive(Debug, Default)]
@@ -220,6 +224,7 @@ impl Ctx {
                 track,
                 posted: 0,
                 incarnations,
+                lost: Vec::new(),
             }),
             settled: Settled::default(),
             extensions: RefCell::new(HashMap::new()),
@@ -465,6 +470,17 @@ impl Ctx {
         self.wait_now(wid, timeout)
     }
 
+    /// The failure of an async operation (`aio`'s work id `wid`) that a wait for another id
+    /// forgot when it found the operation's node dead, if there was one; it is reported once.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn take_lost(&self, wid: WorkId) -> Option<Error> {
+        let mut inner = self.inner.try_borrow_mut().ok()?;
+        let i = inner.lost.iter().position(|&(w, _, _)| w == wid)?;
+        let (_, node, reason) = inner.lost.swap_remove(i);
+        inner.lost.retain(|&(w, _, _)| w != wid);
+        Some(Error::PeerDead { node, reason })
+    }
+
     /// A blocking `wait` or `poll` inside an async task's coroutine ([`crate::aio`]): `look` (the
     /// call with a zero timeout) is repeated, the task suspended between looks (the context is
     /// not borrowed while it is suspended, so the thread's other tasks can use it), until it
@@ -472,6 +488,7 @@ impl Ctx {
     #[cfg(feature = "tokio")]
     fn look_in_task(&self, timeout: Duration, mut look: impl FnMut() -> Result<()>) -> Result<()> {
         let start = crate::clock::now();
+        let deadline = start.checked_add(timeout);
         loop {
             match look() {
                 Err(Error::Timeout { what, .. }) => {
@@ -481,7 +498,7 @@ impl Ctx {
                             after: timeout,
                         });
                     }
-                    crate::aio::suspend(crate::aio::Park::Completion, Some(self));
+                    crate::aio::suspend(crate::aio::Park::Completion(deadline), Some(self));
                 }
                 r => return r,
             }
@@ -494,7 +511,9 @@ impl Ctx {
         // post returns), then for every later poll to compute the time left.
         let mut start = None;
         let mut inner = self.inner.borrow_mut();
-        let Inner { nic, track, .. } = &mut *inner;
+        let Inner {
+            nic, track, lost, ..
+        } = &mut *inner;
         for (n, t) in track.iter_mut().enumerate() {
             let Some(until) = t.until(wid) else {
                 continue;
@@ -528,7 +547,15 @@ impl Ctx {
                         match &e {
                             // The node is gone for good: every request still pending towards
                             // it failed (later posts towards it fail at once).
-                            Error::PeerDead { node, .. } if node.index() == n => {
+                            Error::PeerDead { node, reason } if node.index() == n => {
+                                // Other tasks' operations among them fail too: their tasks
+                                // must hear it, not find them gone.
+                                lost.extend(
+                                    t.last
+                                        .iter()
+                                        .filter(|&&(w, s)| s > t.polled && w != wid && w.is_task())
+                                        .map(|&(w, _)| (w, *node, reason.clone())),
+                                );
                                 *t = Track {
                                     unknown: true,
                                     ..Track::default()

@@ -42,10 +42,19 @@
 //!   ready tasks have run.
 //!
 //! Each sleep on the channel is bounded by a [`BACKSTOP`] timer (where the runtime has timers:
-//! `enable_time` or `enable_all`): a lost event costs a delay, never a hang.
+//! `enable_time` or `enable_all`), and never outlasts the wait's own deadline, whatever
+//! [`AsyncCtx::set_backstop`] says: a lost event costs a delay, never a hang.
 //!
 //! Every operation still gives up after the cluster's timeout ([`crate::Cluster::timeout`]), as
 //! its blocking form does; wrap it in `tokio::time::timeout` for a shorter bound.
+//!
+//! # Failures
+//! | what happens | what the awaiting task sees |
+//! |---|---|
+//! | the operation's node dies ([`crate::Cluster::kill`]) | [`Error::PeerDead`] naming it, for every task with an operation pending there, also one whose operation another task's wait met first (a blocking `wait` forgets those; an [`Op`] does not) |
+//! | the cluster is shut down | [`Error::Shutdown`] |
+//! | the operation never completes (its node stalled) | [`Error::Timeout`] after the cluster's timeout, also with a backstop of `Duration::MAX` |
+//! | a panic inside [`AsyncCtx::run`] | the panic, resumed in the awaiting task; the context stays usable |
 //!
 //! # Cancellation
 //! Dropping an [`Op`] loses nothing: the operation stays tracked by the context and is reaped
@@ -188,7 +197,8 @@ impl AsyncCtx {
     }
 
     /// The longest a task sleeps on the completion channel before it looks again whatever the
-    /// channel says (default [`BACKSTOP`]): a lost event costs at most this much. Needs a
+    /// channel says (default [`BACKSTOP`]): a lost event costs at most this much. A sleep never
+    /// outlasts its wait's deadline (the cluster's timeout), even with `Duration::MAX`. Needs a
     /// runtime with timers (`enable_time`); without one, sleeps are not bounded.
     pub fn set_backstop(&self, after: Duration) {
         self.shared.backstop.set(after);
@@ -292,6 +302,13 @@ impl Op {
     }
 }
 
+impl Drop for Op {
+    fn drop(&mut self) {
+        // An operation nobody awaits any more: forget its failure, if one was kept for it.
+        let _ = self.shared.ctx.take_lost(self.wid);
+    }
+}
+
 impl fmt::Debug for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Op").field("wid", &self.wid).finish()
@@ -307,7 +324,13 @@ impl Future for Op {
         let start = *this.start.get_or_insert_with(clock::now);
         loop {
             match this.shared.ctx.wait_timeout(this.wid, Duration::ZERO) {
-                Ok(()) => return Poll::Ready(Ok(())),
+                Ok(()) => {
+                    // Another task's wait may have met this operation's node dead first.
+                    return Poll::Ready(match this.shared.ctx.take_lost(this.wid) {
+                        Some(e) => Err(e),
+                        None => Ok(()),
+                    });
+                }
                 Err(Error::Timeout { .. }) => {
                     let after = this.shared.ctx.cluster().timeout();
                     if clock::now().saturating_duration_since(start) >= after {
@@ -316,7 +339,8 @@ impl Future for Op {
                             after,
                         }));
                     }
-                    if this.shared.park(cx, Park::Completion, &mut this.waiting) {
+                    let park = Park::Completion(start.checked_add(after));
+                    if this.shared.park(cx, park, &mut this.waiting) {
                         return Poll::Pending;
                     }
                 }
@@ -378,13 +402,21 @@ impl Shared {
         }
         w.timer = None;
         w.polls = w.polls.saturating_add(1);
-        if park == Park::Completion && w.polls > self.spin_polls.get() {
-            if let Some(n) = self.notify() {
-                let pending = n.park(cx, &mut w.sleep, self.backstop.get());
-                if pending {
-                    self.sleeps.set(self.sleeps.get() + 1);
+        if let Park::Completion(deadline) = park {
+            if w.polls > self.spin_polls.get() {
+                if let Some(n) = self.notify() {
+                    // The backstop, but never past the wait's own deadline: a wait whose
+                    // completion never comes must still wake to time out.
+                    let backstop = self.backstop.get();
+                    let after = deadline.map_or(backstop, |d| {
+                        backstop.min(d.saturating_duration_since(Instant::now()))
+                    });
+                    let pending = n.park(cx, &mut w.sleep, after);
+                    if pending {
+                        self.sleeps.set(self.sleeps.get() + 1);
+                    }
+                    return pending;
                 }
-                return pending;
             }
         }
         w.sleep = None;
