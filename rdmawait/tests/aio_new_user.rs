@@ -139,3 +139,139 @@ fn a_shutdown_wakes_a_sleeping_task() {
         assert_shutdown(guarded("op", waiter).await.unwrap());
     }));
 }
+
+/// A waker that does nothing: for polling a future by hand, outside any runtime.
+struct Noop;
+
+impl std::task::Wake for Noop {
+    fn wake(self: std::sync::Arc<Self>) {}
+}
+
+/// Polls `f` by hand, outside any runtime, until it is ready (at most `rounds` polls).
+fn poll_by_hand<F: std::future::Future>(f: F, rounds: u32) -> Option<F::Output> {
+    let waker = std::task::Waker::from(std::sync::Arc::new(Noop));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    for _ in 0..rounds {
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return Some(v);
+        }
+        std::thread::yield_now();
+    }
+    None
+}
+
+/// Futures polled outside any runtime (a hand-made executor) still complete, and the context
+/// then works inside a runtime: operations, a blocking call, and a sleep inside one.
+#[test]
+fn outside_a_runtime_then_inside_one() {
+    for schedule in loco_rdmawait::testing::soft_schedules(3) {
+        let c = loco_rdmawait::testing::short_cluster(2, 4096, schedule);
+        let actx = AsyncCtx::open(&c, NodeId(0)).unwrap();
+        actx.set_spin_polls(0);
+        let (x, y) = (words(&c, 0), words(&c, 1));
+        actx.ctx().store(&x, 9).unwrap();
+        let put = actx.put(&y, &x).unwrap();
+        poll_by_hand(put, 1_000_000).expect("never ready").unwrap();
+        let r = poll_by_hand(
+            actx.run(|ctx| {
+                loco_rdmawait::clock::sleep(Duration::from_millis(1));
+                ctx.load(&x)
+            }),
+            1_000_000,
+        );
+        assert_eq!(r.expect("never ready").unwrap(), 9);
+        rt().block_on(async {
+            guarded("get", actx.get(&x, &y).unwrap()).await.unwrap();
+            let v = guarded("run", actx.run(|ctx| ctx.load(&x))).await.unwrap();
+            assert_eq!(v, 9);
+        });
+    }
+}
+
+/// The same context awaited from a multi-thread runtime's `block_on`, with the request's
+/// completion coming from another thread.
+#[test]
+fn from_a_multi_thread_runtime() {
+    let (soft, c, actx) = stallable(2);
+    actx.set_spin_polls(0);
+    let (x, y) = (words(&c, 0), words(&c, 1));
+    actx.ctx().store(&x, 3).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    soft.stall(NodeId(1), true).unwrap();
+    let unstall = {
+        let soft = soft.clone();
+        rt.spawn(async move {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            soft.stall(NodeId(1), false).unwrap();
+        })
+    };
+    rt.block_on(async {
+        guarded("put", actx.put(&y, &x).unwrap()).await.unwrap();
+        unstall.await.unwrap();
+    });
+    c.quiesce().unwrap();
+    assert_eq!(c.peek(&y).unwrap(), 3);
+}
+
+/// Edge values a new user tries: a context on an unknown node, empty and mismatched
+/// transfers, a wait on an id with nothing pending, a post towards a dead node; each a typed
+/// error at once (or, for the idle wait, done at once), and the context works afterwards.
+#[test]
+fn edge_values_of_the_operations() {
+    for schedule in loco_rdmawait::testing::soft_schedules(4) {
+        let c = loco_rdmawait::testing::short_cluster(3, 4096, schedule);
+        loco_rdmawait::testing::assert_unknown_node(AsyncCtx::open(&c, NodeId(3)));
+        let actx = AsyncCtx::open(&c, NodeId(0)).unwrap();
+        let (x, y, two) = (
+            words(&c, 0),
+            words(&c, 1),
+            c.alloc_words(NodeId(1), 2).unwrap(),
+        );
+        let r = actx.put(&two, &x);
+        assert!(matches!(r, Err(Error::LengthMismatch { .. })), "{r:?}");
+        let r = actx.put(&y.slice(0, 0).unwrap(), &x.slice(0, 0).unwrap());
+        assert!(matches!(r, Err(Error::Empty)), "{r:?}");
+        let r = actx.issue(|_, _| Err(Error::Empty));
+        assert!(matches!(r, Err(Error::Empty)), "{r:?}");
+        let on2 = words(&c, 2);
+        c.kill(NodeId(2)).unwrap();
+        assert_peer_dead(actx.get(&x, &on2), NodeId(2));
+        rt().block_on(async {
+            guarded("idle", actx.wait(loco_rdmawait::WorkId::new(77)))
+                .await
+                .unwrap();
+            guarded("put", actx.put(&y, &x).unwrap()).await.unwrap();
+        });
+    }
+}
+
+/// Operations dropped half-way (by `tokio::time::timeout`, while their target is stalled) lose
+/// nothing: they land once the stall ends, and later operations of the context, and their
+/// waits, work as before.
+#[test]
+fn dropped_ops_lose_nothing() {
+    let (soft, c, actx) = stallable(2);
+    let (x, y) = (words(&c, 0), c.alloc_words(NodeId(1), 8).unwrap());
+    actx.ctx().store(&x, 5).unwrap();
+    soft.stall(NodeId(1), true).unwrap();
+    rt().block_on(async {
+        for i in 0..8 {
+            let op = actx.put(&y.word(i).unwrap(), &x).unwrap();
+            let r = tokio::time::timeout(Duration::from_millis(1), op).await;
+            assert!(r.is_err(), "completed while stalled");
+        }
+        soft.stall(NodeId(1), false).unwrap();
+        let back = words(&c, 0);
+        guarded("get", actx.get(&back, &y.word(7).unwrap()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(actx.ctx().load(&back).unwrap(), 5);
+    });
+    c.quiesce().unwrap();
+    assert_eq!(c.peek_words(&y).unwrap(), vec![5; 8]);
+}
