@@ -275,3 +275,26 @@ fn dropped_ops_lose_nothing() {
     c.quiesce().unwrap();
     assert_eq!(c.peek_words(&y).unwrap(), vec![5; 8]);
 }
+
+/// A blocking call (`run`) waiting for its get towards a node that dies, while a task's `Op`
+/// towards the same node meets the failure first: the call's wait is told `PeerDead` too, not
+/// `Ok` for a get that never read.
+#[test]
+fn a_blocking_call_towards_a_dying_node_is_told() {
+    let (soft, c, actx) = stallable(2);
+    let (x, y, z) = (words(&c, 0), words(&c, 1), words(&c, 0));
+    soft.stall(NodeId(1), true).unwrap();
+    let d = loco_rdmawait::WorkId::new(5);
+    let mut call = std::pin::pin!(actx.run(|ctx| {
+        ctx.get(&x, &y, d)?;
+        ctx.wait(d)
+    }));
+    // The call posts its get and suspends in its wait.
+    assert!(poll_by_hand(call.as_mut(), 1).is_none());
+    let op = actx.get(&z, &y).unwrap();
+    c.kill(NodeId(1)).unwrap();
+    rt().block_on(async {
+        assert_peer_dead(guarded("op", op).await, NodeId(1));
+        assert_peer_dead(guarded("call", call).await, NodeId(1));
+    });
+}

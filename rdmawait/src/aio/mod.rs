@@ -51,7 +51,7 @@
 //! # Failures
 //! | what happens | what the awaiting task sees |
 //! |---|---|
-//! | the operation's node dies ([`crate::Cluster::kill`]) | [`Error::PeerDead`] naming it, for every task with an operation pending there, also one whose operation another task's wait met first (a blocking `wait` forgets those; an [`Op`] does not) |
+//! | the operation's node dies ([`crate::Cluster::kill`]) | [`Error::PeerDead`] naming it, for every task with an operation pending there, also one whose operation another task's wait met first: a blocking `wait` of a plain [`Ctx`] forgets those, but on the context of an `AsyncCtx` the next wait for their work id fails with `PeerDead`, once (an [`Op`], a blocking call through [`AsyncCtx::run`], or a wait through [`AsyncCtx::ctx`]) |
 //! | the cluster is shut down | [`Error::Shutdown`] |
 //! | the operation never completes (its node stalled) | [`Error::Timeout`] after the cluster's timeout, also with a backstop of `Duration::MAX` |
 //! | a panic inside [`AsyncCtx::run`] | the panic, resumed in the awaiting task; the context stays usable |
@@ -153,6 +153,7 @@ impl AsyncCtx {
     /// runtime they run in (which needs its I/O driver: `enable_io` or `enable_all`); else
     /// pending operations are re-polled (see the [module docs](self)).
     pub fn new(ctx: Ctx) -> AsyncCtx {
+        ctx.shared_by_tasks();
         AsyncCtx {
             shared: Rc::new(Shared {
                 ctx,
@@ -305,7 +306,7 @@ impl Op {
 impl Drop for Op {
     fn drop(&mut self) {
         // An operation nobody awaits any more: forget its failure, if one was kept for it.
-        let _ = self.shared.ctx.take_lost(self.wid);
+        self.shared.ctx.forget_lost(self.wid);
     }
 }
 
@@ -324,13 +325,7 @@ impl Future for Op {
         let start = *this.start.get_or_insert_with(clock::now);
         loop {
             match this.shared.ctx.wait_timeout(this.wid, Duration::ZERO) {
-                Ok(()) => {
-                    // Another task's wait may have met this operation's node dead first.
-                    return Poll::Ready(match this.shared.ctx.take_lost(this.wid) {
-                        Some(e) => Err(e),
-                        None => Ok(()),
-                    });
-                }
+                Ok(()) => return Poll::Ready(Ok(())),
                 Err(Error::Timeout { .. }) => {
                     let after = this.shared.ctx.cluster().timeout();
                     if clock::now().saturating_duration_since(start) >= after {
