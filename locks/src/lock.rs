@@ -359,7 +359,10 @@ impl<R: RawLock> Lock<R> {
     /// one at a time with the context's other blocking calls, and finished if the future is
     /// dropped half-way, so a cancelled acquire (e.g. by `tokio::time::timeout`) releases what it
     /// took rather than leaving the lock stuck. It gives up after the cluster's timeout, as
-    /// [`Lock::acquire`] does.
+    /// [`Lock::acquire`] does, with [`Error::Timeout`]: the wait in the local queue and the
+    /// network acquire are each bounded by it (the local one where the runtime has timers). So
+    /// a task that awaits a lock its own guard holds, or tasks queued behind a guard that was
+    /// forgotten, are refused after the timeout instead of waiting forever.
     ///
     /// **Local handover (a cohort of one context's tasks).** When a guard is released while
     /// another task of the same context is queued for the lock, the network hold passes to
@@ -394,7 +397,12 @@ impl<R: RawLock> Lock<R> {
         // (Declared before the wait for the mutex, so dropped after it: a cancelled wait that
         // had been granted the mutex gives it back first, which `Queued::drop` relies on.)
         let queued = local::Queued::new(&cohort, &mutex, self.raw(), ctx);
-        let local = mutex.clone().lock_owned().await;
+        // The local queue is a wait like any other: bounded by the cluster's timeout (a guard
+        // kept forever, or awaited again by its own task, would hold it forever).
+        let timeout = ctx.cluster().timeout();
+        let Some(local) = local::within(timeout, mutex.clone().lock_owned()).await else {
+            return Err(Error::Timeout { after: timeout });
+        };
         queued.entered();
         cohort
             .limit
@@ -449,6 +457,7 @@ pub const LOCAL_HANDOVERS: u32 = 8;
 mod local {
     use std::cell::{Cell, RefCell};
     use std::collections::HashMap;
+    use std::future::Future;
     use std::rc::Rc;
     use std::sync::Arc;
 
@@ -495,6 +504,27 @@ mod local {
     }
 
     type Entry = (Arc<tokio::sync::Mutex<()>>, Rc<Cohort>);
+
+    /// `f`'s output, or `None` once `timeout` has passed first (where the runtime has timers:
+    /// without them, or outside a tokio runtime, `f` is awaited without a bound).
+    pub(super) async fn within<F: Future>(timeout: std::time::Duration, f: F) -> Option<F::Output> {
+        // tokio panics, rather than failing, where there is no timer.
+        let timer = tokio::runtime::Handle::try_current()
+            .ok()
+            .and_then(|_| std::panic::catch_unwind(|| Box::pin(tokio::time::sleep(timeout))).ok());
+        let mut f = std::pin::pin!(f);
+        let mut timer = timer;
+        std::future::poll_fn(|cx| {
+            if let std::task::Poll::Ready(v) = f.as_mut().poll(cx) {
+                return std::task::Poll::Ready(Some(v));
+            }
+            match timer.as_mut().map(|t| t.as_mut().poll(cx)) {
+                Some(std::task::Poll::Ready(())) => std::task::Poll::Ready(None),
+                _ => std::task::Poll::Pending,
+            }
+        })
+        .await
+    }
 
     /// The local mutexes of one context, keyed by the lock's address (stable while any handle
     /// of the lock, or a guard borrowing it, lives).

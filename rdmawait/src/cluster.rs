@@ -713,7 +713,9 @@ impl Cluster {
     ///   fail at once with `PeerDead`, posting nothing. Requests posted earlier that had not
     ///   reached it when it died complete in error, as on a real NIC: the `wait` or `poll` for
     ///   them fails with `PeerDead` instead of blocking (one that is already blocked returns),
-    ///   and a `wait` then forgets every other pending request towards that node. Requests
+    ///   and a `wait` then forgets every other pending request towards that node (on a
+    ///   context shared by async tasks, module `aio`, the next wait for a forgotten request's
+    ///   work id still fails with `PeerDead`, once: it may be another task's). Requests
     ///   that had completed before the kill are still reported as completed.
     /// - **On the dead node**: every operation of its contexts fails with `PeerDead`, and no new
     ///   context opens there; [`Cluster::peek`] and [`Cluster::poke`] of its memory fail too.

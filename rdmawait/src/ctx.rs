@@ -95,6 +95,14 @@ struct Inner {
     /// Per node, its incarnation when the context was made: a node restarted since is never
     /// [`Ctx::fenced`] (the context's operations towards it fail, and a fence must say so).
     incarnations: Vec<u64>,
+    /// Work ids whose pending operations a wait for another id forgot when their node was
+    /// found dead, with that node and the reason: the next wait for one of them fails with
+    /// `PeerDead` (once) instead of finding nothing pending. Kept for async operations
+    /// (`aio`'s own work ids) and, on a context shared by async tasks ([`Inner::tasks`]), for
+    /// every id: there the wait that met the failure may be another task's.
+    lost: Vec<(WorkId, NodeId, String)>,
+    /// The context is shared by the tasks of an `aio::AsyncCtx`.
+    tasks: bool,
 }
 
 #[derive(Debug, Default)]
@@ -204,6 +212,13 @@ impl Track {
     }
 }
 
+/// Takes the failure kept for `wid` out of `lost`, if there is one.
+fn take_lost(lost: &mut Vec<(WorkId, NodeId, String)>, wid: WorkId) -> Option<Error> {
+    let i = lost.iter().position(|&(w, _, _)| w == wid)?;
+    let (_, node, reason) = lost.swap_remove(i);
+    Some(Error::PeerDead { node, reason })
+}
+
 impl Ctx {
     pub(crate) fn new(
         cluster: Cluster,
@@ -220,6 +235,8 @@ impl Ctx {
                 track,
                 posted: 0,
                 incarnations,
+                lost: Vec::new(),
+                tasks: false,
             }),
             settled: Settled::default(),
             extensions: RefCell::new(HashMap::new()),
@@ -452,7 +469,10 @@ impl Ctx {
     ///
     /// Fails with [`Error::PeerDead`] if one of the operations goes towards a node that died
     /// before it got there (see [`Cluster::kill`]): the operations pending towards that node are
-    /// then all forgotten (they failed). Operations towards live nodes are not affected.
+    /// then all forgotten (they failed). Operations towards live nodes are not affected. On a
+    /// context shared by async tasks (module `aio`), the next wait for the work id of a
+    /// forgotten operation fails with `PeerDead` too, once (the wait that met the failure may
+    /// have been another task's).
     ///
     /// Implemented over polls (docs/model.md §5.7, Fig. 16): it polls the queue pairs towards every node
     /// with unpolled operations tagged `d`, and every polled operation leaves the bookkeeping of
@@ -465,6 +485,21 @@ impl Ctx {
         self.wait_now(wid, timeout)
     }
 
+    /// The context is shared by the tasks of an async context (`aio`): a wait that forgets
+    /// operations of another id towards a dead node keeps their failure for that id's wait.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn shared_by_tasks(&self) {
+        self.inner.borrow_mut().tasks = true;
+    }
+
+    /// Forgets the failure kept for `wid` (an async operation nobody awaits any more).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn forget_lost(&self, wid: WorkId) {
+        if let Ok(mut inner) = self.inner.try_borrow_mut() {
+            let _ = take_lost(&mut inner.lost, wid);
+        }
+    }
+
     /// A blocking `wait` or `poll` inside an async task's coroutine ([`crate::aio`]): `look` (the
     /// call with a zero timeout) is repeated, the task suspended between looks (the context is
     /// not borrowed while it is suspended, so the thread's other tasks can use it), until it
@@ -472,6 +507,7 @@ impl Ctx {
     #[cfg(feature = "tokio")]
     fn look_in_task(&self, timeout: Duration, mut look: impl FnMut() -> Result<()>) -> Result<()> {
         let start = crate::clock::now();
+        let deadline = start.checked_add(timeout);
         loop {
             match look() {
                 Err(Error::Timeout { what, .. }) => {
@@ -481,7 +517,7 @@ impl Ctx {
                             after: timeout,
                         });
                     }
-                    crate::aio::suspend(crate::aio::Park::Completion, Some(self));
+                    crate::aio::suspend(crate::aio::Park::Completion(deadline), Some(self));
                 }
                 r => return r,
             }
@@ -531,7 +567,16 @@ impl Ctx {
         // post returns), then for every later poll to compute the time left.
         let mut start = None;
         let mut inner = self.inner.borrow_mut();
-        let Inner { nic, track, .. } = &mut *inner;
+        let Inner {
+            nic,
+            track,
+            lost,
+            tasks,
+            ..
+        } = &mut *inner;
+        if lost.iter().any(|&(w, _, _)| w == wid) {
+            return Err(take_lost(lost, wid).expect("present"));
+        }
         for (n, t) in track.iter_mut().enumerate() {
             let Some(until) = until(t) else {
                 continue;
@@ -565,7 +610,18 @@ impl Ctx {
                         match &e {
                             // The node is gone for good: every request still pending towards
                             // it failed (later posts towards it fail at once).
-                            Error::PeerDead { node, .. } if node.index() == n => {
+                            Error::PeerDead { node, reason } if node.index() == n => {
+                                // Other tasks' operations among them fail too: their tasks
+                                // must hear it, not find them gone.
+                                for &(w, s) in &t.last {
+                                    if s > t.polled
+                                        && w != wid
+                                        && (w.is_task() || *tasks)
+                                        && !lost.iter().any(|&(l, _, _)| l == w)
+                                    {
+                                        lost.push((w, *node, reason.clone()));
+                                    }
+                                }
                                 *t = Track {
                                     unknown: true,
                                     ..Track::default()

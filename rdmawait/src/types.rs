@@ -71,6 +71,11 @@ impl WorkId {
         WorkId(Self::TASK | n as u64)
     }
 
+    /// Whether this is a fresh id of an async context (`aio`).
+    pub(crate) const fn is_task(self) -> bool {
+        self.0 & Self::TASK != 0 && !self.is_internal()
+    }
+
     /// The id of operations posted through the raw (rdmatso) layer, which have no work id.
     pub(crate) const RAW: WorkId = WorkId::internal(u32::MAX);
 }

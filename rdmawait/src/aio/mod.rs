@@ -42,10 +42,19 @@
 //!   ready tasks have run.
 //!
 //! Each sleep on the channel is bounded by a [`BACKSTOP`] timer (where the runtime has timers:
-//! `enable_time` or `enable_all`): a lost event costs a delay, never a hang.
+//! `enable_time` or `enable_all`), and never outlasts the wait's own deadline, whatever
+//! [`AsyncCtx::set_backstop`] says: a lost event costs a delay, never a hang.
 //!
 //! Every operation still gives up after the cluster's timeout ([`crate::Cluster::timeout`]), as
 //! its blocking form does; wrap it in `tokio::time::timeout` for a shorter bound.
+//!
+//! # Failures
+//! | what happens | what the awaiting task sees |
+//! |---|---|
+//! | the operation's node dies ([`crate::Cluster::kill`]) | [`Error::PeerDead`] naming it, for every task with an operation pending there, also one whose operation another task's wait met first: a blocking `wait` of a plain [`Ctx`] forgets those, but on the context of an `AsyncCtx` the next wait for their work id fails with `PeerDead`, once (an [`Op`], a blocking call through [`AsyncCtx::run`], or a wait through [`AsyncCtx::ctx`]) |
+//! | the cluster is shut down | [`Error::Shutdown`] |
+//! | the operation never completes (its node stalled) | [`Error::Timeout`] after the cluster's timeout, also with a backstop of `Duration::MAX` |
+//! | a panic inside [`AsyncCtx::run`] | the panic, resumed in the awaiting task; the context stays usable |
 //!
 //! # Cancellation
 //! Dropping an [`Op`] loses nothing: the operation stays tracked by the context and is reaped
@@ -144,6 +153,7 @@ impl AsyncCtx {
     /// runtime they run in (which needs its I/O driver: `enable_io` or `enable_all`); else
     /// pending operations are re-polled (see the [module docs](self)).
     pub fn new(ctx: Ctx) -> AsyncCtx {
+        ctx.shared_by_tasks();
         AsyncCtx {
             shared: Rc::new(Shared {
                 ctx,
@@ -188,7 +198,8 @@ impl AsyncCtx {
     }
 
     /// The longest a task sleeps on the completion channel before it looks again whatever the
-    /// channel says (default [`BACKSTOP`]): a lost event costs at most this much. Needs a
+    /// channel says (default [`BACKSTOP`]): a lost event costs at most this much. A sleep never
+    /// outlasts its wait's deadline (the cluster's timeout), even with `Duration::MAX`. Needs a
     /// runtime with timers (`enable_time`); without one, sleeps are not bounded.
     pub fn set_backstop(&self, after: Duration) {
         self.shared.backstop.set(after);
@@ -292,6 +303,13 @@ impl Op {
     }
 }
 
+impl Drop for Op {
+    fn drop(&mut self) {
+        // An operation nobody awaits any more: forget its failure, if one was kept for it.
+        self.shared.ctx.forget_lost(self.wid);
+    }
+}
+
 impl fmt::Debug for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Op").field("wid", &self.wid).finish()
@@ -316,7 +334,8 @@ impl Future for Op {
                             after,
                         }));
                     }
-                    if this.shared.park(cx, Park::Completion, &mut this.waiting) {
+                    let park = Park::Completion(start.checked_add(after));
+                    if this.shared.park(cx, park, &mut this.waiting) {
                         return Poll::Pending;
                     }
                 }
@@ -378,13 +397,21 @@ impl Shared {
         }
         w.timer = None;
         w.polls = w.polls.saturating_add(1);
-        if park == Park::Completion && w.polls > self.spin_polls.get() {
-            if let Some(n) = self.notify() {
-                let pending = n.park(cx, &mut w.sleep, self.backstop.get());
-                if pending {
-                    self.sleeps.set(self.sleeps.get() + 1);
+        if let Park::Completion(deadline) = park {
+            if w.polls > self.spin_polls.get() {
+                if let Some(n) = self.notify() {
+                    // The backstop, but never past the wait's own deadline: a wait whose
+                    // completion never comes must still wake to time out.
+                    let backstop = self.backstop.get();
+                    let after = deadline.map_or(backstop, |d| {
+                        backstop.min(d.saturating_duration_since(Instant::now()))
+                    });
+                    let pending = n.park(cx, &mut w.sleep, after);
+                    if pending {
+                        self.sleeps.set(self.sleeps.get() + 1);
+                    }
+                    return pending;
                 }
-                return pending;
             }
         }
         w.sleep = None;

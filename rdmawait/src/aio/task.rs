@@ -27,8 +27,10 @@ const STACK: usize = 256 << 10;
 /// Why a coroutine suspended: what the future that drives it should wait for before resuming.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Park {
-    /// A completion of the task's own context (a `wait` found its operations incomplete).
-    Completion,
+    /// A completion of the task's own context (a `wait` found its operations incomplete), until
+    /// the wait's deadline (`None`: none), after which the task must look again whatever the
+    /// completion channel says (the wait's timeout is checked when it looks).
+    Completion(Option<std::time::Instant>),
     /// Anything else (a spin loop's pause, a back-off, a wait on another context): resume soon.
     Yield,
     /// A sleep (`clock::sleep`): resume at this instant, not before (a timer wakes the task).
@@ -61,8 +63,8 @@ pub(crate) fn suspend(park: Park, on: Option<&Ctx>) -> bool {
         return false;
     };
     let park = match (park, on) {
-        (Park::Completion, Some(ctx)) if std::ptr::eq(ctx, r.ctx) => park,
-        (Park::Completion, _) => Park::Yield,
+        (Park::Completion(_), Some(ctx)) if std::ptr::eq(ctx, r.ctx) => park,
+        (Park::Completion(_), _) => Park::Yield,
         (other, _) => other,
     };
     // SAFETY: `RUNNING` is `Some` only while the coroutine that stored it runs (see `RUNNING`),

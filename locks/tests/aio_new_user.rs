@@ -1,0 +1,166 @@
+//! A new user's misuse and faults of the awaited acquire (`Lock::acquire_async`, feature
+//! `tokio`): each ends in a typed error, never a panic or a hang. Every test guards its awaits so
+//! that a hang fails the test instead of stalling the suite.
+#![cfg(feature = "tokio")]
+
+use std::time::Duration;
+
+use loco_locks::{Error, LockGuard, NLock, SLock, WLock};
+use loco_rdmawait::aio::AsyncCtx;
+use loco_rdmawait::testing::{self, assert_peer_dead, assert_shutdown};
+use loco_rdmawait::{Cluster, NodeId, Schedule};
+
+const N0: NodeId = NodeId(0);
+const N1: NodeId = NodeId(1);
+
+/// A hang guard, far above the clusters' timeout (`testing::SHORT_TIMEOUT`).
+const HANG: Duration = Duration::from_secs(10);
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn cluster() -> Cluster {
+    testing::short_cluster(2, 1 << 14, Schedule::Threaded)
+}
+
+/// Awaits `f`, failing the test if it hangs. (Not `tokio::time::timeout`, which polls `f` when
+/// its timer fires: that poll could end a hang it is meant to catch.)
+async fn guarded<F: std::future::Future>(what: &str, f: F) -> F::Output {
+    tokio::select! {
+        biased;
+        () = tokio::time::sleep(HANG) => panic!("{what}: hung"),
+        v = f => v,
+    }
+}
+
+fn timed_out<T: std::fmt::Debug>(r: Result<T, Error>) {
+    assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
+}
+
+/// `body` for each lock kind, homed on n1 of a cluster of its own.
+macro_rules! each_lock {
+    (|$c:ident, $l:ident| $body:expr) => {{
+        {
+            let $c = cluster();
+            let $l = NLock::new(&$c, N1).unwrap();
+            $body
+        }
+        {
+            let $c = cluster();
+            let $l = SLock::new(&$c, N1, 2).unwrap();
+            $body
+        }
+        {
+            let $c = cluster();
+            let $l = WLock::new(&$c, N1, 2).unwrap();
+            $body
+        }
+    }};
+}
+
+/// A task that awaits a lock it already holds (an awaited guard kept across the second
+/// acquire) is refused after the cluster's timeout, as a thread's re-entrant acquire is
+/// refused: it does not wait forever in the context's local queue for itself. The hold it has
+/// is intact.
+#[test]
+fn a_task_awaiting_a_lock_it_holds_is_refused() {
+    each_lock!(|c, l| {
+        let actx = AsyncCtx::open(&c, N0).unwrap();
+        rt().block_on(async {
+            let g = guarded("first", l.acquire_async(&actx)).await.unwrap();
+            timed_out(guarded("again", l.acquire_async(&actx)).await);
+            assert!(l.is_held(actx.ctx()).unwrap());
+            LockGuard::release(g).unwrap();
+            let g = guarded("after", l.acquire_async(&actx)).await.unwrap();
+            LockGuard::release(g).unwrap();
+        })
+    });
+}
+
+/// A guard forgotten by a task (`mem::forget`) keeps the lock, as a thread's would: the other
+/// tasks of its context time out, as other threads do, instead of queueing forever.
+#[test]
+fn tasks_behind_a_forgotten_guard_time_out() {
+    each_lock!(|c, l| {
+        let actx = AsyncCtx::open(&c, N0).unwrap();
+        let local = tokio::task::LocalSet::new();
+        rt().block_on(local.run_until(async {
+            let g = guarded("first", l.acquire_async(&actx)).await.unwrap();
+            std::mem::forget(g);
+            let waiters: Vec<_> = (0..3)
+                .map(|_| {
+                    let (l, actx) = (l.clone(), actx.clone());
+                    tokio::task::spawn_local(async move {
+                        l.acquire_async(&actx).await.map(|g| LockGuard::ticket(&g))
+                    })
+                })
+                .collect();
+            for w in waiters {
+                timed_out(guarded("waiter", w).await.unwrap());
+            }
+        }));
+        // Another thread times out too.
+        let ctx = c.context(N1).unwrap();
+        timed_out(l.acquire(&ctx));
+    });
+}
+
+/// The lock's node dies while one task of a context awaits it on the network (another thread
+/// holds it) and others are queued behind it locally: every task is told `PeerDead`.
+#[test]
+fn the_home_dies_while_tasks_queue() {
+    each_lock!(|c, l| {
+        let actx = AsyncCtx::open(&c, N0).unwrap();
+        let holder = c.context(N1).unwrap();
+        let g = l.acquire(&holder).unwrap();
+        let local = tokio::task::LocalSet::new();
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let (l, actx) = (l.clone(), actx.clone());
+                local.spawn_local(async move {
+                    l.acquire_async(&actx).await.map(|g| LockGuard::ticket(&g))
+                })
+            })
+            .collect();
+        rt().block_on(local.run_until(async {
+            tokio::task::yield_now().await;
+            c.kill(N1).unwrap();
+            for w in waiters {
+                assert_peer_dead(guarded("waiter", w).await.unwrap(), N1);
+            }
+        }));
+        drop(g);
+    });
+}
+
+/// The cluster shuts down while tasks queue for a lock another thread holds: every task is
+/// told `Shutdown`.
+#[test]
+fn a_shutdown_while_tasks_queue() {
+    each_lock!(|c, l| {
+        let actx = AsyncCtx::open(&c, N0).unwrap();
+        let holder = c.context(N1).unwrap();
+        let g = l.acquire(&holder).unwrap();
+        let local = tokio::task::LocalSet::new();
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let (l, actx) = (l.clone(), actx.clone());
+                local.spawn_local(async move {
+                    l.acquire_async(&actx).await.map(|g| LockGuard::ticket(&g))
+                })
+            })
+            .collect();
+        rt().block_on(local.run_until(async {
+            tokio::task::yield_now().await;
+            c.shutdown();
+            for w in waiters {
+                assert_shutdown(guarded("waiter", w).await.unwrap());
+            }
+        }));
+        drop(g);
+    });
+}
