@@ -540,26 +540,29 @@ impl Ctx {
         #[cfg(feature = "tokio")]
         if crate::aio::in_task() && !timeout.is_zero() {
             return self.look_in_task(timeout, || {
-                self.wait_until(TimeoutKind::Other("wait_all"), Duration::ZERO, |t| {
+                self.wait_until(TimeoutKind::Other("wait_all"), Duration::ZERO, None, |t| {
                     Some(t.posted).filter(|&n| n > t.polled)
                 })
             });
         }
-        self.wait_until(TimeoutKind::Other("wait_all"), timeout, |t| {
+        self.wait_until(TimeoutKind::Other("wait_all"), timeout, None, |t| {
             Some(t.posted).filter(|&n| n > t.polled)
         })
     }
 
     fn wait_now(&self, wid: WorkId, timeout: Duration) -> Result<()> {
-        self.wait_until(TimeoutKind::Wait(wid), timeout, |t| t.until(wid))
+        self.wait_until(TimeoutKind::Wait(wid), timeout, Some(wid), |t| t.until(wid))
     }
 
     /// Polls, per node, until the polled count reaches `until` of the node's track (nothing to
-    /// do where it gives `None`); `what` names the wait in its timeout.
+    /// do where it gives `None`); `what` names the wait in its timeout. `wid` is the work id
+    /// waited for, if one is (`wait_all` has none: the failures kept for forgotten operations
+    /// stay for their own ids' waits).
     fn wait_until(
         &self,
         what: TimeoutKind,
         timeout: Duration,
+        wid: Option<WorkId>,
         until: impl Fn(&Track) -> Option<u64>,
     ) -> Result<()> {
         // The clock is read only once a request has not completed by the time the wait looks
@@ -574,8 +577,8 @@ impl Ctx {
             tasks,
             ..
         } = &mut *inner;
-        if lost.iter().any(|&(w, _, _)| w == wid) {
-            return Err(take_lost(lost, wid).expect("present"));
+        if let Some(e) = wid.and_then(|wid| take_lost(lost, wid)) {
+            return Err(e);
         }
         for (n, t) in track.iter_mut().enumerate() {
             let Some(until) = until(t) else {
@@ -615,7 +618,7 @@ impl Ctx {
                                 // must hear it, not find them gone.
                                 for &(w, s) in &t.last {
                                     if s > t.polled
-                                        && w != wid
+                                        && Some(w) != wid
                                         && (w.is_task() || *tasks)
                                         && !lost.iter().any(|&(l, _, _)| l == w)
                                     {
