@@ -21,7 +21,7 @@
 use std::any::Any;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -56,6 +56,35 @@ const LINGER: Duration = Duration::from_micros(1);
 
 /// At most this many looks while lingering (in an untimed simulation time does not pass).
 const LINGER_ROUNDS: u32 = 64;
+
+/// Threads inside [`Combining::combine`] in this process, over every lock.
+static INSIDE: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether this process has more threads combining than CPUs (a simulated thread has a CPU of
+/// its own): then a waiting thread that spins takes a CPU the combiner and the NIC need (on
+/// Soft-RoCE the NIC is the kernel, on the same CPUs), so waiting threads spin only briefly
+/// and combiners do not linger.
+fn crowded() -> bool {
+    static CPUS: OnceLock<usize> = OnceLock::new();
+    let cpus = *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    !clock::simulated() && INSIDE.load(SeqCst) > cpus
+}
+
+/// Counts the calling thread in [`INSIDE`] while it lives.
+struct Inside;
+
+impl Inside {
+    fn enter() -> Self {
+        INSIDE.fetch_add(1, SeqCst);
+        Inside
+    }
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        INSIDE.fetch_sub(1, SeqCst);
+    }
+}
 
 const QUEUED: u8 = 0;
 const RUNNING: u8 = 1;
@@ -183,6 +212,7 @@ impl Combining {
                 nodes: nodes.len(),
             }));
         };
+        let _inside = Inside::enter();
         let slot: Arc<Mutex<Option<std::thread::Result<T>>>> = Arc::new(Mutex::new(None));
         let out = slot.clone();
         let job = Arc::new(Job {
@@ -259,8 +289,7 @@ impl Combining {
                 }
             }
             let spinning = clock::now().saturating_duration_since(spun_since) < SPIN_BUDGET
-                || job.called.load(SeqCst)
-                || job.state() == RUNNING;
+                || (!crowded() && (job.called.load(SeqCst) || job.state() == RUNNING));
             if spinning || (clock::cooperative() && !clock::simulated()) {
                 spin.wait(cluster)?;
             } else if clock::simulated() && !clock::timed() {
@@ -288,7 +317,10 @@ impl Combining {
         own: &Arc<Job>,
         d: &Deadline,
     ) -> Result<()> {
-        call(node);
+        let crowded = crowded();
+        if !crowded {
+            call(node);
+        }
         raw.acquire_until(ctx, d.end())?;
         let mut poisoned = false;
         let mut batches = 0;
@@ -301,7 +333,7 @@ impl Combining {
         // The other threads of the last batch, expected back.
         let mut expected = 0;
         while batches < limit {
-            if expected > 0 {
+            if expected > 0 && !crowded {
                 let start = clock::now();
                 let mut rounds = 0;
                 while queued(node) < expected
