@@ -26,6 +26,11 @@
 //! | [`BoundedQueue`] | `pop` | 3 (the header, then the slot it names) |
 //! | any [`Sequential`] with the default | every operation | 2 (one get of the whole state) |
 //!
+//! The calling thread's own work (host memory and time) is likewise in proportion to the words
+//! an operation fetches or writes, not to the layout: a map of a million buckets costs a `get`
+//! no more than a map of eight. (The thread's buffer for the structure, in its node's
+//! registered memory, has the layout's size; only the words fetched into it are touched.)
+//!
 //! # Guarantees
 //! Operations on one ported structure are **linearizable** (docs/model.md §5.6, Fig. 14): each takes effect
 //! at one instant between its call and its return, namely while its thread holds the node lock,
@@ -48,6 +53,8 @@
 mod map;
 mod queue;
 
+use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::marker::PhantomData;
 use std::ops::Range;
@@ -251,37 +258,43 @@ impl<'a> Decoder<'a> {
 /// Reads of words not fetched yet cost one round trip per call ([`Words::read`],
 /// [`Words::read_range`], [`Words::prefetch`]: one get of the whole run, then a wait). Writes are
 /// kept locally and put back in runs of consecutive changed words after the operation returns
-/// `Ok`; a write of the value a fetched word already holds is no change.
+/// `Ok`; a write of the value a fetched word already holds is no change. Only the words fetched
+/// or written are kept: an operation's host cost follows the words it touches, not the layout.
 pub struct Words<'a> {
     ctx: &'a Ctx,
     state: Loc,
     buf: Loc,
-    vals: Vec<Option<u64>>,
-    dirty: Vec<bool>,
+    /// Words in the layout.
+    len: usize,
+    /// The words fetched or written so far, by index: only those, so that an operation costs
+    /// host memory and time for the words it touches, not for the whole layout.
+    vals: BTreeMap<usize, u64>,
+    /// The words written with a new value, to be put back.
+    dirty: BTreeSet<usize>,
     round_trips: usize,
 }
 
 impl<'a> Words<'a> {
     fn new(ctx: &'a Ctx, state: Loc, buf: Loc) -> Self {
-        let n = state.words() as usize;
         Words {
             ctx,
             state,
             buf,
-            vals: vec![None; n],
-            dirty: vec![false; n],
+            len: state.words() as usize,
+            vals: BTreeMap::new(),
+            dirty: BTreeSet::new(),
             round_trips: 0,
         }
     }
 
     /// Words in the layout.
     pub fn len(&self) -> usize {
-        self.vals.len()
+        self.len
     }
 
     /// Whether the layout is empty (never, for a made structure).
     pub fn is_empty(&self) -> bool {
-        self.vals.is_empty()
+        self.len == 0
     }
 
     /// The calling thread's context.
@@ -316,7 +329,7 @@ impl<'a> Words<'a> {
         let mut spans = Vec::with_capacity(ranges.len());
         for range in ranges {
             self.check(range)?;
-            let missing = |i: &usize| self.vals[*i].is_none();
+            let missing = |i: &usize| !self.vals.contains_key(i);
             if let (Some(lo), Some(hi)) = (
                 range.clone().find(missing),
                 range.clone().rev().find(missing),
@@ -339,8 +352,8 @@ impl<'a> Words<'a> {
         self.round_trips += 1;
         for span in spans {
             for i in span {
-                if self.vals[i].is_none() {
-                    self.vals[i] = Some(self.ctx.load(&self.buf.word(i as u64)?)?);
+                if let Entry::Vacant(e) = self.vals.entry(i) {
+                    e.insert(self.ctx.load(&self.buf.word(i as u64)?)?);
                 }
             }
         }
@@ -349,31 +362,27 @@ impl<'a> Words<'a> {
 
     /// Whether word `i` has been fetched or written in this operation (reading it costs nothing).
     pub fn is_known(&self, i: usize) -> bool {
-        self.vals.get(i).is_some_and(Option::is_some)
+        self.vals.contains_key(&i)
     }
 
     /// Word `i` (fetched if needed: one round trip).
     pub fn read(&mut self, i: usize) -> Result<u64> {
         // Saturating: an index at the end of `usize` is outside any layout, not an overflow.
         self.prefetch(i..i.saturating_add(1))?;
-        Ok(self.vals[i].expect("fetched"))
+        Ok(self.vals[&i])
     }
 
     /// The words of `range` (those not fetched yet in one get: one round trip).
     pub fn read_range(&mut self, range: Range<usize>) -> Result<Vec<u64>> {
         self.prefetch(range.clone())?;
-        Ok(self.vals[range]
-            .iter()
-            .map(|v| v.expect("fetched"))
-            .collect())
+        Ok(range.map(|i| self.vals[&i]).collect())
     }
 
     /// Sets word `i` to `value`, to be put back when the operation succeeds. No round trip.
     pub fn write(&mut self, i: usize, value: u64) -> Result<()> {
         self.check(&(i..i.saturating_add(1)))?;
-        if self.vals[i] != Some(value) {
-            self.vals[i] = Some(value);
-            self.dirty[i] = true;
+        if self.vals.insert(i, value) != Some(value) {
+            self.dirty.insert(i);
         }
         Ok(())
     }
@@ -391,19 +400,17 @@ impl<'a> Words<'a> {
     /// run, not waited for). Returns the number of puts.
     fn commit(self) -> Result<usize> {
         let mut puts = 0;
-        let mut i = 0;
-        while i < self.len() {
-            if !self.dirty[i] {
-                i += 1;
-                continue;
+        let mut dirty = self.dirty.iter().copied().peekable();
+        while let Some(lo) = dirty.next() {
+            // The run of consecutive changed words from `lo`: `lo..hi`.
+            let mut hi = lo + 1;
+            while dirty.next_if_eq(&hi).is_some() {
+                hi += 1;
             }
-            let lo = i;
-            while i < self.len() && self.dirty[i] {
-                let v = self.vals[i].expect("a written word has a value");
-                self.ctx.store(&self.buf.word(i as u64)?, v)?;
-                i += 1;
+            for i in lo..hi {
+                self.ctx.store(&self.buf.word(i as u64)?, self.vals[&i])?;
             }
-            let (off, len) = (lo as u64 * WORD, (i - lo) as u64 * WORD);
+            let (off, len) = (lo as u64 * WORD, (hi - lo) as u64 * WORD);
             self.ctx.put(
                 &self.state.slice(off, len)?,
                 &self.buf.slice(off, len)?,
