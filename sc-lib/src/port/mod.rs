@@ -41,7 +41,8 @@
 //!
 //! An operation that fails (a full structure, a state that does not fit the layout, a fetch
 //! error) writes nothing: the changed words are put back only when the sequential code returned
-//! `Ok`.
+//! `Ok`. A thread that dies (or panics) inside its critical section may leave them put back in
+//! part; the next operation is told, with [`Words::was_poisoned`] (see the crate's Failures).
 //!
 //! # Writing your own
 //! Implement [`Sequential`]: a fixed-layout encoding ([`Sequential::encode`] with an
@@ -272,10 +273,11 @@ pub struct Words<'a> {
     /// The words written with a new value, to be put back.
     dirty: BTreeSet<usize>,
     round_trips: usize,
+    poisoned: bool,
 }
 
 impl<'a> Words<'a> {
-    fn new(ctx: &'a Ctx, state: Loc, buf: Loc) -> Self {
+    fn new(ctx: &'a Ctx, state: Loc, buf: Loc, poisoned: bool) -> Self {
         Words {
             ctx,
             state,
@@ -284,6 +286,7 @@ impl<'a> Words<'a> {
             vals: BTreeMap::new(),
             dirty: BTreeSet::new(),
             round_trips: 0,
+            poisoned,
         }
     }
 
@@ -300,6 +303,17 @@ impl<'a> Words<'a> {
     /// The calling thread's context.
     pub fn ctx(&self) -> &'a Ctx {
         self.ctx
+    }
+
+    /// Whether the critical section before this one did not finish: the thread that ran it died
+    /// (its node was reported dead, and the lock skipped it) or panicked inside it. Its changed
+    /// words may then have been put back in part, so the state may be one the sequential code
+    /// never made; the ready structures' typed operations go on regardless (a state their
+    /// layout cannot hold is an error, [`LayoutError::Invalid`]), an operation written with
+    /// [`Ported::with`] can check this and repair the state. Told once: to the next operation
+    /// only, whichever thread runs it (see `loco_locks::LockGuard::was_poisoned`).
+    pub fn was_poisoned(&self) -> bool {
+        self.poisoned
     }
 
     /// Round trips spent fetching so far in this operation.
@@ -522,7 +536,8 @@ impl<S: Sequential> Ported<S> {
     pub fn with<R>(&self, ctx: &Ctx, f: impl FnOnce(&mut Words<'_>) -> Result<R>) -> Result<R> {
         let buf = self.obj.scratch(ctx, self.words())?;
         let g = self.obj.lock.acquire(ctx)?;
-        let mut words = Words::new(ctx, self.obj.words, buf);
+        let poisoned = LockGuard::was_poisoned(&g);
+        let mut words = Words::new(ctx, self.obj.words, buf, poisoned);
         let r = f(&mut words).and_then(|r| words.commit().map(|_| r));
         match (r, LockGuard::release(g)) {
             (Ok(r), Ok(())) => Ok(r),
