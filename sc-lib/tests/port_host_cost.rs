@@ -60,6 +60,9 @@ fn allocated_by<R>(f: impl FnOnce() -> R) -> (R, u64) {
     (r, ALLOCATED.with(Cell::get) - before)
 }
 
+/// An operation to measure, returning a value to check.
+type Op<'a> = Box<dyn Fn() -> u64 + 'a>;
+
 /// At most this much host memory per operation (a small fraction of the layouts here, which
 /// are 24 and 32 MiB, and of the arrays an operation used to allocate for them).
 const PER_OPERATION: u64 = 256 << 10;
@@ -80,7 +83,7 @@ fn an_operation_on_a_large_structure_allocates_little() {
     // First uses: the thread's buffers and lock state are made.
     map.insert(&ctx, 0, 0).unwrap();
     q.push(&ctx, 0).unwrap();
-    let ops: [(&str, Box<dyn Fn() -> u64>); 6] = [
+    let ops: [(&str, Op<'_>); 6] = [
         (
             "map insert",
             Box::new(|| map.insert(&ctx, 7, 70).unwrap().unwrap_or(0)),
@@ -114,4 +117,35 @@ fn an_operation_on_a_large_structure_allocates_little() {
     assert_eq!(map.get(&ctx, 0).unwrap(), Some(0));
     assert_eq!(q.pop(&ctx).unwrap(), Some(u64::MAX));
     assert_eq!(q.pop(&ctx).unwrap(), None);
+}
+
+/// An operation that writes a few words and then reads the whole layout (past the point where
+/// the words known are kept in an array): the written values win over the fetched ones, and
+/// exactly the written words are put back.
+#[test]
+fn a_few_writes_then_the_whole_layout() {
+    let c = Cluster::builder()
+        .nodes(2)
+        .soft(Schedule::Immediate)
+        .build()
+        .unwrap();
+    let q = PortedQueue::new_on(&c, NodeId(1), &BoundedQueue::new(1000)).unwrap();
+    let ctx = c.context(NodeId(0)).unwrap();
+    q.push(&ctx, 5).unwrap();
+    let all = q
+        .with(&ctx, |w| {
+            w.write(900, 9)?; // an unused slot
+            w.write(3, 0)?; // already 0: no change
+            assert!(w.is_known(900) && !w.is_known(2) && !w.is_known(usize::MAX));
+            w.read_range(0..w.len())
+        })
+        .unwrap();
+    assert_eq!(&all[..4], &[0, 1, 5, 0]);
+    assert_eq!(all[900], 9);
+    assert_eq!(all.iter().filter(|&&v| v != 0).count(), 3);
+    c.quiesce().unwrap();
+    let words = c.peek_words(&q.loc()).unwrap();
+    assert_eq!(words[900], 9);
+    assert_eq!(words.iter().filter(|&&v| v != 0).count(), 3);
+    assert_eq!(q.pop(&ctx).unwrap(), Some(5));
 }

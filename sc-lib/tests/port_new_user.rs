@@ -48,7 +48,7 @@ fn the_structures_node_killed_while_threads_work() {
                                 }
                             } else {
                                 match m.insert(&ctx, k % 16, t as u64) {
-                                    Err(Error::MapFull { .. }) => m.remove(&ctx, k % 16 ^ 1),
+                                    Err(Error::MapFull { .. }) => m.remove(&ctx, (k % 16) ^ 1),
                                     r => r,
                                 }
                                 .map(drop)
