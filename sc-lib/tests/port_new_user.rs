@@ -8,7 +8,9 @@ use std::sync::Barrier;
 
 use loco_rdmawait::testing::{self, assert_peer_dead};
 use loco_rdmawait::NodeId;
-use loco_sc::{BoundedQueue, Error, FixedHashMap, PortedHashMap, PortedQueue};
+use loco_sc::{
+    BoundedQueue, Error, FixedHashMap, MapOp, MapRet, PortedHashMap, PortedQueue, Sequential,
+};
 
 const N0: NodeId = NodeId(0);
 const N1: NodeId = NodeId(1);
@@ -125,4 +127,31 @@ fn a_thread_dies_inside_its_critical_section() {
         assert_eq!(q.pop(&ctx).unwrap(), Some(11), "{s:?}: 77 was never pushed");
         assert_eq!(q.pop(&ctx).unwrap(), None, "{s:?}");
     }
+}
+
+/// A map of more buckets than its node can hold: refused with `OutOfMemory` before its layout
+/// is built in host memory, as a queue of too many slots is (`FixedHashMap::with_buckets` used
+/// to allocate every bucket at once: 2^40 buckets aborted the process, `usize::MAX` panicked).
+/// The local map of that many buckets works.
+#[test]
+fn a_map_too_big_for_its_node() {
+    let c = testing::short_cluster(2, 4096, loco_rdmawait::Schedule::Immediate);
+    let free = c.free_bytes(N1).unwrap();
+    for buckets in [1 << 40, usize::MAX] {
+        let mut big = FixedHashMap::with_buckets(buckets);
+        assert_eq!(big.apply(MapOp::Insert(u64::MAX, 1)), MapRet::Value(None));
+        assert_eq!(big.apply(MapOp::Insert(0, 2)), MapRet::Value(None));
+        assert_eq!(big.get(u64::MAX), Some(1));
+        assert_eq!(big.apply(MapOp::Remove(0)), MapRet::Value(Some(2)));
+        assert_eq!((big.len(), big.buckets()), (1, buckets));
+        let e = PortedHashMap::new_on(&c, N1, &big).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Rdma(loco_rdmawait::Error::OutOfMemory { node: N1, .. })
+            ),
+            "{e:?}"
+        );
+    }
+    assert_eq!(c.free_bytes(N1).unwrap(), free, "nothing taken");
 }
