@@ -26,9 +26,12 @@ use loco::prelude::*;
 use loco::sc::{Decoder, Encoder, LayoutError, Words};
 
 #[derive(Parser)]
-#[command(about = "concurrent transfers between accounts; the total balance is conserved")]
+#[command(
+    name = "bank",
+    about = "concurrent transfers between accounts; the total balance is conserved"
+)]
 struct Args {
-    /// Nodes in the cluster (1 to 65535).
+    /// Nodes in the cluster (1 to 65535; node memory is sized to the run, within 4 GiB in all).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=65535))]
     nodes: u16,
     /// Threads making transfers, spread round-robin over the nodes (1 to 1024).
@@ -140,6 +143,20 @@ impl Sequential for Ledger {
     }
 }
 
+/// The registered memory the busiest node needs, at most, in bytes: the accounts placed on it
+/// (one word and a node lock each), the ledger (a word per account and a node lock), and for
+/// each thread on it (the transfer threads, and the auditor on n0) its use of every account's
+/// lock and scratch words and of the ledger's.
+fn memory_needed(args: &Args) -> u128 {
+    let (nodes, accounts) = (args.nodes as u128, args.accounts as u128);
+    let lock = common::node_lock_bytes(args.nodes);
+    let user = common::lock_user_bytes(args.nodes);
+    let objects = accounts.div_ceil(nodes) * (8 + lock) + 8 * accounts + lock;
+    let per_thread = accounts * (user + 16) + user + 8 * accounts;
+    let threads = (args.threads as u128).div_ceil(nodes) + 1;
+    objects + threads * per_thread
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     // The total is conserved, so no balance ever exceeds it: it is the only sum to check.
@@ -156,9 +173,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             )
             .exit();
     };
+    let memory = common::memory_per_node(
+        memory_needed(&args),
+        args.nodes,
+        "--nodes, --accounts or --threads",
+    )
+    .unwrap_or_else(|e| Args::command().error(ErrorKind::ValueValidation, e).exit());
     let schedule = args.schedule.schedule(args.seed);
     let cluster = Cluster::builder()
         .nodes(args.nodes as usize)
+        .memory_per_node(memory)
         .soft(schedule)
         .build()?;
     let node_of = |t: usize| NodeId((t % args.nodes as usize) as u16);
@@ -261,12 +285,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 })
             })
             .collect();
-        let mut moved = 0;
-        for h in handles {
-            moved += h.join().expect("thread panicked")?;
-        }
+        // Every transfer thread is joined, and the auditor stopped, before a failure is
+        // returned: the scope waits for the auditor, which runs until it is told to stop.
+        let results: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
         running.store(false, Ordering::Relaxed);
-        Ok((moved, auditor.join().expect("auditor panicked")?))
+        let audits = auditor.join().expect("auditor panicked")?;
+        let moved = results
+            .into_iter()
+            .map(|r| r.expect("thread panicked"))
+            .sum::<loco::sc::Result<u64>>()?;
+        Ok((moved, audits))
     })?;
     let elapsed = start.elapsed();
     cluster.quiesce()?;

@@ -31,6 +31,7 @@
 //! every read must return), and reports throughput, p50/p99 latency, errors by kind, and reads
 //! that returned a wrong value (there must be none).
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,6 +45,9 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufR
 /// How long the client waits for a reply (a server that stops answering, e.g. stopped, is
 /// reported, not waited for forever); above the servers' own operation timeout.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The most connections a load opens (`--conns`): each is open for the whole load.
+const MAX_CONNS: u64 = 4096;
 
 /// The longest request or reply line accepted, newline included: a peer that sends more
 /// without a newline is cut off rather than buffered without bound.
@@ -105,8 +109,9 @@ enum Cmd {
 
 #[derive(clap::Args, Clone, Copy)]
 struct Shard {
-    /// Buckets of each node's map, its capacity in keys (1 to 2^20; 24 bytes each, in the
-    /// node's 1 MiB).
+    /// Buckets of each node's map, its capacity in keys (1 to 2^20; 24 bytes each on its node,
+    /// and as much again on every node for the server's copy of the words it fetches: node
+    /// memory is sized to fit).
     #[arg(long, default_value_t = 4096, value_parser = RangedU64ValueParser::<usize>::from(1..=1 << 20))]
     buckets: usize,
     /// Seconds an operation may wait (lock, network) before it fails (1 to 86400).
@@ -129,11 +134,12 @@ struct Load {
 
 #[derive(clap::Args, Clone, Copy)]
 struct LoadShape {
-    /// Connections (each a task, with keys of its own).
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1 << 31))]
+    /// Connections (1 to 4096; each a task with keys of its own, and an open TCP connection:
+    /// a file descriptor, two in `demo`, which serves them in the same process).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=MAX_CONNS))]
     conns: u64,
-    /// Requests per connection.
-    #[arg(long, default_value_t = 300)]
+    /// Requests per connection (1 to 2^32).
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=1 << 32))]
     ops: u64,
     /// Keys per connection (connection c owns keys c*keys .. (c+1)*keys; the bounds keep every
     /// key within 64 bits).
@@ -308,8 +314,9 @@ async fn one_conn(server: SocketAddr, c: u64, shape: LoadShape) -> Report {
     let _ = stream.set_nodelay(true);
     let (rd, mut wr) = stream.into_split();
     let mut rd = BufReader::new(rd);
-    // This connection's keys, and what each holds (it is their only writer).
-    let mut held: Vec<Option<u64>> = vec![None; shape.keys as usize];
+    // What this connection's keys hold (it is their only writer): only the keys written so
+    // far, so that many keys per connection cost nothing until they are used.
+    let mut held: HashMap<usize, u64> = HashMap::new();
     let mut x = c.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     for i in 0..shape.ops {
         x ^= x << 13;
@@ -358,9 +365,9 @@ async fn one_conn(server: SocketAddr, c: u64, shape: LoadShape) -> Report {
         }
         r.ok += 1;
         if write {
-            held[slot] = Some(value);
+            held.insert(slot, value);
         } else {
-            let want = match held[slot] {
+            let want = match held.get(&slot) {
                 Some(v) => format!("VALUE {v}"),
                 None => "NONE".into(),
             };
@@ -465,6 +472,22 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
     }
 }
 
+/// The registered memory of each node of a store of `nodes` maps of `buckets` buckets: the
+/// node's map and its node lock, and for the node's server (one context) a copy of each map's
+/// words it fetches and its state for each map's lock; at least the default 1 MiB.
+fn node_memory(buckets: usize, nodes: usize) -> u64 {
+    let nodes = nodes as u64;
+    let map = 8 * FixedHashMap::words_for(buckets) as u64;
+    let lock = 8 * (2 + 16 * nodes + 16);
+    let lock_user = 8 * (3 + 16 * nodes);
+    let needed = map
+        .saturating_mul(nodes + 1)
+        .saturating_add(lock)
+        .saturating_add(lock_user.saturating_mul(nodes))
+        .saturating_add(64 << 10);
+    needed.max(loco::rdmawait::DEFAULT_MEMORY)
+}
+
 #[cfg(feature = "verbs")]
 fn serve_process(
     node: u16,
@@ -476,6 +499,7 @@ fn serve_process(
     let config = VerbsConfig::from_env()?.distributed(NodeId(node), peers.clone());
     let cluster = Cluster::builder()
         .nodes(peers.len())
+        .memory_per_node(node_memory(shard.buckets, peers.len()))
         .timeout(Duration::from_secs(shard.timeout))
         .verbs(config)
         .build()?;
@@ -500,6 +524,7 @@ fn demo(shape: LoadShape, shard: Shard) -> Result<i32, Box<dyn std::error::Error
     const NODES: usize = 3;
     let cluster = Cluster::builder()
         .nodes(NODES)
+        .memory_per_node(node_memory(shard.buckets, NODES))
         .timeout(Duration::from_secs(shard.timeout))
         .build()?;
     let store = Arc::new(Store::new(cluster.clone(), shard.buckets)?);

@@ -24,9 +24,12 @@ use common::Sched;
 use loco::prelude::*;
 
 #[derive(Parser)]
-#[command(about = "a ported hash map on one node under a read/write/CAS mix from every node")]
+#[command(
+    name = "kv_store",
+    about = "a ported hash map on one node under a read/write/CAS mix from every node"
+)]
 struct Args {
-    /// Nodes in the cluster (1 to 65535).
+    /// Nodes in the cluster (1 to 65535; node memory is sized to the run, within 4 GiB in all).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=65535))]
     nodes: u16,
     /// Threads, spread round-robin over the nodes (1 to 1024).
@@ -38,8 +41,9 @@ struct Args {
     /// Data keys, as many counter keys again (1 to 2^19, and at most half of --buckets).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1 << 19))]
     keys: u64,
-    /// Buckets of the map (2 to 2^20, and at least twice --keys; 24 bytes each, in the 1 MiB of
-    /// the map's node).
+    /// Buckets of the map (2 to 2^20, and at least twice --keys; 24 bytes each on the map's
+    /// node, and as much again on a thread's node for each thread, for its copy of the words it
+    /// fetches).
     #[arg(long, default_value_t = 64, value_parser = RangedU64ValueParser::<usize>::from(2..=1 << 20))]
     buckets: usize,
     /// The node holding the map (below --nodes).
@@ -81,6 +85,16 @@ impl Rng {
     }
 }
 
+/// The registered memory the busiest node needs, at most, in bytes: the map and its node lock
+/// (on --home), and for each thread on the node its use of the lock and its copy of the map's
+/// words.
+fn memory_needed(args: &Args) -> u128 {
+    let map = 8 * FixedHashMap::words_for(args.buckets) as u128;
+    let per_thread = common::lock_user_bytes(args.nodes) + map;
+    let threads = (args.threads as u128).div_ceil(args.nodes as u128);
+    map + common::node_lock_bytes(args.nodes) + threads * per_thread
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     if (args.buckets as u64) < 2 * args.keys {
@@ -110,9 +124,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             )
             .exit();
     }
+    let memory = common::memory_per_node(
+        memory_needed(&args),
+        args.nodes,
+        "--nodes, --buckets or --threads",
+    )
+    .unwrap_or_else(|e| Args::command().error(ErrorKind::ValueValidation, e).exit());
     let schedule = args.schedule.schedule(args.seed);
     let cluster = Cluster::builder()
         .nodes(args.nodes as usize)
+        .memory_per_node(memory)
         .soft(schedule)
         .build()?;
     let mut init = FixedHashMap::with_buckets(args.buckets);

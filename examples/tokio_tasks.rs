@@ -14,16 +14,19 @@
 use std::time::Instant;
 
 use clap::builder::RangedU64ValueParser;
-use clap::Parser;
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser};
 use loco::aio::AsyncCtx;
 use loco::prelude::*;
 
 #[derive(Parser)]
+#[command(name = "tokio_tasks")]
 struct Args {
     /// OS threads (each with its own runtime and context), spread over n0 and n2 (1 to 1024).
     #[arg(long, default_value_t = 2, value_parser = RangedU64ValueParser::<usize>::from(1..=1024))]
     threads: usize,
-    /// Tasks per thread (1 to 32768; each takes two words of its node's 1 MiB).
+    /// Tasks per thread (1 to 32768; each takes two words of its node's 1 MiB, so
+    /// --threads x --tasks is at most about 2 x 60000).
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=32768))]
     tasks: u64,
     /// Tickets (remote FAAs) per task (0 to 2^20).
@@ -74,8 +77,32 @@ fn thread_main(
     }))
 }
 
+/// Bytes of node memory the tasks may take on n0 (the busier of n0 and n2): the default 1 MiB,
+/// less room for the threads' lock state and the library's own words.
+const TASK_MEMORY: u64 = loco::rdmawait::DEFAULT_MEMORY - (64 << 10);
+
 fn main() -> Result<(), BoxError> {
     let a = Args::parse();
+    // Every task's two words are allocated up front on its thread's node: refused here, with
+    // the numbers, rather than as an out-of-memory error once the threads run.
+    let per_node = (a.threads as u64).div_ceil(2) * a.tasks * 16;
+    if per_node > TASK_MEMORY {
+        Args::command()
+            .error(
+                ErrorKind::ValueValidation,
+                format!(
+                    "--threads {} x --tasks {} puts {} tasks on n0, {per_node} bytes of words, \
+                     more than the {TASK_MEMORY} its 1 MiB leaves them: at most {} tasks per \
+                     thread with --threads {}",
+                    a.threads,
+                    a.tasks,
+                    (a.threads as u64).div_ceil(2) * a.tasks,
+                    TASK_MEMORY / 16 / (a.threads as u64).div_ceil(2),
+                    a.threads
+                ),
+            )
+            .exit();
+    }
     let c = Cluster::builder().nodes(3).backend_from_env()?.build()?;
     let lock = NLock::new(&c, NodeId(1))?;
     let tickets = c.alloc_word(NodeId(1))?;

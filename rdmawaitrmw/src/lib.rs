@@ -45,8 +45,18 @@
 //!
 //! # Errors
 //! The target and the return word must each be exactly one 8-byte aligned word
-//! ([`Error::NotAWord`], [`Error::Misaligned`]); the return word must be on the calling thread's
-//! node ([`Error::NotLocal`]). These are checked before anything is posted.
+//! ([`Error::NotAWord`], [`Error::Misaligned`]) of this cluster ([`Error::ForeignLocation`]);
+//! the return word must be on the calling thread's node ([`Error::NotLocal`]). These are checked
+//! before anything is posted. So is the target's node: one known dead fails the post at once
+//! with [`Error::PeerDead`] naming it, as does every RMW of a context whose own node died
+//! (naming that node) or whose target restarted since the context was opened; after
+//! [`Cluster::shutdown`](loco_rdmawait::Cluster::shutdown) posts fail with [`Error::Shutdown`].
+//! Any operand values are fine: `rfaa` wraps, and `rcas` compares and swaps all 64 bits.
+//!
+//! The return word may be the target itself (a loop-back RMW on the thread's own node), but
+//! the word then ends up holding either the old value or the RMW's result, which one is not
+//! specified: the write of the old value into the return word is a local write like a get's,
+//! and the RMW is not atomic against it (see the Guarantees above). Use another word.
 //!
 //! # Failures
 //! An RMW is a request like a put or a get, and fails the same ways (see `loco-rdmawait`'s

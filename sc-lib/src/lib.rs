@@ -86,7 +86,9 @@
 //!   (see `loco-locks`' Failures), so the object stays usable; the next operation on it runs
 //!   after a critical section that may have stopped half-way. For SC locations that is harmless
 //!   (each critical section is one remote access, which happened or did not); for a ported
-//!   structure the state written by the dead thread may be partial.
+//!   structure the state written by the dead thread may be partial, and the next operation's
+//!   [`Words::was_poisoned`] says so (through [`Ported::with`]; the typed operations of the
+//!   ready structures go on, refusing a state their layout cannot hold).
 //! - An operation that waits longer than the cluster's timeout (the lock, or the fetch's
 //!   `wait`) fails with a timeout ([`Error::Lock`] with `Timeout`, or [`Error::Rdma`] with
 //!   `Timeout`); a ticket it took is abandoned, never left blocking others. Its effect is then

@@ -1,5 +1,6 @@
 //! A hash map with a fixed bucket count, u64 keys and values (linear probing).
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 
 use loco_rdmawait::Ctx;
@@ -36,8 +37,9 @@ const PROBE_CHUNK: usize = 4;
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct FixedHashMap {
-    slots: Vec<Option<(u64, u64)>>,
-    len: usize,
+    buckets: usize,
+    /// The full buckets, by index: a map costs host memory for its entries, not its buckets.
+    slots: BTreeMap<usize, (u64, u64)>,
 }
 
 /// An operation of a [`FixedHashMap`].
@@ -76,11 +78,14 @@ pub enum MapRet {
 impl FixedHashMap {
     /// An empty map with `buckets` buckets (at most `buckets` entries). A map of 0 buckets holds
     /// nothing (every insert of a new key is [`MapRet::Full`]) and cannot be ported (its layout
-    /// has no words). The buckets are allocated at once, as `vec![None; buckets]` would.
+    /// has no words). Nothing is allocated for the buckets, only for the entries as they are
+    /// inserted: a map of any number of buckets can be made, and one made to be ported is
+    /// checked against its node's memory ([`Error::Rdma`] with `OutOfMemory`) before its layout
+    /// is built in host memory.
     pub fn with_buckets(buckets: usize) -> Self {
         FixedHashMap {
-            slots: vec![None; buckets],
-            len: 0,
+            buckets,
+            slots: BTreeMap::new(),
         }
     }
 
@@ -92,24 +97,24 @@ impl FixedHashMap {
 
     /// The number of buckets.
     pub fn buckets(&self) -> usize {
-        self.slots.len()
+        self.buckets
     }
 
     /// The number of entries.
     pub fn len(&self) -> usize {
-        self.len
+        self.slots.len()
     }
 
     /// Whether the map has no entries.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.slots.is_empty()
     }
 
     /// The value of `key`.
     pub fn get(&self, key: u64) -> Option<u64> {
         let b = self.buckets();
         (0..b)
-            .map(|d| self.slots[(home(key, b) + d) % b])
+            .map(|d| self.slots.get(&((home(key, b) + d) % b)).copied())
             .take_while(Option::is_some)
             .flatten()
             .find(|(k, _)| *k == key)
@@ -118,7 +123,7 @@ impl FixedHashMap {
 
     /// The entries, in bucket order.
     pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.slots.iter().flatten().copied()
+        self.slots.values().copied()
     }
 }
 
@@ -148,21 +153,22 @@ trait Table {
 impl Table for FixedHashMap {
     type E = Infallible;
     fn buckets(&self) -> usize {
-        self.slots.len()
+        self.buckets
     }
     fn slot(&mut self, i: usize) -> Result<Option<(u64, u64)>, Infallible> {
-        Ok(self.slots[i])
+        Ok(self.slots.get(&i).copied())
     }
     fn set_slot(&mut self, i: usize, slot: Option<(u64, u64)>) -> Result<(), Infallible> {
-        self.slots[i] = slot;
+        match slot {
+            Some(kv) => self.slots.insert(i, kv),
+            None => self.slots.remove(&i),
+        };
         Ok(())
     }
     fn count(&mut self) -> Result<usize, Infallible> {
-        Ok(self.len)
+        Ok(self.slots.len())
     }
-    fn counted(&mut self, delta: isize) {
-        self.len = self.len.wrapping_add_signed(delta);
-    }
+    fn counted(&mut self, _: isize) {}
 }
 
 /// The buckets as remote words: fetched [`PROBE_CHUNK`] buckets at a time.
@@ -318,12 +324,14 @@ impl Sequential for FixedHashMap {
 
     fn encode(&self, out: &mut [u64]) -> Result<(), LayoutError> {
         let mut e = Encoder::new(out);
-        for s in &self.slots {
-            match s {
-                Some((k, v)) => [1, *k, *v].into_iter().for_each(|w| e.push(w)),
-                None => e.pad(BUCKET),
-            }
+        // The empty buckets before each full one are padding (counted, however many).
+        let mut next = 0;
+        for (&i, &(k, v)) in &self.slots {
+            e.pad((i - next).saturating_mul(BUCKET));
+            [1, k, v].into_iter().for_each(|w| e.push(w));
+            next = i + 1;
         }
+        e.pad((self.buckets - next).saturating_mul(BUCKET));
         e.finish()
     }
 
@@ -335,13 +343,17 @@ impl Sequential for FixedHashMap {
             });
         }
         let mut d = Decoder::new(words);
-        let mut slots = Vec::with_capacity(words.len() / BUCKET);
+        let mut slots = BTreeMap::new();
         while d.remaining() > 0 {
             let at = d.position();
-            slots.push(decode_slot(at, &[d.next()?, d.next()?, d.next()?])?);
+            if let Some(kv) = decode_slot(at, &[d.next()?, d.next()?, d.next()?])? {
+                slots.insert(at / BUCKET, kv);
+            }
         }
-        let len = slots.iter().flatten().count();
-        Ok(FixedHashMap { slots, len })
+        Ok(FixedHashMap {
+            buckets: words.len() / BUCKET,
+            slots,
+        })
     }
 
     fn apply(&mut self, op: MapOp) -> MapRet {

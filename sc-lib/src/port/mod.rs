@@ -26,6 +26,11 @@
 //! | [`BoundedQueue`] | `pop` | 3 (the header, then the slot it names) |
 //! | any [`Sequential`] with the default | every operation | 2 (one get of the whole state) |
 //!
+//! The calling thread's own work (host memory and time) is likewise in proportion to the words
+//! an operation fetches or writes, not to the layout: a map of a million buckets costs a `get`
+//! no more than a map of eight. (The thread's buffer for the structure, in its node's
+//! registered memory, has the layout's size; only the words fetched into it are touched.)
+//!
 //! # Guarantees
 //! Operations on one ported structure are **linearizable** (docs/model.md §5.6, Fig. 14): each takes effect
 //! at one instant between its call and its return, namely while its thread holds the node lock,
@@ -36,7 +41,8 @@
 //!
 //! An operation that fails (a full structure, a state that does not fit the layout, a fetch
 //! error) writes nothing: the changed words are put back only when the sequential code returned
-//! `Ok`.
+//! `Ok`. A thread that dies (or panics) inside its critical section may leave them put back in
+//! part; the next operation is told, with [`Words::was_poisoned`] (see the crate's Failures).
 //!
 //! # Writing your own
 //! Implement [`Sequential`]: a fixed-layout encoding ([`Sequential::encode`] with an
@@ -48,6 +54,7 @@
 mod map;
 mod queue;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::marker::PhantomData;
 use std::ops::Range;
@@ -251,42 +258,61 @@ impl<'a> Decoder<'a> {
 /// Reads of words not fetched yet cost one round trip per call ([`Words::read`],
 /// [`Words::read_range`], [`Words::prefetch`]: one get of the whole run, then a wait). Writes are
 /// kept locally and put back in runs of consecutive changed words after the operation returns
-/// `Ok`; a write of the value a fetched word already holds is no change.
+/// `Ok`; a write of the value a fetched word already holds is no change. The host memory and
+/// time an operation spends on them follow the words it touches, not the layout (they are kept
+/// in an array the layout's size only once they are an eighth of it or more).
 pub struct Words<'a> {
     ctx: &'a Ctx,
     state: Loc,
     buf: Loc,
-    vals: Vec<Option<u64>>,
-    dirty: Vec<bool>,
+    /// Words in the layout.
+    len: usize,
+    /// The words fetched or written so far.
+    known: Known,
     round_trips: usize,
+    poisoned: bool,
 }
 
 impl<'a> Words<'a> {
-    fn new(ctx: &'a Ctx, state: Loc, buf: Loc) -> Self {
-        let n = state.words() as usize;
+    fn new(ctx: &'a Ctx, state: Loc, buf: Loc, poisoned: bool) -> Self {
         Words {
             ctx,
             state,
             buf,
-            vals: vec![None; n],
-            dirty: vec![false; n],
+            len: state.words() as usize,
+            known: Known::Sparse {
+                vals: BTreeMap::new(),
+                dirty: BTreeSet::new(),
+            },
             round_trips: 0,
+            poisoned,
         }
     }
 
     /// Words in the layout.
     pub fn len(&self) -> usize {
-        self.vals.len()
+        self.len
     }
 
     /// Whether the layout is empty (never, for a made structure).
     pub fn is_empty(&self) -> bool {
-        self.vals.is_empty()
+        self.len == 0
     }
 
     /// The calling thread's context.
     pub fn ctx(&self) -> &'a Ctx {
         self.ctx
+    }
+
+    /// Whether the critical section before this one did not finish: the thread that ran it died
+    /// (its node was reported dead, and the lock skipped it) or panicked inside it. Its changed
+    /// words may then have been put back in part, so the state may be one the sequential code
+    /// never made; the ready structures' typed operations go on regardless (a state their
+    /// layout cannot hold is an error, [`LayoutError::Invalid`]), an operation written with
+    /// [`Ported::with`] can check this and repair the state. Told once: to the next operation
+    /// only, whichever thread runs it (see `loco_locks::LockGuard::was_poisoned`).
+    pub fn was_poisoned(&self) -> bool {
+        self.poisoned
     }
 
     /// Round trips spent fetching so far in this operation.
@@ -316,7 +342,7 @@ impl<'a> Words<'a> {
         let mut spans = Vec::with_capacity(ranges.len());
         for range in ranges {
             self.check(range)?;
-            let missing = |i: &usize| self.vals[*i].is_none();
+            let missing = |i: &usize| !self.known.contains(*i);
             if let (Some(lo), Some(hi)) = (
                 range.clone().find(missing),
                 range.clone().rev().find(missing),
@@ -327,6 +353,8 @@ impl<'a> Words<'a> {
         if spans.is_empty() {
             return Ok(());
         }
+        let fetched = spans.iter().map(Range::len).fold(0, usize::saturating_add);
+        self.known.reserve(fetched, self.len);
         for span in &spans {
             let (off, len) = (span.start as u64 * WORD, span.len() as u64 * WORD);
             self.ctx.get(
@@ -339,8 +367,9 @@ impl<'a> Words<'a> {
         self.round_trips += 1;
         for span in spans {
             for i in span {
-                if self.vals[i].is_none() {
-                    self.vals[i] = Some(self.ctx.load(&self.buf.word(i as u64)?)?);
+                if !self.known.contains(i) {
+                    let v = self.ctx.load(&self.buf.word(i as u64)?)?;
+                    self.known.fetched(i, v);
                 }
             }
         }
@@ -349,38 +378,34 @@ impl<'a> Words<'a> {
 
     /// Whether word `i` has been fetched or written in this operation (reading it costs nothing).
     pub fn is_known(&self, i: usize) -> bool {
-        self.vals.get(i).is_some_and(Option::is_some)
+        i < self.len && self.known.contains(i)
     }
 
     /// Word `i` (fetched if needed: one round trip).
     pub fn read(&mut self, i: usize) -> Result<u64> {
         // Saturating: an index at the end of `usize` is outside any layout, not an overflow.
         self.prefetch(i..i.saturating_add(1))?;
-        Ok(self.vals[i].expect("fetched"))
+        Ok(self.known.get(i).expect("fetched"))
     }
 
     /// The words of `range` (those not fetched yet in one get: one round trip).
     pub fn read_range(&mut self, range: Range<usize>) -> Result<Vec<u64>> {
         self.prefetch(range.clone())?;
-        Ok(self.vals[range]
-            .iter()
-            .map(|v| v.expect("fetched"))
-            .collect())
+        Ok(range.map(|i| self.known.get(i).expect("fetched")).collect())
     }
 
     /// Sets word `i` to `value`, to be put back when the operation succeeds. No round trip.
     pub fn write(&mut self, i: usize, value: u64) -> Result<()> {
         self.check(&(i..i.saturating_add(1)))?;
-        if self.vals[i] != Some(value) {
-            self.vals[i] = Some(value);
-            self.dirty[i] = true;
-        }
+        self.known.reserve(1, self.len);
+        self.known.write(i, value);
         Ok(())
     }
 
     /// Sets the words from `start` on to `values`.
     pub fn write_range(&mut self, start: usize, values: &[u64]) -> Result<()> {
         self.check(&(start..start.saturating_add(values.len())))?;
+        self.known.reserve(values.len(), self.len);
         for (k, v) in values.iter().enumerate() {
             self.write(start + k, *v)?;
         }
@@ -391,19 +416,12 @@ impl<'a> Words<'a> {
     /// run, not waited for). Returns the number of puts.
     fn commit(self) -> Result<usize> {
         let mut puts = 0;
-        let mut i = 0;
-        while i < self.len() {
-            if !self.dirty[i] {
-                i += 1;
-                continue;
-            }
-            let lo = i;
-            while i < self.len() && self.dirty[i] {
-                let v = self.vals[i].expect("a written word has a value");
+        for run in self.known.dirty_runs() {
+            for i in run.clone() {
+                let v = self.known.get(i).expect("a written word has a value");
                 self.ctx.store(&self.buf.word(i as u64)?, v)?;
-                i += 1;
             }
-            let (off, len) = (lo as u64 * WORD, (i - lo) as u64 * WORD);
+            let (off, len) = (run.start as u64 * WORD, run.len() as u64 * WORD);
             self.ctx.put(
                 &self.state.slice(off, len)?,
                 &self.buf.slice(off, len)?,
@@ -415,12 +433,107 @@ impl<'a> Words<'a> {
     }
 }
 
+/// The words an operation has fetched or written, with those written with a new value (dirty):
+/// a map of them while they are few, an array the layout's size once they are an eighth of it
+/// or more. Either way the host memory and time an operation spends follow the words it
+/// touches, not the layout (an array per operation made a `get` on a map of a million buckets
+/// allocate 53 MB), and an operation on the whole state is not slowed by the map.
+#[derive(Debug)]
+enum Known {
+    Sparse {
+        vals: BTreeMap<usize, u64>,
+        dirty: BTreeSet<usize>,
+    },
+    Dense {
+        vals: Vec<Option<u64>>,
+        dirty: Vec<bool>,
+    },
+}
+
+impl Known {
+    fn get(&self, i: usize) -> Option<u64> {
+        match self {
+            Known::Sparse { vals, .. } => vals.get(&i).copied(),
+            Known::Dense { vals, .. } => vals.get(i).copied().flatten(),
+        }
+    }
+
+    fn contains(&self, i: usize) -> bool {
+        self.get(i).is_some()
+    }
+
+    /// Word `i` as fetched: `v`, unless it is known already (a word written first keeps the
+    /// value written).
+    fn fetched(&mut self, i: usize, v: u64) {
+        match self {
+            Known::Sparse { vals, .. } => {
+                vals.entry(i).or_insert(v);
+            }
+            Known::Dense { vals, .. } => {
+                vals[i].get_or_insert(v);
+            }
+        }
+    }
+
+    /// Word `i` written with `v`: dirty unless it already held `v`.
+    fn write(&mut self, i: usize, v: u64) {
+        match self {
+            Known::Sparse { vals, dirty } => {
+                if vals.insert(i, v) != Some(v) {
+                    dirty.insert(i);
+                }
+            }
+            Known::Dense { vals, dirty } => {
+                if vals[i].replace(v) != Some(v) {
+                    dirty[i] = true;
+                }
+            }
+        }
+    }
+
+    /// Before up to `more` words are added in a layout of `len`: an array once the words known
+    /// would be an eighth of the layout or more (its cost is then at most 8 times theirs).
+    fn reserve(&mut self, more: usize, len: usize) {
+        let Known::Sparse { vals, dirty } = self else {
+            return;
+        };
+        if vals.len().saturating_add(more).saturating_mul(8) < len {
+            return;
+        }
+        let mut dense_vals = vec![None; len];
+        let mut dense_dirty = vec![false; len];
+        for (&i, &v) in vals.iter() {
+            dense_vals[i] = Some(v);
+        }
+        for &i in dirty.iter() {
+            dense_dirty[i] = true;
+        }
+        *self = Known::Dense {
+            vals: dense_vals,
+            dirty: dense_dirty,
+        };
+    }
+
+    /// The runs of consecutive dirty words, in order.
+    fn dirty_runs(&self) -> Vec<Range<usize>> {
+        let mut runs: Vec<Range<usize>> = Vec::new();
+        let mut add = |i: usize| match runs.last_mut() {
+            Some(r) if r.end == i => r.end += 1,
+            _ => runs.push(i..i + 1),
+        };
+        match self {
+            Known::Sparse { dirty, .. } => dirty.iter().for_each(|&i| add(i)),
+            Known::Dense { dirty, .. } => (0..dirty.len()).filter(|&i| dirty[i]).for_each(add),
+        }
+        runs
+    }
+}
+
 impl fmt::Debug for Words<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Words")
             .field("state", &self.state)
-            .field("vals", &self.vals)
-            .field("dirty", &self.dirty)
+            .field("known", &self.known)
             .finish()
     }
 }
@@ -515,7 +628,8 @@ impl<S: Sequential> Ported<S> {
     pub fn with<R>(&self, ctx: &Ctx, f: impl FnOnce(&mut Words<'_>) -> Result<R>) -> Result<R> {
         let buf = self.obj.scratch(ctx, self.words())?;
         let g = self.obj.lock.acquire(ctx)?;
-        let mut words = Words::new(ctx, self.obj.words, buf);
+        let poisoned = LockGuard::was_poisoned(&g);
+        let mut words = Words::new(ctx, self.obj.words, buf, poisoned);
         let r = f(&mut words).and_then(|r| words.commit().map(|_| r));
         match (r, LockGuard::release(g)) {
             (Ok(r), Ok(())) => Ok(r),
