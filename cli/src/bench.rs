@@ -187,8 +187,10 @@ pub struct LocksArgs {
     /// (docs/simulation.md §3).
     #[arg(long, default_value_t = 1.0, value_parser = profile_scale)]
     profile_scale: f64,
-    /// Simulated microseconds per configuration (`--backend sim`, 1-1000000).
-    #[arg(long, default_value_t = 200, value_parser = count::<1_000_000>)]
+    /// Simulated microseconds per configuration (`--backend sim`, 1-1000000). Long enough by
+    /// default for a lock's holds to go round the nodes many times: fairness over a short
+    /// window says more about the window than the lock.
+    #[arg(long, default_value_t = 2000, value_parser = count::<1_000_000>)]
     sim_us: usize,
     /// Seed of the simulated runs (`--backend sim`, `--vs-sim`).
     #[arg(long, default_value_t = 1)]
