@@ -363,3 +363,48 @@ fn many_threads_of_one_node() {
     run(NLock::new(&c, NodeId(1)).unwrap(), &c);
     run(WLock::new(&c, NodeId(1), 12).unwrap(), &c);
 }
+
+/// A node killed while its threads combine (the lock's home, or their own node): every thread
+/// ends with an error naming a dead node (or its section's `Combined` failure), none hangs and
+/// none panics; sections that were done stay done.
+#[test]
+fn a_killed_node_ends_every_combining_thread_with_an_error() {
+    for victim in [NodeId(1), NodeId(0)] {
+        let c = testing::short_cluster(2, 1 << 14, loco_rdmawait::Schedule::Threaded);
+        let l = NLock::new(&c, NodeId(1)).unwrap();
+        let counter = c.alloc_word(NodeId(1)).unwrap();
+        let started = Arc::new(AtomicUsize::new(0));
+        let hs: Vec<_> = (0..4)
+            .map(|_| {
+                let (c, l, started) = (c.clone(), l.clone(), started.clone());
+                std::thread::spawn(move || -> Result<(), Error> {
+                    let ctx = c.context(NodeId(0)).map_err(Error::from)?;
+                    let tmp = c.alloc_word(NodeId(0)).map_err(Error::from)?;
+                    loop {
+                        started.fetch_add(1, SeqCst);
+                        l.combine(&ctx, move |ctx| -> Result<(), loco_rdmawait::Error> {
+                            ctx.get(&tmp, &counter, D)?;
+                            ctx.wait(D)?;
+                            ctx.store(&tmp, ctx.load(&tmp)? + 1)?;
+                            ctx.put(&counter, &tmp, D)
+                        })?
+                        .map_err(Error::from)?;
+                    }
+                })
+            })
+            .collect();
+        while started.load(SeqCst) < 40 {
+            std::thread::yield_now();
+        }
+        c.kill(victim).unwrap();
+        for h in hs {
+            let e = h.join().expect("no panic").unwrap_err();
+            let dead = matches!(&e, Error::Combined { .. })
+                || matches!(
+                    loco_rdmawait::RdmaCause::rdma(&e),
+                    Some(loco_rdmawait::Error::PeerDead { .. })
+                );
+            assert!(dead, "victim {victim}: {e:?}");
+        }
+    }
+}
