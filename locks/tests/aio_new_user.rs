@@ -16,12 +16,7 @@ const N1: NodeId = NodeId(1);
 /// A hang guard, far above the clusters' timeout (`testing::SHORT_TIMEOUT`).
 const HANG: Duration = Duration::from_secs(10);
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
+use loco_rdmawait::testing::rt;
 
 fn cluster() -> Cluster {
     testing::short_cluster(2, 1 << 14, Schedule::Threaded)
@@ -109,10 +104,17 @@ fn tasks_behind_a_forgotten_guard_time_out() {
     });
 }
 
-/// The lock's node dies while one task of a context awaits it on the network (another thread
-/// holds it) and others are queued behind it locally: every task is told `PeerDead`.
-#[test]
-fn the_home_dies_while_tasks_queue() {
+/// How the tasks' wait ends: the lock's node is killed, or the cluster shut down.
+#[derive(Clone, Copy)]
+enum End {
+    Kill,
+    Shutdown,
+}
+
+/// Three tasks of a context wait for a lock another thread holds (one on the network, the others
+/// queued behind it locally) when `end` comes: every task is told (`PeerDead` naming the lock's
+/// node, or `Shutdown`).
+fn tasks_queue_until(end: End) {
     each_lock!(|c, l| {
         let actx = AsyncCtx::open(&c, N0).unwrap();
         let holder = c.context(N1).unwrap();
@@ -128,39 +130,30 @@ fn the_home_dies_while_tasks_queue() {
             .collect();
         rt().block_on(local.run_until(async {
             tokio::task::yield_now().await;
-            c.kill(N1).unwrap();
+            match end {
+                End::Kill => c.kill(N1).unwrap(),
+                End::Shutdown => c.shutdown(),
+            }
             for w in waiters {
-                assert_peer_dead(guarded("waiter", w).await.unwrap(), N1);
+                let r = guarded("waiter", w).await.unwrap();
+                match end {
+                    End::Kill => assert_peer_dead(r, N1),
+                    End::Shutdown => assert_shutdown(r),
+                }
             }
         }));
         drop(g);
     });
 }
 
-/// The cluster shuts down while tasks queue for a lock another thread holds: every task is
-/// told `Shutdown`.
+/// The lock's node dies while tasks queue for it.
+#[test]
+fn the_home_dies_while_tasks_queue() {
+    tasks_queue_until(End::Kill);
+}
+
+/// The cluster shuts down while tasks queue for a lock another thread holds.
 #[test]
 fn a_shutdown_while_tasks_queue() {
-    each_lock!(|c, l| {
-        let actx = AsyncCtx::open(&c, N0).unwrap();
-        let holder = c.context(N1).unwrap();
-        let g = l.acquire(&holder).unwrap();
-        let local = tokio::task::LocalSet::new();
-        let waiters: Vec<_> = (0..3)
-            .map(|_| {
-                let (l, actx) = (l.clone(), actx.clone());
-                local.spawn_local(async move {
-                    l.acquire_async(&actx).await.map(|g| LockGuard::ticket(&g))
-                })
-            })
-            .collect();
-        rt().block_on(local.run_until(async {
-            tokio::task::yield_now().await;
-            c.shutdown();
-            for w in waiters {
-                assert_shutdown(guarded("waiter", w).await.unwrap());
-            }
-        }));
-        drop(g);
-    });
+    tasks_queue_until(End::Shutdown);
 }

@@ -12,12 +12,7 @@ use loco_rdmawait::{Cluster, Error, Loc, NodeId, Schedule, SoftBackend};
 /// A hang guard, far above every timeout of the clusters here.
 const HANG: Duration = Duration::from_secs(10);
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
+use loco_rdmawait::testing::rt;
 
 /// `n` nodes on the Threaded soft NIC whose backend the test can stall, with the short
 /// timeout: the backend, the cluster, and an async context on n0.
@@ -106,9 +101,17 @@ fn a_stalled_run_times_out_with_an_unbounded_backstop() {
     assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
 }
 
-/// A node killed while a task sleeps on its operation: the task wakes with `PeerDead`.
-#[test]
-fn a_kill_wakes_a_sleeping_task() {
+/// How a task's sleep on its operation ends: the target node is killed, or the cluster shut
+/// down.
+#[derive(Clone, Copy)]
+enum End {
+    Kill,
+    Shutdown,
+}
+
+/// A task sleeps on a get from a stalled node when `end` comes: it wakes with `PeerDead` naming
+/// the node, or `Shutdown`.
+fn sleeping_task_until(end: End) {
     let (soft, c, actx) = stallable(2);
     actx.set_spin_polls(0);
     let (x, y) = (words(&c, 0), words(&c, 1));
@@ -118,26 +121,28 @@ fn a_kill_wakes_a_sleeping_task() {
     let waiter = local.spawn_local(op);
     rt().block_on(local.run_until(async {
         tokio::task::yield_now().await;
-        c.kill(NodeId(1)).unwrap();
-        assert_peer_dead(guarded("op", waiter).await.unwrap(), NodeId(1));
+        match end {
+            End::Kill => c.kill(NodeId(1)).unwrap(),
+            End::Shutdown => c.shutdown(),
+        }
+        let r = guarded("op", waiter).await.unwrap();
+        match end {
+            End::Kill => assert_peer_dead(r, NodeId(1)),
+            End::Shutdown => assert_shutdown(r),
+        }
     }));
 }
 
-/// A cluster shut down while a task sleeps on its operation: the task wakes with `Shutdown`.
+/// A node killed while a task sleeps on its operation.
+#[test]
+fn a_kill_wakes_a_sleeping_task() {
+    sleeping_task_until(End::Kill);
+}
+
+/// A cluster shut down while a task sleeps on its operation.
 #[test]
 fn a_shutdown_wakes_a_sleeping_task() {
-    let (soft, c, actx) = stallable(2);
-    actx.set_spin_polls(0);
-    let (x, y) = (words(&c, 0), words(&c, 1));
-    soft.stall(NodeId(1), true).unwrap();
-    let local = tokio::task::LocalSet::new();
-    let op = actx.get(&x, &y).unwrap();
-    let waiter = local.spawn_local(op);
-    rt().block_on(local.run_until(async {
-        tokio::task::yield_now().await;
-        c.shutdown();
-        assert_shutdown(guarded("op", waiter).await.unwrap());
-    }));
+    sleeping_task_until(End::Shutdown);
 }
 
 /// A waker that does nothing: for polling a future by hand, outside any runtime.
