@@ -163,6 +163,19 @@ pub fn assert_peer_dead<T: Debug, E: RdmaCause + Debug>(
     );
 }
 
+/// A current-thread tokio runtime with timers and I/O, for tests of the async API (feature
+/// `tokio`).
+///
+/// # Panics
+/// If the runtime cannot be built.
+#[cfg(feature = "tokio")]
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread tokio runtime")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,17 +225,4 @@ mod tests {
     fn an_unset_override_is_none() {
         assert_eq!(runs_override("LOCO_TESTING_UNIT_UNSET_RUNS"), None);
     }
-}
-
-/// A current-thread tokio runtime with timers and I/O, for tests of the async API (feature
-/// `tokio`).
-///
-/// # Panics
-/// If the runtime cannot be built.
-#[cfg(feature = "tokio")]
-pub fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a current-thread tokio runtime")
 }
