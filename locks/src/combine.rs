@@ -26,7 +26,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use loco_rdmawait::clock::{self, Unparker};
-use loco_rdmawait::Ctx;
+use loco_rdmawait::{Ctx, NodeId};
+use loco_sv::GlobalFence;
 
 use crate::lock::RawLock;
 use crate::thread::{Deadline, Spin};
@@ -232,9 +233,22 @@ impl Combining {
             called: AtomicBool::new(false),
             waker: clock::unparker(),
         });
-        // The section runs on another thread: this thread's stores must be visible to it (a
-        // store buffered here could otherwise land over what the section writes).
+        // The section may run on another thread, on that thread's queue pairs: this thread's
+        // stores must be visible to it (a store buffered here could otherwise land over what
+        // the section writes), and its operations posted before must have landed (the
+        // section's get of a word this thread put to would not wait for that put on another
+        // queue pair, as it would on this one, docs/model.md §4.4 rule 6; a completed put may
+        // still be on its way, Fig. 5; a get of this thread's could land over what the section
+        // writes): a global fence towards the live nodes this thread has not fenced, free
+        // when there are none.
         ctx.mfence()?;
+        let unfenced: Vec<NodeId> = cluster
+            .node_ids()
+            .filter(|&n| !ctx.fenced(n) && cluster.check_alive(n).is_ok())
+            .collect();
+        if !unfenced.is_empty() {
+            ctx.gf(unfenced)?;
+        }
         lock(&node.state).jobs.push_back(job.clone());
         let d = Deadline::after(cluster.timeout());
         let mut spun_since = clock::now();

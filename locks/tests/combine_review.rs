@@ -1,0 +1,67 @@
+//! `Lock::combine`, second reading: the calling thread's own program order around its section,
+//! wake-ups of the next combiner, and a cluster shut down under waiting threads.
+
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::Duration;
+
+use loco_locks::NLock;
+use loco_rdmawait::sim::{self, Config, Strategy};
+use loco_rdmawait::{Cluster, Ctx, NodeId, WorkId};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+const D: WorkId = WorkId::new(7);
+const E: WorkId = WorkId::new(8);
+
+/// A thread puts a value to a remote word and, without waiting for the put, combines a section
+/// that reads that word back. Under a plain lock the section's get follows the put on the
+/// thread's own queue pair (docs/model.md §4.4, rule 6) and sees it; a section run by another
+/// thread, the combiner, on its own queue pairs must see it as well: program order of the
+/// calling thread holds across `combine`.
+#[test]
+fn a_section_sees_its_callers_earlier_puts() {
+    for strategy in [Strategy::Random, Strategy::Pct { depth: 3 }] {
+        let r = sim::check(
+            Config::new(2)
+                .runs(400)
+                .strategy(strategy)
+                .timeout(Duration::from_millis(20)),
+            |cluster: &Cluster| -> Result<(), BoxError> {
+                let lock = NLock::new(cluster, NodeId(1))?;
+                let mut hs = Vec::new();
+                for t in 0..3u64 {
+                    let (l, x) = (lock.clone(), cluster.alloc_word(NodeId(1))?);
+                    let src = cluster.alloc_word(NodeId(0))?;
+                    let dst = cluster.alloc_word(NodeId(0))?;
+                    hs.push(sim::spawn(cluster, NodeId(0), move |ctx: &Ctx| {
+                        for round in 1..=2u64 {
+                            let v = 100 * t + round;
+                            ctx.store(&src, v)?;
+                            ctx.put(&x, &src, D)?; // not waited for
+                            let seen = l.combine(ctx, move |ctx: &Ctx| {
+                                ctx.get(&dst, &x, E)?;
+                                ctx.wait(E)?;
+                                ctx.load(&dst)
+                            })??;
+                            if seen != v {
+                                return Err(format!(
+                                    "thread {t}: its section read {seen}, not the {v} it put before"
+                                )
+                                .into());
+                            }
+                            ctx.wait(D)?;
+                        }
+                        Ok::<(), BoxError>(())
+                    }));
+                }
+                for h in hs {
+                    h.join()?;
+                }
+                Ok(())
+            },
+        )
+        .unwrap_or_else(|f| panic!("{strategy:?}:\n{}", f.report()));
+        assert_eq!(r.runs, 400);
+    }
+}
