@@ -305,7 +305,12 @@ impl Combining {
             let spinning = clock::now().saturating_duration_since(spun_since) < SPIN_BUDGET
                 || (!crowded() && (job.called.load(SeqCst) || job.state() == RUNNING));
             if spinning || (clock::cooperative() && !clock::simulated()) {
-                spin.wait(cluster)?;
+                // Not `?`: a shutdown fails the spin at once, and a section being run must be
+                // waited for all the same (its combiner's operations now fail promptly); the
+                // shutdown of a queued one is seen above.
+                if spin.wait(cluster).is_err() {
+                    clock::yield_now();
+                }
             } else if clock::simulated() && !clock::timed() {
                 // No time to wake up in: look again after a step.
                 clock::sleep(PARKED_STEP);

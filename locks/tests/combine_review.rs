@@ -65,3 +65,47 @@ fn a_section_sees_its_callers_earlier_puts() {
         assert_eq!(r.runs, 400);
     }
 }
+
+/// The cluster shut down while a thread's section is being run by another thread: its caller
+/// may get an error, but only once the section is over (not while it still runs on the
+/// combiner, whose writes could then land on words the caller already reuses).
+#[test]
+fn a_shutdown_does_not_return_a_caller_whose_section_still_runs() {
+    let r = sim::check(
+        Config::new(2).runs(400).timeout(Duration::from_millis(20)),
+        |cluster: &Cluster| -> Result<(), BoxError> {
+            let lock = NLock::new(cluster, NodeId(1))?;
+            let mut hs = Vec::new();
+            for t in 0..3 {
+                let (l, c) = (lock.clone(), cluster.clone());
+                hs.push(sim::spawn(cluster, NodeId(0), move |ctx: &Ctx| {
+                    let running = Arc::new(AtomicUsize::new(0));
+                    let r2 = running.clone();
+                    let r = l.combine(ctx, move |_: &Ctx| {
+                        r2.store(1, SeqCst);
+                        if t == 2 {
+                            c.shutdown();
+                        }
+                        // More of the section after the shutdown (scheduling points).
+                        for _ in 0..20 {
+                            loco_rdmawait::clock::pause();
+                        }
+                        r2.store(2, SeqCst);
+                    });
+                    if running.load(SeqCst) == 1 {
+                        return Err(format!(
+                            "thread {t}: combine returned {r:?} while its section was still running"
+                        ));
+                    }
+                    Ok(())
+                }));
+            }
+            for h in hs {
+                h.join()?;
+            }
+            Ok(())
+        },
+    )
+    .unwrap_or_else(|f| panic!("{}", f.report()));
+    assert_eq!(r.runs, 400);
+}
