@@ -262,7 +262,7 @@ impl Combining {
             // the hold it runs for others, goes round).
             let combiner = {
                 let mut q = lock(&node.state);
-                !q.busy && q.jobs.front().is_some_and(|f| Arc::ptr_eq(f, &job)) && {
+                is_next(&q, &job) && {
                     q.busy = true;
                     true
                 }
@@ -316,7 +316,10 @@ impl Combining {
                 clock::sleep(PARKED_STEP);
             } else {
                 job.sleeping.store(true, SeqCst);
-                if job.state() != DONE {
+                // Looked at again once `sleeping` is set: a combiner that stepped down (or a
+                // section withdrawn from the front) since this thread last looked did not see
+                // it asleep and woke nobody, and this thread is now the one to combine.
+                if job.state() != DONE && !next_combiner(node, &job) {
                     clock::park_timeout(d.remaining().min(PARKED_MAX));
                 }
                 job.sleeping.store(false, SeqCst);
@@ -505,6 +508,17 @@ impl Drop for StepDown<'_> {
         q.busy = false;
         wake_front(&q);
     }
+}
+
+/// Whether `job`'s thread is the one to combine now: nobody combines and its section is the
+/// oldest queued.
+fn is_next(q: &Queue, job: &Arc<Job>) -> bool {
+    !q.busy && q.jobs.front().is_some_and(|f| Arc::ptr_eq(f, job))
+}
+
+/// [`is_next`], under the node's queue lock.
+fn next_combiner(node: &NodeJobs, job: &Arc<Job>) -> bool {
+    is_next(&lock(&node.state), job)
 }
 
 /// Wakes the thread of the oldest queued section if it sleeps: it is the one to combine next.
