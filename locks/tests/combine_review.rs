@@ -109,3 +109,65 @@ fn a_shutdown_does_not_return_a_caller_whose_section_still_runs() {
     .unwrap_or_else(|f| panic!("{}", f.report()));
     assert_eq!(r.runs, 400);
 }
+
+/// `Ctx::wait_all` in an async task's blocking call waits for what the context had posted when
+/// it was called, not for what the context's other tasks post while it is suspended (later in
+/// the thread's program): a combiner running in a task would otherwise fail its batch
+/// (`Error::Combined`) on another task's request towards an unrelated stalled node, or never
+/// finish while the other tasks keep posting.
+#[cfg(feature = "tokio")]
+#[test]
+fn wait_all_in_a_task_waits_only_for_what_was_posted_before() {
+    use loco_rdmawait::aio::AsyncCtx;
+    use loco_rdmawait::{Schedule, SoftBackend};
+    use std::cell::Cell;
+    use std::rc::Rc;
+
+    let soft = Arc::new(SoftBackend::try_new(3, 64, Schedule::Threaded).unwrap());
+    let c = Cluster::with_backend(Box::new(soft.clone()), Duration::from_secs(2));
+    let x = c.alloc_word(NodeId(0)).unwrap();
+    let (y1, y2) = (
+        c.alloc_word(NodeId(1)).unwrap(),
+        c.alloc_word(NodeId(2)).unwrap(),
+    );
+    let actx = AsyncCtx::open(&c, NodeId(0)).unwrap();
+    actx.ctx().store(&x, 5).unwrap();
+    soft.stall(NodeId(1), true).unwrap();
+    let waiting = Rc::new(Cell::new(false));
+    let local = tokio::task::LocalSet::new();
+    let waiter = {
+        let (actx, waiting) = (actx.clone(), waiting.clone());
+        local.spawn_local(async move {
+            actx.run(|ctx| {
+                ctx.put(&y1, &x, D)?;
+                waiting.set(true);
+                ctx.wait_all()
+            })
+            .await
+        })
+    };
+    let other = {
+        let (actx, soft) = (actx.clone(), soft.clone());
+        local.spawn_local(async move {
+            while !waiting.get() {
+                tokio::task::yield_now().await;
+            }
+            // Posted while the wait is suspended, towards a node that stays stalled.
+            soft.stall(NodeId(2), true).unwrap();
+            let later = actx.put(&y2, &x).unwrap();
+            soft.stall(NodeId(1), false).unwrap();
+            later
+        })
+    };
+    let tokio_rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (r, later) = tokio_rt.block_on(local.run_until(async {
+        let later = other.await.unwrap();
+        (waiter.await.unwrap(), later)
+    }));
+    soft.stall(NodeId(2), false).unwrap();
+    r.expect("wait_all waited for an operation posted after it was called");
+    tokio_rt.block_on(later).unwrap();
+}
