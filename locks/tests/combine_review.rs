@@ -154,20 +154,21 @@ fn wait_all_in_a_task_waits_only_for_what_was_posted_before() {
             }
             // Posted while the wait is suspended, towards a node that stays stalled.
             soft.stall(NodeId(2), true).unwrap();
-            let later = actx.put(&y2, &x).unwrap();
+            // (Its `Op` dropped: the context keeps tracking the request.)
+            let _later = actx.put(&y2, &x).unwrap();
             soft.stall(NodeId(1), false).unwrap();
-            later
         })
     };
     let tokio_rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let (r, later) = tokio_rt.block_on(local.run_until(async {
-        let later = other.await.unwrap();
-        (waiter.await.unwrap(), later)
+    let r = tokio_rt.block_on(local.run_until(async {
+        other.await.unwrap();
+        waiter.await.unwrap()
     }));
     soft.stall(NodeId(2), false).unwrap();
     r.expect("wait_all waited for an operation posted after it was called");
-    tokio_rt.block_on(later).unwrap();
+    c.quiesce().unwrap();
+    assert_eq!(c.peek(&y2).unwrap(), 5);
 }
