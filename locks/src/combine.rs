@@ -239,12 +239,13 @@ impl Combining {
         // section's get of a word this thread put to would not wait for that put on another
         // queue pair, as it would on this one, docs/model.md §4.4 rule 6; a completed put may
         // still be on its way, Fig. 5; a get of this thread's could land over what the section
-        // writes): a global fence towards the live nodes this thread has not fenced, free
-        // when there are none.
+        // writes): a global fence towards the live nodes it may have something on its way to
+        // ([`Ctx::in_flight`]; not a node restarted since the context was made, which nothing
+        // of it reaches any more), free when there are none.
         ctx.mfence()?;
         let unfenced: Vec<NodeId> = cluster
             .node_ids()
-            .filter(|&n| !ctx.fenced(n) && cluster.check_alive(n).is_ok())
+            .filter(|&n| ctx.in_flight(n) && cluster.check_alive(n).is_ok())
             .collect();
         if !unfenced.is_empty() {
             ctx.gf(unfenced)?;

@@ -159,7 +159,8 @@
 //!   in full and those of earlier holds as the lock promises across a release (the weak lock's
 //!   sections still `gf` what they write). The caller's own earlier operations come before
 //!   its section, as in one thread's program: before queuing it, the caller fences
-//!   (`gf`) the nodes it wrote to and has not fenced since (nothing when it has none), so
+//!   (`gf`) the live nodes it may have operations on their way to
+//!   ([`Ctx::in_flight`](loco_rdmawait::Ctx::in_flight); nothing when it has none), so
 //!   the section's operations, on the combiner's queue pairs, cannot overtake them. When
 //!   `combine` returns, the section's operations have completed and its CPU stores are
 //!   visible to the caller.

@@ -172,3 +172,33 @@ fn wait_all_in_a_task_waits_only_for_what_was_posted_before() {
     c.quiesce().unwrap();
     assert_eq!(c.peek(&y2).unwrap(), 5);
 }
+
+/// A context made before some other node restarted still combines on a lock elsewhere: the
+/// fence a caller runs before queuing its section leaves out nodes it has nothing on its way
+/// to (a restarted node is never "fenced" for an old context, and its operations towards it
+/// fail).
+#[test]
+fn an_old_context_combines_after_another_node_restarted() {
+    for touched in [false, true] {
+        let c =
+            loco_rdmawait::testing::short_cluster(3, 1 << 12, loco_rdmawait::Schedule::Threaded);
+        let l = NLock::new(&c, NodeId(1)).unwrap();
+        let ctx = c.context(NodeId(0)).unwrap();
+        let (w, y) = (
+            c.alloc_word(NodeId(0)).unwrap(),
+            c.alloc_word(NodeId(2)).unwrap(),
+        );
+        if touched {
+            ctx.put(&y, &w, D).unwrap();
+            ctx.wait(D).unwrap();
+        }
+        assert_eq!(l.combine(&ctx, |_| 1).unwrap(), 1);
+        c.kill(NodeId(2)).unwrap();
+        c.restart(NodeId(2)).unwrap();
+        assert_eq!(
+            l.combine(&ctx, |_| 2).unwrap(),
+            2,
+            "touched n2 before: {touched}"
+        );
+    }
+}

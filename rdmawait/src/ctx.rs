@@ -717,6 +717,20 @@ impl Ctx {
             && inner.incarnations.get(i).copied() == self.cluster.incarnation(node).ok()
     }
 
+    /// Whether something this thread posted towards `node` may still be on its way there: an
+    /// operation not polled yet, or a remote write (put, rCAS, rFAA) not followed by a get or
+    /// [`Ctx::fence_read`] towards `node` (see [`Ctx::fenced`]). Unlike `!fenced(node)`, false
+    /// after a failed poll when nothing was posted since that could be, and towards a node
+    /// restarted since the context was made (nothing of the context's reaches the new
+    /// incarnation): what a global fence towards `node` would have to wait for, where it can.
+    /// False for an unknown node.
+    pub fn in_flight(&self, node: NodeId) -> bool {
+        let inner = self.inner.borrow();
+        let i = node.index();
+        inner.track.get(i).is_some_and(|t| !t.is_empty() || t.dirty)
+            && inner.incarnations.get(i).copied() == self.cluster.incarnation(node).ok()
+    }
+
     /// Number of operations towards `node` posted and not yet polled.
     pub fn unpolled(&self, node: NodeId) -> Result<usize> {
         self.cluster.check_node(node)?;
