@@ -26,7 +26,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use loco_rdmawait::clock::{self, Unparker};
-use loco_rdmawait::Ctx;
+use loco_rdmawait::{Ctx, NodeId};
+use loco_sv::GlobalFence;
 
 use crate::lock::RawLock;
 use crate::thread::{Deadline, Spin};
@@ -232,9 +233,23 @@ impl Combining {
             called: AtomicBool::new(false),
             waker: clock::unparker(),
         });
-        // The section runs on another thread: this thread's stores must be visible to it (a
-        // store buffered here could otherwise land over what the section writes).
+        // The section may run on another thread, on that thread's queue pairs: this thread's
+        // stores must be visible to it (a store buffered here could otherwise land over what
+        // the section writes), and its operations posted before must have landed (the
+        // section's get of a word this thread put to would not wait for that put on another
+        // queue pair, as it would on this one, docs/model.md §4.4 rule 6; a completed put may
+        // still be on its way, Fig. 5; a get of this thread's could land over what the section
+        // writes): a global fence towards the live nodes it may have something on its way to
+        // ([`Ctx::in_flight`]; not a node restarted since the context was made, which nothing
+        // of it reaches any more), free when there are none.
         ctx.mfence()?;
+        let unfenced: Vec<NodeId> = cluster
+            .node_ids()
+            .filter(|&n| ctx.in_flight(n) && cluster.check_alive(n).is_ok())
+            .collect();
+        if !unfenced.is_empty() {
+            ctx.gf(unfenced)?;
+        }
         lock(&node.state).jobs.push_back(job.clone());
         let d = Deadline::after(cluster.timeout());
         let mut spun_since = clock::now();
@@ -248,7 +263,7 @@ impl Combining {
             // the hold it runs for others, goes round).
             let combiner = {
                 let mut q = lock(&node.state);
-                !q.busy && q.jobs.front().is_some_and(|f| Arc::ptr_eq(f, &job)) && {
+                is_next(&q, &job) && {
                     q.busy = true;
                     true
                 }
@@ -291,13 +306,21 @@ impl Combining {
             let spinning = clock::now().saturating_duration_since(spun_since) < SPIN_BUDGET
                 || (!crowded() && (job.called.load(SeqCst) || job.state() == RUNNING));
             if spinning || (clock::cooperative() && !clock::simulated()) {
-                spin.wait(cluster)?;
+                // Not `?`: a shutdown fails the spin at once, and a section being run must be
+                // waited for all the same (its combiner's operations now fail promptly); the
+                // shutdown of a queued one is seen above.
+                if spin.wait(cluster).is_err() {
+                    clock::yield_now();
+                }
             } else if clock::simulated() && !clock::timed() {
                 // No time to wake up in: look again after a step.
                 clock::sleep(PARKED_STEP);
             } else {
                 job.sleeping.store(true, SeqCst);
-                if job.state() != DONE {
+                // Looked at again once `sleeping` is set: a combiner that stepped down (or a
+                // section withdrawn from the front) since this thread last looked did not see
+                // it asleep and woke nobody, and this thread is now the one to combine.
+                if job.state() != DONE && !next_combiner(node, &job) {
                     clock::park_timeout(d.remaining().min(PARKED_MAX));
                 }
                 job.sleeping.store(false, SeqCst);
@@ -486,6 +509,17 @@ impl Drop for StepDown<'_> {
         q.busy = false;
         wake_front(&q);
     }
+}
+
+/// Whether `job`'s thread is the one to combine now: nobody combines and its section is the
+/// oldest queued.
+fn is_next(q: &Queue, job: &Arc<Job>) -> bool {
+    !q.busy && q.jobs.front().is_some_and(|f| Arc::ptr_eq(f, job))
+}
+
+/// [`is_next`], under the node's queue lock.
+fn next_combiner(node: &NodeJobs, job: &Arc<Job>) -> bool {
+    is_next(&lock(&node.state), job)
 }
 
 /// Wakes the thread of the oldest queued section if it sleeps: it is the one to combine next.

@@ -157,8 +157,13 @@
 //! - **Guarantee**: the lock kind's, for the combiner's hold as a whole: sections run one at a
 //!   time, a node's in the order they were queued, each seeing the earlier sections of its hold
 //!   in full and those of earlier holds as the lock promises across a release (the weak lock's
-//!   sections still `gf` what they write). When `combine` returns, the section's operations have
-//!   completed and its CPU stores are visible to the caller.
+//!   sections still `gf` what they write). The caller's own earlier operations come before
+//!   its section, as in one thread's program: before queuing it, the caller fences
+//!   (`gf`) the live nodes it may have operations on their way to
+//!   ([`Ctx::in_flight`](loco_rdmawait::Ctx::in_flight); nothing when it has none), so
+//!   the section's operations, on the combiner's queue pairs, cannot overtake them. When
+//!   `combine` returns, the section's operations have completed and its CPU stores are
+//!   visible to the caller.
 //! - **Fairness**: the combiner is the thread of the oldest queued section, so the role goes
 //!   round a node's threads; a combiner runs at most [`COMBINE_BATCHES`] batches (each of up to
 //!   64 sections) per hold, so other nodes wait behind at most that many.

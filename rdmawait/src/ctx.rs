@@ -524,8 +524,9 @@ impl Ctx {
         }
     }
 
-    /// Blocks until every operation this thread has posted, whatever its work id, has
-    /// completed: `wait(d)` for every `d` at once (docs/model.md §5.7), within the cluster's
+    /// Blocks until every operation this thread has posted before the call, whatever its work
+    /// id, has completed (in an async task, not those the context's other tasks post while it
+    /// waits): `wait(d)` for every `d` at once (docs/model.md §5.7), within the cluster's
     /// timeout. For code that runs operations it did not tag itself, such as a lock's combiner
     /// (`loco-locks`' `Lock::combine`), which must know that the critical sections it ran
     /// for other threads are done (their puts have read their sources, their gets written their
@@ -537,21 +538,27 @@ impl Ctx {
     /// [`Ctx::wait_all`], giving up with [`Error::Timeout`] after `timeout` (as
     /// [`Ctx::wait_timeout`] does: nothing is lost, it can be repeated).
     pub fn wait_all_timeout(&self, timeout: Duration) -> Result<()> {
+        // What is posted now, per node: in an async task the wait looks again after each
+        // suspension, and what the context's other tasks post meanwhile comes later in the
+        // thread's program (waiting for it too could last as long as they keep posting, or
+        // fail on a request towards a node this thread's earlier ones never touched).
+        let posted: Vec<u64> = self.inner.borrow().track.iter().map(|t| t.posted).collect();
+        let until = |n: usize, t: &Track| {
+            Some(posted.get(n).map_or(t.posted, |&p| p.min(t.posted))).filter(|&p| p > t.polled)
+        };
         #[cfg(feature = "tokio")]
         if crate::aio::in_task() && !timeout.is_zero() {
             return self.look_in_task(timeout, || {
-                self.wait_until(TimeoutKind::Other("wait_all"), Duration::ZERO, None, |t| {
-                    Some(t.posted).filter(|&n| n > t.polled)
-                })
+                self.wait_until(TimeoutKind::Other("wait_all"), Duration::ZERO, None, until)
             });
         }
-        self.wait_until(TimeoutKind::Other("wait_all"), timeout, None, |t| {
-            Some(t.posted).filter(|&n| n > t.polled)
-        })
+        self.wait_until(TimeoutKind::Other("wait_all"), timeout, None, until)
     }
 
     fn wait_now(&self, wid: WorkId, timeout: Duration) -> Result<()> {
-        self.wait_until(TimeoutKind::Wait(wid), timeout, Some(wid), |t| t.until(wid))
+        self.wait_until(TimeoutKind::Wait(wid), timeout, Some(wid), |_, t| {
+            t.until(wid)
+        })
     }
 
     /// Polls, per node, until the polled count reaches `until` of the node's track (nothing to
@@ -563,7 +570,7 @@ impl Ctx {
         what: TimeoutKind,
         timeout: Duration,
         wid: Option<WorkId>,
-        until: impl Fn(&Track) -> Option<u64>,
+        until: impl Fn(usize, &Track) -> Option<u64>,
     ) -> Result<()> {
         // The clock is read only once a request has not completed by the time the wait looks
         // (`ThreadNic::try_poll`; on Soft-RoCE an atomic's completion is there as soon as its
@@ -581,7 +588,7 @@ impl Ctx {
             return Err(e);
         }
         for (n, t) in track.iter_mut().enumerate() {
-            let Some(until) = until(t) else {
+            let Some(until) = until(n, t) else {
                 continue;
             };
             while t.polled < until {
@@ -707,6 +714,20 @@ impl Ctx {
         let inner = self.inner.borrow();
         let i = node.index();
         inner.track.get(i).is_some_and(Track::fenced)
+            && inner.incarnations.get(i).copied() == self.cluster.incarnation(node).ok()
+    }
+
+    /// Whether something this thread posted towards `node` may still be on its way there: an
+    /// operation not polled yet, or a remote write (put, rCAS, rFAA) not followed by a get or
+    /// [`Ctx::fence_read`] towards `node` (see [`Ctx::fenced`]). Unlike `!fenced(node)`, false
+    /// after a failed poll when nothing was posted since that could be, and towards a node
+    /// restarted since the context was made (nothing of the context's reaches the new
+    /// incarnation): what a global fence towards `node` would have to wait for, where it can.
+    /// False for an unknown node.
+    pub fn in_flight(&self, node: NodeId) -> bool {
+        let inner = self.inner.borrow();
+        let i = node.index();
+        inner.track.get(i).is_some_and(|t| !t.is_empty() || t.dirty)
             && inner.incarnations.get(i).copied() == self.cluster.incarnation(node).ok()
     }
 
