@@ -163,7 +163,9 @@
 //!   ([`Ctx::in_flight`](loco_rdmawait::Ctx::in_flight); nothing when it has none), so
 //!   the section's operations, on the combiner's queue pairs, cannot overtake them. When
 //!   `combine` returns, the section's operations have completed and its CPU stores are
-//!   visible to the caller.
+//!   visible to the caller; its remote writes have not necessarily landed (the caller's own
+//!   later get of a word the section put to may read the old value): a section whose caller
+//!   reads back what it wrote, outside the lock, ends with `gf` towards the nodes it wrote.
 //! - **Fairness**: the combiner is the thread of the oldest queued section, so the role goes
 //!   round a node's threads; a combiner runs at most [`COMBINE_BATCHES`] batches (each of up to
 //!   64 sections) per hold, so other nodes wait behind at most that many.

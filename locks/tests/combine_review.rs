@@ -202,3 +202,50 @@ fn an_old_context_combines_after_another_node_restarted() {
         );
     }
 }
+
+/// The remedy the docs give for reading a section's writes back outside the lock: a section
+/// that ends with `gf` towards the node it wrote is landed when `combine` returns, so its
+/// caller's own get of the word, on the caller's queue pair, sees the value, whichever thread
+/// ran the section. Six threads on two nodes, each with its own word on n2, under the
+/// simulator's seeded schedules.
+#[test]
+fn a_section_that_fences_is_seen_by_its_callers_own_reads() {
+    use loco_sv::GlobalFence;
+    let r = sim::check(
+        Config::new(3).runs(300).timeout(Duration::from_millis(20)),
+        |cluster: &Cluster| -> Result<(), BoxError> {
+            let lock = NLock::new(cluster, NodeId(0))?;
+            let mut hs = Vec::new();
+            for t in 0..6u64 {
+                let node = NodeId((t % 2) as u16);
+                let word = cluster.alloc_word(NodeId(2))?;
+                let (src, back) = (cluster.alloc_word(node)?, cluster.alloc_word(node)?);
+                let l = lock.clone();
+                hs.push(sim::spawn(cluster, node, move |ctx: &Ctx| {
+                    for round in 1..=2u64 {
+                        let v = t * 10 + round;
+                        ctx.store(&src, v)?;
+                        l.combine(ctx, move |ctx| -> Result<(), BoxError> {
+                            ctx.put(&word, &src, D)?;
+                            ctx.gf([NodeId(2)])?;
+                            Ok(())
+                        })??;
+                        ctx.get(&back, &word, D)?;
+                        ctx.wait(D)?;
+                        let seen = ctx.load(&back)?;
+                        if seen != v {
+                            return Err(format!("read back {seen}, not {v}").into());
+                        }
+                    }
+                    Ok::<(), BoxError>(())
+                }));
+            }
+            for h in hs {
+                h.join()?;
+            }
+            Ok(())
+        },
+    )
+    .unwrap_or_else(|f| panic!("{}", f.report()));
+    assert_eq!(r.runs, 300);
+}
