@@ -170,11 +170,11 @@
 //!   round a node's threads; a combiner runs at most [`COMBINE_BATCHES`] batches (each of up to
 //!   64 sections) per hold, so other nodes wait behind at most that many.
 //! - **Cost**: under the simulator's `connectx5` profile, 16 threads over 4 nodes, a section
-//!   that puts one word to the lock's node: the node lock does 1.19 M sections per second
+//!   that puts one word to the lock's node: the node lock does 1.18 M sections per second
 //!   through `combine` against 0.31 M through acquire and release with cohorts (the README has
 //!   the table). With one thread per node there is nobody to combine with, and a section costs
-//!   what a plain one does plus the wait for its own operations (one thread alone: 170 k
-//!   against 230 k sections per second).
+//!   what a plain one does plus the wait for its own operations and the landing of what the
+//!   thread sent (one thread alone: 154 k against 230 k sections per second).
 //! - **Failures**: a section not taken by a combiner within the cluster's timeout is withdrawn,
 //!   never run ([`Error::Timeout`]); a combiner that cannot take the lock returns its error to
 //!   its own caller, and the next thread of the queue tries; a section that ran in a batch whose
