@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use loco_rdmawait::clock::{self, Unparker};
-use loco_rdmawait::{Ctx, NodeId};
+use loco_rdmawait::Ctx;
 use loco_sv::GlobalFence;
 
 use crate::lock::RawLock;
@@ -239,17 +239,10 @@ impl Combining {
         // section's get of a word this thread put to would not wait for that put on another
         // queue pair, as it would on this one, docs/model.md §4.4 rule 6; a completed put may
         // still be on its way, Fig. 5; a get of this thread's could land over what the section
-        // writes): a global fence towards the live nodes it may have something on its way to
-        // ([`Ctx::in_flight`]; not a node restarted since the context was made, which nothing
-        // of it reaches any more), free when there are none.
+        // writes): a global fence towards the live nodes it may have something on its way to,
+        // free when there are none.
         ctx.mfence()?;
-        let unfenced: Vec<NodeId> = cluster
-            .node_ids()
-            .filter(|&n| ctx.in_flight(n) && cluster.check_alive(n).is_ok())
-            .collect();
-        if !unfenced.is_empty() {
-            ctx.gf(unfenced)?;
-        }
+        fence_in_flight(ctx)?;
         lock(&node.state).jobs.push_back(job.clone());
         let d = Deadline::after(cluster.timeout());
         let mut spun_since = clock::now();
@@ -459,6 +452,16 @@ fn take(node: &NodeJobs) -> Vec<Arc<Job>> {
 /// put has read its source, each get written its destination), and an `mfence` (the CPU
 /// stores are visible). About one round trip; nothing when nothing is on its way.
 fn land(ctx: &Ctx) -> Result<()> {
+    fence_in_flight(ctx)?;
+    ctx.wait_all()?;
+    ctx.mfence()?;
+    Ok(())
+}
+
+/// A global fence towards the live nodes the calling thread may have something on its way to
+/// ([`Ctx::in_flight`]: not a node restarted since the context was made, which nothing of it
+/// reaches any more); nothing to do, and nothing sent, when there are none.
+fn fence_in_flight(ctx: &Ctx) -> Result<()> {
     let cluster = ctx.cluster();
     let unfenced: Vec<_> = cluster
         .node_ids()
@@ -467,8 +470,6 @@ fn land(ctx: &Ctx) -> Result<()> {
     if !unfenced.is_empty() {
         ctx.gf(unfenced)?;
     }
-    ctx.wait_all()?;
-    ctx.mfence()?;
     Ok(())
 }
 

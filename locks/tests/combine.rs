@@ -93,25 +93,44 @@ fn combine(
     })
 }
 
-/// `threads` threads round-robin over 3 nodes, `rounds` sections each: every value read must be
-/// distinct and they must be 0..threads*rounds (checked by the caller from `seen`).
-fn worker(
+/// What the threads of a run share: `rounds` sections each on `lock`, incrementing `counter`,
+/// the values read collected in `seen` (every value must come out once: `check_seen`).
+#[derive(Clone)]
+struct Run {
     lock: AnyLock,
     inside: Arc<AtomicUsize>,
     counter: Loc,
-    tmp: Loc,
     rounds: usize,
+    /// The weak lock's sections fence what they wrote.
     fence: bool,
     seen: Arc<Mutex<Vec<u64>>>,
-) -> impl FnOnce(&Ctx) -> Result<(), BoxError> + Send + 'static {
-    move |ctx: &Ctx| {
-        for _ in 0..rounds {
-            let v = combine(&lock, ctx, section(inside.clone(), counter, tmp, fence))?;
-            seen.lock().unwrap().push(v);
-            // The caller reuses its word at once: the section's put must have read it already.
-            ctx.store(&tmp, u64::MAX)?;
+}
+
+impl Run {
+    fn new(kind: Kind, lock: AnyLock, counter: Loc, rounds: usize) -> Self {
+        Run {
+            lock,
+            inside: Arc::new(AtomicUsize::new(0)),
+            counter,
+            rounds,
+            fence: matches!(kind, Kind::W),
+            seen: Arc::new(Mutex::new(Vec::new())),
         }
-        Ok(())
+    }
+
+    /// A thread's work, with its own word `tmp`.
+    fn worker(&self, tmp: Loc) -> impl FnOnce(&Ctx) -> Result<(), BoxError> + Send + 'static {
+        let run = self.clone();
+        move |ctx: &Ctx| {
+            for _ in 0..run.rounds {
+                let cs = section(run.inside.clone(), run.counter, tmp, run.fence);
+                let v = combine(&run.lock, ctx, cs)?;
+                run.seen.lock().unwrap().push(v);
+                // The caller reuses its word at once: the section's put must have read it.
+                ctx.store(&tmp, u64::MAX)?;
+            }
+            Ok(())
+        }
     }
 }
 
@@ -133,24 +152,13 @@ fn each_value_once_on_the_soft_nic() {
     for kind in [Kind::N, Kind::W, Kind::S] {
         for (i, schedule) in soft_schedules(3).into_iter().enumerate() {
             let c = testing::cluster(3, 1 << 14, schedule).unwrap();
-            let lock = make(kind, &c, THREADS).unwrap();
             let counter = c.alloc_word(K).unwrap();
-            let inside = Arc::new(AtomicUsize::new(0));
-            let seen = Arc::new(Mutex::new(Vec::new()));
+            let run = Run::new(kind, make(kind, &c, THREADS).unwrap(), counter, ROUNDS);
             let hs: Vec<_> = (0..THREADS)
                 .map(|t| {
                     let node = NodeId((t % 3) as u16);
-                    let tmp = c.alloc_word(node).unwrap();
+                    let w = run.worker(c.alloc_word(node).unwrap());
                     let c = c.clone();
-                    let w = worker(
-                        lock.clone(),
-                        inside.clone(),
-                        counter,
-                        tmp,
-                        ROUNDS,
-                        matches!(kind, Kind::W),
-                        seen.clone(),
-                    );
                     std::thread::spawn(move || -> Result<(), String> {
                         let ctx = c.context(node).map_err(|e| e.to_string())?;
                         w(&ctx).map_err(|e| e.to_string())
@@ -162,7 +170,7 @@ fn each_value_once_on_the_soft_nic() {
                     .unwrap()
                     .unwrap_or_else(|e| panic!("{kind:?}, schedule {i}: {e}"));
             }
-            check_seen(&seen, THREADS * ROUNDS)
+            check_seen(&run.seen, THREADS * ROUNDS)
                 .unwrap_or_else(|e| panic!("{kind:?}, schedule {i}: {e}"));
             c.quiesce().unwrap();
             assert_eq!(c.peek(&counter).unwrap(), (THREADS * ROUNDS) as u64);
@@ -175,32 +183,25 @@ fn sim_run(kind: Kind) -> impl Fn(&Cluster) -> Result<(), BoxError> + Send + Syn
     move |cluster: &Cluster| {
         const THREADS: usize = 6;
         const ROUNDS: usize = 3;
-        let lock = make(kind, cluster, THREADS)?;
-        let counter = cluster.alloc_word(K)?;
-        let inside = Arc::new(AtomicUsize::new(0));
-        let seen = Arc::new(Mutex::new(Vec::new()));
+        let run = Run::new(
+            kind,
+            make(kind, cluster, THREADS)?,
+            cluster.alloc_word(K)?,
+            ROUNDS,
+        );
         let mut hs = Vec::new();
         for t in 0..THREADS {
             let node = NodeId((t % 3) as u16);
-            let tmp = cluster.alloc_word(node)?;
             hs.push(sim::spawn(
                 cluster,
                 node,
-                worker(
-                    lock.clone(),
-                    inside.clone(),
-                    counter,
-                    tmp,
-                    ROUNDS,
-                    matches!(kind, Kind::W),
-                    seen.clone(),
-                ),
+                run.worker(cluster.alloc_word(node)?),
             ));
         }
         for h in hs {
             h.join()?;
         }
-        check_seen(&seen, THREADS * ROUNDS)?;
+        check_seen(&run.seen, THREADS * ROUNDS)?;
         Ok(())
     }
 }
@@ -236,23 +237,16 @@ fn combined_and_plain_sections_exclude_each_other() {
         Config::new(3).runs(300).timeout(Duration::from_millis(20)),
         |cluster: &Cluster| -> Result<(), BoxError> {
             let lock = NLock::new(cluster, K)?;
-            let counter = cluster.alloc_word(K)?;
-            let inside = Arc::new(AtomicUsize::new(0));
-            let seen = Arc::new(Mutex::new(Vec::new()));
+            let run = Run::new(Kind::N, AnyLock::N(lock.clone()), cluster.alloc_word(K)?, 2);
+            let (inside, seen, counter) = (run.inside.clone(), run.seen.clone(), run.counter);
             let mut hs = Vec::new();
             for t in 0..4 {
                 let node = NodeId((t % 2) as u16);
-                let tmp = cluster.alloc_word(node)?;
-                let w = worker(
-                    AnyLock::N(lock.clone()),
-                    inside.clone(),
-                    counter,
-                    tmp,
-                    2,
-                    false,
-                    seen.clone(),
-                );
-                hs.push(sim::spawn(cluster, node, w));
+                hs.push(sim::spawn(
+                    cluster,
+                    node,
+                    run.worker(cluster.alloc_word(node)?),
+                ));
             }
             // A thread taking the lock the ordinary way meanwhile.
             let (l, inside2, seen2) = (lock.clone(), inside.clone(), seen.clone());
@@ -277,42 +271,42 @@ fn combined_and_plain_sections_exclude_each_other() {
     assert_eq!(r.runs, 300);
 }
 
-#[test]
-fn a_holder_cannot_combine() {
-    let c = testing::short_cluster(2, 1 << 12, loco_rdmawait::Schedule::Immediate);
-    let l = NLock::new(&c, NodeId(1)).unwrap();
-    let ctx = c.context(NodeId(0)).unwrap();
-    let g = l.acquire(&ctx).unwrap();
-    let ran = Arc::new(AtomicBool::new(false));
-    let r2 = ran.clone();
-    let r = l.combine(&ctx, move |_| r2.store(true, SeqCst));
-    assert!(matches!(r, Err(Error::AlreadyHeld { .. })), "{r:?}");
-    assert!(!ran.load(SeqCst));
-    LockGuard::release(g).unwrap();
-    assert_eq!(l.combine(&ctx, |_| 5).unwrap(), 5);
-}
-
-/// A section that cannot get the lock in time times out and never runs.
-#[test]
-fn a_section_not_run_in_time_times_out_and_never_runs() {
+/// A holder of the lock (on n1) holds it while a section is combined, either by the holder
+/// itself (`by_holder`: refused, `AlreadyHeld`) or by a thread of n0 (it times out): either way
+/// the section never runs, and once the holder releases, the lock and the node's queue work.
+fn refused_section_never_runs(by_holder: bool, expected: fn(&Error) -> bool) {
     let c = testing::short_cluster(2, 1 << 12, loco_rdmawait::Schedule::Immediate);
     let l = NLock::new(&c, NodeId(1)).unwrap();
     let holder = c.context(NodeId(1)).unwrap();
     let g = l.acquire(&holder).unwrap();
     let ran = Arc::new(AtomicBool::new(false));
-    let (c2, l2, r2) = (c.clone(), l.clone(), ran.clone());
-    let r = std::thread::spawn(move || {
-        let ctx = c2.context(NodeId(0)).unwrap();
-        l2.combine(&ctx, move |_| r2.store(true, SeqCst))
-    })
-    .join()
-    .unwrap();
-    assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
+    let r2 = ran.clone();
+    let section = move |_: &Ctx| r2.store(true, SeqCst);
+    let r = if by_holder {
+        l.combine(&holder, section)
+    } else {
+        let (c2, l2) = (c.clone(), l.clone());
+        std::thread::spawn(move || l2.combine(&c2.context(NodeId(0)).unwrap(), section))
+            .join()
+            .unwrap()
+    };
+    assert!(r.as_ref().is_err_and(expected), "{r:?}");
     LockGuard::release(g).unwrap();
-    assert!(!ran.load(SeqCst), "a timed-out section ran");
-    // The lock and the node's queue still work.
+    assert!(!ran.load(SeqCst), "a refused section ran");
     let ctx = c.context(NodeId(0)).unwrap();
-    assert_eq!(l.combine(&ctx, |_| 1).unwrap(), 1);
+    assert_eq!(l.combine(&ctx, |_| 5).unwrap(), 5);
+    assert_eq!(l.combine(&holder, |_| 6).unwrap(), 6);
+}
+
+#[test]
+fn a_holder_cannot_combine() {
+    refused_section_never_runs(true, |e| matches!(e, Error::AlreadyHeld { .. }));
+}
+
+/// A section that cannot get the lock in time times out and never runs.
+#[test]
+fn a_section_not_run_in_time_times_out_and_never_runs() {
+    refused_section_never_runs(false, |e| matches!(e, Error::Timeout { .. }));
 }
 
 /// A panicking section: its caller panics with the payload, the lock is poisoned for its next
