@@ -23,7 +23,7 @@ use std::collections::VecDeque;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use loco_rdmawait::clock::{self, Unparker};
 use loco_rdmawait::Ctx;
@@ -61,15 +61,21 @@ const LINGER_ROUNDS: u32 = 64;
 /// Threads inside [`Combining::combine`] in this process, over every lock.
 static INSIDE: AtomicUsize = AtomicUsize::new(0);
 
-/// Whether this process has more threads combining than CPUs (a simulated thread has a CPU of
-/// its own): then a waiting thread that spins takes a CPU the combiner and the NIC need (on
-/// Soft-RoCE the NIC is the kernel, on the same CPUs), so waiting threads spin only briefly
-/// and combiners do not linger.
-fn crowded() -> bool {
+/// Whether a node's waiting threads should not spin: where this process has more threads
+/// combining than CPUs, or where waking a sleeping thread of the node was last seen to take
+/// longer than [`SLOW_WAKE`] (a host short of CPUs; the simulator with a profile whose
+/// wake-ups are slow, `rxe`). There a waiting thread that spins takes a CPU the combiner and
+/// the NIC need (on Soft-RoCE the NIC is the kernel, on the same CPUs), so waiting threads
+/// spin only briefly and combiners neither call them early nor wait for them.
+fn crowded(node: &NodeJobs) -> bool {
     static CPUS: OnceLock<usize> = OnceLock::new();
     let cpus = *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    !clock::simulated() && INSIDE.load(SeqCst) > cpus
+    (!clock::simulated() && INSIDE.load(SeqCst) > cpus) || node.wakes_slow.load(SeqCst)
 }
+
+/// A wake-up slower than this, from the unpark to the woken thread's look, is a host short of
+/// CPUs (as for cohorts).
+const SLOW_WAKE: Duration = Duration::from_micros(20);
 
 /// Counts the calling thread in [`INSIDE`] while it lives.
 struct Inside;
@@ -105,6 +111,8 @@ struct Job {
     /// so that it is awake when told (a wake-up costs the combiner, inside its hold).
     called: AtomicBool,
     waker: Option<Unparker>,
+    /// When the sleeping thread was last unparked (to measure the wake-up).
+    unparked_at: Mutex<Option<Instant>>,
 }
 
 type Section = Box<dyn FnOnce(&Ctx) + Send>;
@@ -130,8 +138,14 @@ impl Job {
             *lock(&self.failure) = failure;
         }
         self.state.store(DONE, SeqCst);
+        self.wake();
+    }
+
+    /// Unparks the calling thread if it sleeps.
+    fn wake(&self) {
         if self.sleeping.load(SeqCst) {
             if let Some(w) = &self.waker {
+                *lock(&self.unparked_at) = Some(clock::now());
                 w.unpark();
             }
         }
@@ -142,6 +156,8 @@ impl Job {
 #[derive(Default)]
 struct NodeJobs {
     state: Mutex<Queue>,
+    /// The last wake-up of a thread of the node took longer than [`SLOW_WAKE`].
+    wakes_slow: AtomicBool,
 }
 
 #[derive(Default)]
@@ -232,6 +248,7 @@ impl Combining {
             sleeping: AtomicBool::new(false),
             called: AtomicBool::new(false),
             waker: clock::unparker(),
+            unparked_at: Mutex::new(None),
         });
         // The section may run on another thread, on that thread's queue pairs: this thread's
         // stores must be visible to it (a store buffered here could otherwise land over what
@@ -297,7 +314,7 @@ impl Combining {
                 }
             }
             let spinning = clock::now().saturating_duration_since(spun_since) < SPIN_BUDGET
-                || (!crowded() && (job.called.load(SeqCst) || job.state() == RUNNING));
+                || (!crowded(node) && (job.called.load(SeqCst) || job.state() == RUNNING));
             if spinning || (clock::cooperative() && !clock::simulated()) {
                 // Not `?`: a shutdown fails the spin at once, and a section being run must be
                 // waited for all the same (its combiner's operations now fail promptly); the
@@ -317,6 +334,10 @@ impl Combining {
                     clock::park_timeout(d.remaining().min(PARKED_MAX));
                 }
                 job.sleeping.store(false, SeqCst);
+                if let Some(at) = lock(&job.unparked_at).take() {
+                    let took = clock::now().saturating_duration_since(at);
+                    node.wakes_slow.store(took > SLOW_WAKE, SeqCst);
+                }
             }
         }
     }
@@ -333,7 +354,7 @@ impl Combining {
         own: &Arc<Job>,
         d: &Deadline,
     ) -> Result<()> {
-        let crowded = crowded();
+        let crowded = crowded(node);
         if !crowded {
             call(node);
         }
@@ -484,11 +505,7 @@ fn call(node: &NodeJobs) {
     let q = lock(&node.state);
     for job in q.jobs.iter().take(MAX_BATCH) {
         job.called.store(true, SeqCst);
-        if job.sleeping.load(SeqCst) {
-            if let Some(w) = &job.waker {
-                w.unpark();
-            }
-        }
+        job.wake();
     }
 }
 
@@ -549,10 +566,6 @@ fn next_combiner(node: &NodeJobs, job: &Arc<Job>) -> bool {
 /// Wakes the thread of the oldest queued section if it sleeps: it is the one to combine next.
 fn wake_front(q: &Queue) {
     if let Some(next) = q.jobs.front() {
-        if next.sleeping.load(SeqCst) {
-            if let Some(w) = &next.waker {
-                w.unpark();
-            }
-        }
+        next.wake();
     }
 }
