@@ -185,9 +185,10 @@
 //!   once a combiner is about to take the lock for its section, or runs it, it spins, so that
 //!   it is awake when told and back with its next section while the combiner still holds the
 //!   lock (which waits 1 µs for it). Where the process has more threads in `combine` than
-//!   CPUs (Soft-RoCE in a small VM, whose NIC is the kernel on the same CPUs), that spinning
-//!   would take the CPUs the combiner needs: there waiters sleep after 20 µs whatever their
-//!   state, and combiners do not wait for anyone.
+//!   CPUs (Soft-RoCE in a small VM, whose NIC is the kernel on the same CPUs), or where
+//!   waking a sleeping thread of the node was last seen to take more than 20 µs, that
+//!   spinning would take the CPUs the combiner needs: there waiters sleep after 20 µs
+//!   whatever their state, and combiners do not wait for anyone.
 //!
 //! # Errors
 //! Misuse is checked, always and cheaply: acquiring a lock the thread holds is
