@@ -72,27 +72,27 @@ const OPEN: u64 = u64::MAX - 1;
 
 /// Whether the calling thread is simulated without a profile: no time to wake up in, so
 /// parked waiters look again every [`PARKED_STEP`] rather than being unparked.
-fn untimed_sim() -> bool {
+pub(crate) fn untimed_sim() -> bool {
     clock::simulated() && !clock::timed()
 }
 
 /// How long a parked simulated waiter of an untimed run lets pass before it looks again.
-const PARKED_STEP: Duration = Duration::from_micros(2);
+pub(crate) const PARKED_STEP: Duration = Duration::from_micros(2);
 
 /// How long the waiter next in line spins before it parks too: a handover within a few
 /// round trips of a fast network finds it spinning; on a slow one (Soft-RoCE, where a section
 /// takes hundreds of microseconds and the NIC runs on the same CPUs) it gives the CPU back.
-const SPIN_BUDGET: Duration = Duration::from_micros(20);
+pub(crate) const SPIN_BUDGET: Duration = Duration::from_micros(20);
 
 /// A wake-up slower than this (from a hold left open to its sleeping next in line, until that
 /// thread claims it) is a host short of CPUs, where the woken thread waits for one: then a
 /// thread arriving meanwhile may take the hold first (barging). Where wake-ups are quicker
 /// (a host with a core per thread), nobody barges, and the next in line is not passed over
 /// for the price of a wake-up.
-const SLOW_WAKE: Duration = Duration::from_micros(20);
+pub(crate) const SLOW_WAKE: Duration = Duration::from_micros(20);
 
 /// The longest an OS thread parks before it looks at its deadline and its node again.
-const PARKED_MAX: Duration = Duration::from_millis(1);
+pub(crate) const PARKED_MAX: Duration = Duration::from_millis(1);
 
 /// The node queues of one lock, and its bound on local handovers in a row.
 #[derive(Debug)]

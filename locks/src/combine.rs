@@ -18,7 +18,6 @@
 //! it. Waiting threads spin (with [`clock::pause`]: a scheduling point under the simulator) for
 //! [`SPIN_BUDGET`], then park until the combiner or a deadline wakes them.
 
-use std::any::Any;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::SeqCst};
@@ -29,6 +28,8 @@ use loco_rdmawait::clock::{self, Unparker};
 use loco_rdmawait::Ctx;
 use loco_sv::GlobalFence;
 
+// A waiting thread spins, parks and measures wake-ups as a cohort's waiter does.
+use crate::cohort::{untimed_sim, PARKED_MAX, PARKED_STEP, SLOW_WAKE, SPIN_BUDGET};
 use crate::lock::RawLock;
 use crate::thread::{Deadline, Spin};
 use crate::{Error, Result};
@@ -39,15 +40,6 @@ pub(crate) const MAX_BATCH: usize = 64;
 /// Most batches a combiner runs in one hold of the lock: other nodes' threads wait behind at
 /// most this many batches of a node.
 pub const COMBINE_BATCHES: u32 = 8;
-
-/// How long a waiting thread spins before it parks.
-const SPIN_BUDGET: Duration = Duration::from_micros(20);
-
-/// The longest a waiting thread parks before it looks at its deadline again.
-const PARKED_MAX: Duration = Duration::from_millis(1);
-
-/// How long a parked simulated waiter of an untimed run lets pass before it looks again.
-const PARKED_STEP: Duration = Duration::from_micros(2);
 
 /// How long a combiner waits for the threads of its last batch to come back with their next
 /// sections before it runs the next batch (or releases, if none came): they come back within
@@ -72,10 +64,6 @@ fn crowded(node: &NodeJobs) -> bool {
     let cpus = *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     (!clock::simulated() && INSIDE.load(SeqCst) > cpus) || node.wakes_slow.load(SeqCst)
 }
-
-/// A wake-up slower than this, from the unpark to the woken thread's look, is a host short of
-/// CPUs (as for cohorts).
-const SLOW_WAKE: Duration = Duration::from_micros(20);
 
 /// Counts the calling thread in [`INSIDE`] while it lives.
 struct Inside;
@@ -115,7 +103,8 @@ struct Job {
     unparked_at: Mutex<Option<Instant>>,
 }
 
-type Section = Box<dyn FnOnce(&Ctx) + Send>;
+/// A queued section, as the combiner runs it: true unless it panicked.
+type Section = Box<dyn FnOnce(&Ctx) -> bool + Send>;
 
 impl Job {
     fn state(&self) -> u8 {
@@ -126,10 +115,7 @@ impl Job {
     /// caller, with the section's result slot).
     fn run(&self, ctx: &Ctx) -> bool {
         let cs = lock(&self.cs).take();
-        match cs {
-            Some(cs) => catch_unwind(AssertUnwindSafe(|| cs(ctx))).is_ok(),
-            None => true,
-        }
+        cs.is_none_or(|cs| cs(ctx))
     }
 
     /// The section is over: its caller may return (with `failure`, if the combiner failed).
@@ -168,7 +154,6 @@ struct Queue {
 }
 
 /// The combining queues of one lock (shared by its handles), one per node, made on first use.
-#[derive(Default)]
 pub(crate) struct Combining {
     nodes: OnceLock<Vec<NodeJobs>>,
     /// Most batches per hold ([`Lock::set_combine_batches`](crate::Lock::set_combine_batches)).
@@ -234,14 +219,12 @@ impl Combining {
         let out = slot.clone();
         let job = Arc::new(Job {
             cs: Mutex::new(Some(Box::new(move |ctx: &Ctx| {
+                // The payload of a panic goes to the section's caller; the combiner is told
+                // (it poisons the lock, as a guard dropped in a panic would).
                 let r = catch_unwind(AssertUnwindSafe(|| cs(ctx)));
-                let panicked = r.is_err();
+                let ok = r.is_ok();
                 *lock(&out) = Some(r);
-                if panicked {
-                    // Tell the combiner (which poisons the lock, as a guard dropped in a panic
-                    // would); the payload goes to the section's caller.
-                    resume_unwind(Box::new(()) as Box<dyn Any + Send>);
-                }
+                ok
             }))),
             state: AtomicU8::new(QUEUED),
             failure: Mutex::new(None),
@@ -322,7 +305,7 @@ impl Combining {
                 if spin.wait(cluster).is_err() {
                     clock::yield_now();
                 }
-            } else if clock::simulated() && !clock::timed() {
+            } else if untimed_sim() {
                 // No time to wake up in: look again after a step.
                 clock::sleep(PARKED_STEP);
             } else {
@@ -364,8 +347,8 @@ impl Combining {
         let limit = self.batches();
         let mut failed = None;
         // This thread's own section when it ran in a batch of its own: nobody to tell, so its
-        // wait comes with the next batch's or after the release (as after a plain critical
-        // section, an uncontended `combine` then costs no round trip more than a lock).
+        // wait comes with the next batch's, or with the landing after the release (outside
+        // the hold, not in the next holder's way).
         let mut alone = Batch(Vec::new());
         // The other threads of the last batch, expected back.
         let mut expected = 0;

@@ -538,21 +538,24 @@ impl Ctx {
     /// [`Ctx::wait_all`], giving up with [`Error::Timeout`] after `timeout` (as
     /// [`Ctx::wait_timeout`] does: nothing is lost, it can be repeated).
     pub fn wait_all_timeout(&self, timeout: Duration) -> Result<()> {
-        // What is posted now, per node: in an async task the wait looks again after each
-        // suspension, and what the context's other tasks post meanwhile comes later in the
-        // thread's program (waiting for it too could last as long as they keep posting, or
-        // fail on a request towards a node this thread's earlier ones never touched).
-        let posted: Vec<u64> = self.inner.borrow().track.iter().map(|t| t.posted).collect();
-        let until = |n: usize, t: &Track| {
-            Some(posted.get(n).map_or(t.posted, |&p| p.min(t.posted))).filter(|&p| p > t.polled)
-        };
         #[cfg(feature = "tokio")]
         if crate::aio::in_task() && !timeout.is_zero() {
+            // What is posted now, per node: the wait looks again after each suspension, and
+            // what the context's other tasks post meanwhile comes later in the thread's
+            // program (waiting for it too could last as long as they keep posting, or fail on
+            // a request towards a node this thread's earlier ones never touched). Without
+            // suspensions nothing else posts while the wait runs.
+            let posted: Vec<u64> = self.inner.borrow().track.iter().map(|t| t.posted).collect();
+            let until = |n: usize, t: &Track| {
+                Some(posted.get(n).map_or(t.posted, |&p| p.min(t.posted))).filter(|&p| p > t.polled)
+            };
             return self.look_in_task(timeout, || {
                 self.wait_until(TimeoutKind::Other("wait_all"), Duration::ZERO, None, until)
             });
         }
-        self.wait_until(TimeoutKind::Other("wait_all"), timeout, None, until)
+        self.wait_until(TimeoutKind::Other("wait_all"), timeout, None, |_, t| {
+            Some(t.posted).filter(|&p| p > t.polled)
+        })
     }
 
     fn wait_now(&self, wid: WorkId, timeout: Duration) -> Result<()> {
