@@ -987,3 +987,92 @@ fn a_seed_variable_that_does_not_parse() {
     })
     .unwrap();
 }
+
+/// Under a profile with `cpus`, simulated threads share the host's CPUs: the times each
+/// thread's steps are taken at, on one CPU, per pair of threads.
+fn on_cpus(cpus: usize, body: fn(&Ctx, &Loc, usize) -> Result<(), BoxError>) -> Vec<Duration> {
+    use std::sync::{Arc, Mutex};
+    let p = sim::Profile {
+        jitter: 0.0,
+        cpus,
+        slice: Duration::from_micros(100),
+        switch: Duration::from_micros(1),
+        ..sim::Profile::connectx5()
+    };
+    let out = Arc::new(Mutex::new(vec![Duration::ZERO; 2]));
+    let o = out.clone();
+    sim::replay(Config::new(1).profile(p), 1, move |c: &Cluster| {
+        let flag = c.alloc_word(NodeId(0))?;
+        let hs: Vec<_> = (0..2)
+            .map(|i| {
+                let o = o.clone();
+                sim::spawn(c, NodeId(0), move |ctx: &Ctx| -> Result<(), BoxError> {
+                    body(ctx, &flag, i)?;
+                    o.lock().unwrap()[i] = sim::now();
+                    Ok(())
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join()?;
+        }
+        Ok::<(), BoxError>(())
+    })
+    .unwrap_or_else(|f| panic!("{}", f.report()));
+    let t = out.lock().unwrap().clone();
+    t
+}
+
+/// Two threads of CPU work on one CPU take twice as long as on a CPU each, and the OS's slice
+/// interleaves them: neither finishes before the other has had a slice.
+#[test]
+fn threads_share_the_profiles_cpus() {
+    fn work(ctx: &Ctx, flag: &Loc, _: usize) -> Result<(), BoxError> {
+        for _ in 0..100_000 {
+            ctx.load(flag)?; // 5 ns each under connectx5: 500 µs in all
+        }
+        Ok(())
+    }
+    let own = on_cpus(0, work);
+    let one = on_cpus(1, work);
+    let us = |d: Duration| d.as_micros();
+    assert!(own.iter().all(|&t| us(t) < 520), "a CPU each: {own:?}");
+    assert!(one.iter().all(|&t| us(t) > 900), "one CPU: {one:?}");
+    assert!(one.iter().all(|&t| us(t) < 1200), "one CPU: {one:?}");
+    assert_eq!(on_cpus(1, work), one, "deterministic");
+}
+
+/// A spin loop's pause hands the CPU to a thread waiting for one, so a spinner on one CPU does
+/// not hold up the thread it waits for until its slice is over; a loop without pauses does.
+#[test]
+fn a_spin_loops_pause_yields_the_cpu() {
+    fn spin(pause: bool) -> impl Fn(&Ctx, &Loc, usize) -> Result<(), BoxError> {
+        move |ctx, flag, i| {
+            if i == 0 {
+                while ctx.load(flag)? == 0 {
+                    if pause {
+                        loco_rdmawait::clock::pause();
+                    }
+                }
+            } else {
+                // Thread 0 has the CPU when this one wakes.
+                loco_rdmawait::clock::sleep(Duration::from_micros(1));
+                ctx.store(flag, 1)?;
+                ctx.mfence()?;
+            }
+            Ok(())
+        }
+    }
+    fn polite(ctx: &Ctx, flag: &Loc, i: usize) -> Result<(), BoxError> {
+        spin(true)(ctx, flag, i)
+    }
+    fn rude(ctx: &Ctx, flag: &Loc, i: usize) -> Result<(), BoxError> {
+        spin(false)(ctx, flag, i)
+    }
+    let polite = on_cpus(1, polite);
+    let rude = on_cpus(1, rude);
+    // Thread 0 has the CPU when thread 1 wakes: thread 1's store waits for thread 0's next
+    // pause, or for its slice (100 µs) to end.
+    assert!(polite[1] < Duration::from_micros(10), "{polite:?}");
+    assert!(rude[1] >= Duration::from_micros(100), "{rude:?}");
+}

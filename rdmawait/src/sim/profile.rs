@@ -98,12 +98,14 @@ pub struct Profile {
     /// thread's one after the other (the VM's CPUs, for rxe); 1 to 1024 (other values are
     /// taken as the nearest).
     pub device_lanes: usize,
-    /// The share of a device lane that a thread spinning on local memory takes (0 to 1; other
-    /// values are taken as the nearest). Where the NIC is software on the same CPUs as the
-    /// threads (rxe in a VM: its lanes are the VM's vCPUs), a waiter spinning on its node's
-    /// memory (a weak or strong lock's waiter) occupies a CPU the device needs, where one
-    /// waiting in remote reads or CASes (a node lock's, a spinlock's) runs device work itself.
-    /// With `s` threads spinning when a request starts, the device has
+    /// The share of a device lane that a thread spinning on local memory, or waiting for a
+    /// CPU ([`Profile::cpus`]), takes (0 to 1; other values are taken as the nearest). Where
+    /// the NIC is software on the same CPUs as the threads (rxe in a VM: its lanes are the
+    /// VM's vCPUs), a waiter spinning on its node's memory (a weak or strong lock's waiter)
+    /// occupies a CPU the device needs, where one waiting in remote reads or CASes (a node
+    /// lock's, a spinlock's) runs device work itself; and a thread ready to run but without a
+    /// CPU competes with the kernel's NIC work for one. With `s` such threads when a request
+    /// starts, the device has
     /// `max(1, lanes - spin_share × s)` lanes' worth of time, and the request holds it
     /// `lanes / that` times longer. `rxe`: 1 (a spinning thread takes a whole vCPU;
     /// docs/simulation.md §3 has the figures); 0 (no effect) for hardware NICs.
@@ -123,6 +125,24 @@ pub struct Profile {
     /// What unparking a parked thread costs the thread that unparks it (the system call; an
     /// unpark of a thread that is not parked costs nothing). `rxe`: 100 µs, `connectx5`: 1 µs.
     pub unpark: Duration,
+    /// The host's CPUs that the simulated threads share; 0: every thread has a CPU of its own
+    /// (`connectx5`: a host with a core per thread). With fewer CPUs than threads ready to
+    /// run, a thread waits for a CPU before its next step, first come, first served; a thread
+    /// lets go of its CPU when it parks, sleeps or joins, at a spin loop's pause when another
+    /// thread waits for a CPU (loco's waits back off into `yield_now`), and when its
+    /// [`Profile::slice`] is over and another waits. A thread polling a completion queue keeps
+    /// its CPU (the verbs backend's polls spin first). `rxe`: 2, the VM's vCPUs (8 threads
+    /// there are time-sliced, and a lock holder can lose its vCPU to a spinning waiter).
+    pub cpus: usize,
+    /// With [`Profile::cpus`]: how long a thread keeps a CPU that another thread waits for
+    /// (the OS's time slice). Not scaled by [`Profile::scaled`] (it is the OS's, in real time).
+    pub slice: Duration,
+    /// With [`Profile::cpus`]: what a thread pays when it gets a CPU another thread let go of
+    /// (the OS's context switch).
+    pub switch: Duration,
+    /// With [`Profile::cpus`]: how long a thread polls for a completion before it yields its
+    /// CPU to a thread waiting for one (the verbs backend spins 500 µs, then yields).
+    pub poll_spin: Duration,
 }
 
 impl Profile {
@@ -164,6 +184,10 @@ impl Profile {
             spin_share: 0.0,
             wake: Duration::from_micros(3),
             unpark: Duration::from_micros(1),
+            cpus: 0,
+            slice: Duration::from_millis(3),
+            switch: Duration::from_micros(2),
+            poll_spin: Duration::from_micros(500),
         }
     }
 
@@ -198,6 +222,10 @@ impl Profile {
             spin_share: 1.0,
             wake: Duration::from_micros(100),
             unpark: Duration::from_micros(100),
+            cpus: 2,
+            slice: Duration::from_millis(3),
+            switch: Duration::from_micros(20),
+            poll_spin: Duration::from_micros(500),
         }
     }
 
@@ -232,6 +260,10 @@ impl Profile {
             spin_share: self.spin_share,
             wake: f(self.wake),
             unpark: f(self.unpark),
+            cpus: self.cpus,
+            slice: self.slice,
+            switch: f(self.switch),
+            poll_spin: self.poll_spin,
         }
     }
 

@@ -215,6 +215,15 @@ struct Thread {
     parked: bool,
     /// An unpark that came while the thread was not parked: its next park returns at once.
     token: bool,
+    /// Under a profile with [`super::Profile::cpus`]: the thread holds one of the host's CPUs.
+    cpu: bool,
+    /// When the thread's time slice on its CPU ends (others waiting for a CPU then get it).
+    slice_end: Duration,
+    /// The thread waits in [`State::cpu_queue`] for a CPU (it cannot be picked meanwhile).
+    queued: bool,
+    /// Since when the thread has been polling without finding its completion (its steps
+    /// since then are all polls), for [`super::Profile::poll_spin`].
+    polling_since: Option<Duration>,
 }
 
 /// The scheduler's state.
@@ -248,12 +257,92 @@ struct State {
     explore: Option<Arc<Explorer>>,
     /// [`Sched::pick_among`]'s buffer of runnable threads.
     runnable: Vec<usize>,
-    /// Under a profile: how many threads spin on local memory now (their `local_spin`), for
-    /// the NIC's device model ([`super::Profile::spin_share`]).
+    /// Under a profile: how many threads spin on local memory now (their `local_spin`) or wait
+    /// for a CPU, for the NIC's device model ([`super::Profile::spin_share`]).
     spinners: Option<Arc<std::sync::atomic::AtomicUsize>>,
+    /// Under a profile with [`super::Profile::cpus`]: the threads waiting for a CPU, first
+    /// come first served.
+    cpu_queue: VecDeque<usize>,
+    /// How many threads hold a CPU.
+    cpus_held: usize,
 }
 
 impl State {
+    /// The host's CPUs the simulated threads share (0: as many as there are threads).
+    fn cpus(&self) -> usize {
+        self.profile.as_ref().map_or(0, |p| p.cpus)
+    }
+
+    /// Thread `i` lets go of its CPU at `at` (it blocks, yields or is preempted); the CPU goes
+    /// to the first thread waiting for one.
+    fn release_cpu(&mut self, i: usize, at: Duration) {
+        if !self.threads[i].cpu {
+            return;
+        }
+        self.threads[i].cpu = false;
+        self.cpus_held -= 1;
+        self.grant_cpus(at);
+    }
+
+    /// Hands free CPUs, from `at` on, to the threads waiting for one, in turn. The thread that
+    /// gets one pays the OS's context switch ([`super::Profile::switch`]) before it goes on.
+    fn grant_cpus(&mut self, at: Duration) {
+        let Some((slice, switch)) = self.profile.as_ref().map(|p| (p.slice, p.switch)) else {
+            return;
+        };
+        let at = at.max(self.now);
+        while self.cpus_held < self.cpus() {
+            let Some(t) = self.cpu_queue.pop_front() else {
+                return;
+            };
+            let th = &mut self.threads[t];
+            th.queued = false;
+            th.cpu = true;
+            th.clock = th.clock.max(at).saturating_add(switch);
+            th.slice_end = th.clock.saturating_add(slice);
+            self.cpus_held += 1;
+            self.count_busy(false);
+        }
+    }
+
+    /// Thread `i` goes to the back of the queue for a CPU (it let go of its own, or has none).
+    fn queue_for_cpu(&mut self, i: usize, at: Duration) {
+        let th = &mut self.threads[i];
+        th.queued = true;
+        th.spinning = false;
+        self.cpu_queue.push_back(i);
+        self.count_busy(true);
+        self.release_cpu(i, at);
+    }
+
+    /// Whether thread `i` may take a step now: it holds a CPU, or takes a free one, or (every
+    /// CPU held) queues for one, preempting a holder whose slice has run out.
+    fn on_cpu(&mut self, i: usize) -> bool {
+        let cpus = self.cpus();
+        if cpus == 0 || self.threads[i].cpu {
+            return true;
+        }
+        let clock = self.threads[i].clock;
+        if self.cpus_held < cpus {
+            let slice = self.profile.as_ref().map_or(Duration::ZERO, |p| p.slice);
+            let th = &mut self.threads[i];
+            th.cpu = true;
+            th.slice_end = clock.saturating_add(slice);
+            self.cpus_held += 1;
+            return true;
+        }
+        self.queue_for_cpu(i, clock);
+        // The OS preempts a thread whose slice is over once another is ready to run.
+        let over = (0..self.threads.len())
+            .filter(|&t| self.threads[t].cpu && self.threads[t].slice_end <= clock)
+            .min_by_key(|&t| self.threads[t].slice_end);
+        if let Some(h) = over {
+            let end = self.threads[h].slice_end;
+            self.queue_for_cpu(h, end.max(clock));
+        }
+        false
+    }
+
     /// Sets whether thread `i` is in a spin loop on local memory, keeping the count of them.
     fn set_local_spin(&mut self, i: usize, on: bool) {
         let th = &mut self.threads[i];
@@ -261,8 +350,14 @@ impl State {
             return;
         }
         th.local_spin = on;
+        self.count_busy(on);
+    }
+
+    /// One more (`true`) or one fewer thread spinning on local memory or waiting for a CPU:
+    /// what takes device time from a software NIC ([`super::Profile::spin_share`]).
+    fn count_busy(&self, more: bool) {
         if let Some(n) = &self.spinners {
-            if on {
+            if more {
                 n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             } else {
                 n.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
@@ -383,6 +478,8 @@ impl Sched {
                 explore,
                 runnable: Vec::new(),
                 spinners: None,
+                cpu_queue: VecDeque::new(),
+                cpus_held: 0,
             }),
             cv: Condvar::new(),
             base: Instant::now(),
@@ -479,6 +576,10 @@ impl Sched {
             posted: false,
             parked: false,
             token: false,
+            cpu: false,
+            slice_end: Duration::ZERO,
+            queued: false,
+            polling_since: None,
         });
         st.threads.len() - 1
     }
@@ -672,11 +773,16 @@ impl Sched {
     /// Picks the next thread to run among the runnable ones; `yielding`: the current thread
     /// asked to let others go first (a spin loop's pause).
     fn pick(st: &mut State, yielding: bool) -> Option<usize> {
-        let next = Self::pick_among(st, yielding)?;
-        if st.profile.is_some() {
-            st.now = st.now.max(st.threads[next].clock);
+        loop {
+            let next = Self::pick_among(st, yielding)?;
+            if st.profile.is_some() {
+                st.now = st.now.max(st.threads[next].clock);
+                if !st.on_cpu(next) {
+                    continue;
+                }
+            }
+            return Some(next);
         }
-        Some(next)
     }
 
     /// [`Sched::pick`]'s choice; in a timed run only threads whose clock is the earliest are
@@ -685,8 +791,10 @@ impl Sched {
         // The buffer is kept from point to point (a scheduling point allocates nothing).
         let mut runnable = std::mem::take(&mut st.runnable);
         runnable.clear();
-        runnable
-            .extend((0..st.threads.len()).filter(|&t| st.threads[t].status == Status::Runnable));
+        runnable.extend(
+            (0..st.threads.len())
+                .filter(|&t| st.threads[t].status == Status::Runnable && !st.threads[t].queued),
+        );
         let next = Self::pick_in(st, yielding, &mut runnable);
         st.runnable = runnable;
         next
@@ -875,18 +983,35 @@ impl Handle {
             }
             return;
         }
-        if let Some(p) = &st.profile {
-            let cost = cost(p, op);
+        if let Some((cost, poll_spin)) = st.profile.as_ref().map(|p| (cost(p, op), p.poll_spin)) {
             let th = &mut st.threads[self.me];
+            th.polling_since = match op {
+                Op::Poll { .. } => Some(th.polling_since.unwrap_or(th.clock)),
+                _ => None,
+            };
+            let polled_long = th
+                .polling_since
+                .is_some_and(|s| th.clock.saturating_sub(s) >= poll_spin);
             th.clock = th.clock.saturating_add(cost);
             th.posted |= matches!(op, Op::Post { .. });
             th.spinning = until.is_some();
-            if let Some(u) = until {
+            let (cpu, clock, slice_end) = (th.cpu, th.clock, th.slice_end);
+            let waiting = !st.cpu_queue.is_empty();
+            if cpu && waiting && (op == Op::Pause || polled_long) {
+                // A spin loop's pause yields the CPU to a thread waiting for one (the spin
+                // loops of loco's waits back off into `yield_now` within microseconds), and so
+                // does a poll that has spun long enough.
+                st.queue_for_cpu(self.me, clock);
+            } else if cpu && waiting && clock >= slice_end {
+                st.queue_for_cpu(self.me, slice_end);
+            } else if let Some(u) = until {
+                let th = &mut st.threads[self.me];
                 th.clock = th.clock.max(u);
             }
+            let th = &st.threads[self.me];
             // A spin loop is loads and pauses: it goes on through its loads.
             let spin = match op {
-                Op::Pause => until.is_some(),
+                Op::Pause => until.is_some() && !th.queued,
                 Op::Load { .. } => th.local_spin,
                 _ => false,
             };
@@ -978,6 +1103,9 @@ impl Handle {
             let mut st = self.sched.lock();
             if st.aborted.is_none() {
                 if st.profile.is_some() {
+                    // A sleeping thread lets go of its CPU.
+                    let clock = st.threads[self.me].clock;
+                    st.release_cpu(self.me, clock);
                     let th = &mut st.threads[self.me];
                     th.clock = th.clock.saturating_add(d);
                 } else {
@@ -1001,8 +1129,10 @@ impl Handle {
             let mut st = self.sched.lock();
             let timed = st.profile.is_some() && st.aborted.is_none();
             if timed {
-                let th = &mut st.threads[self.me];
-                if !std::mem::take(&mut th.token) {
+                if !std::mem::take(&mut st.threads[self.me].token) {
+                    let clock = st.threads[self.me].clock;
+                    st.release_cpu(self.me, clock);
+                    let th = &mut st.threads[self.me];
                     th.parked = true;
                     th.clock = th.clock.saturating_add(d);
                 }
@@ -1072,6 +1202,8 @@ impl Handle {
         }
         st.set_local_spin(self.me, false);
         st.threads[self.me].status = Status::Done;
+        let clock = st.threads[self.me].clock;
+        st.release_cpu(self.me, clock);
         let me = self.me;
         let now = st.now;
         for t in &mut st.threads {
@@ -1117,6 +1249,8 @@ impl Handle {
             .is_some_and(|th| th.status != Status::Done)
         {
             st.threads[self.me].status = Status::Joining(t);
+            let clock = st.threads[self.me].clock;
+            st.release_cpu(self.me, clock);
             drop(self.sched.switch(st, self.me, false));
         }
     }
