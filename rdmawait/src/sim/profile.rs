@@ -224,7 +224,7 @@ impl Profile {
             unpark: Duration::from_micros(100),
             cpus: 2,
             slice: Duration::from_millis(3),
-            switch: Duration::from_micros(20),
+            switch: Duration::from_micros(60),
             poll_spin: Duration::from_micros(500),
         }
     }
