@@ -502,6 +502,20 @@ fn edge_values_of_a_profile() {
             jitter: 1e300,
             ..sim::Profile::rxe()
         },
+        // One CPU handed over at every step, at the greatest cost.
+        sim::Profile {
+            cpus: 1,
+            slice: Duration::ZERO,
+            switch: max,
+            poll_spin: Duration::ZERO,
+            ..sim::Profile::rxe()
+        },
+        sim::Profile {
+            cpus: usize::MAX,
+            slice: max,
+            poll_spin: max,
+            ..sim::Profile::rxe()
+        },
     ];
     for p in profiles {
         let config = Config::new(2)
