@@ -177,10 +177,16 @@
 //!   thread sent (one thread alone: 154 k against 230 k sections per second).
 //! - **Failures**: a section not taken by a combiner within the cluster's timeout is withdrawn,
 //!   never run ([`Error::Timeout`]); a combiner that cannot take the lock returns its error to
-//!   its own caller, and the next thread of the queue tries; a section that ran in a batch whose
-//!   wait failed gets [`Error::Combined`]; a panicking section is resumed in its caller and the
-//!   lock is released poisoned. Sections are `Send + 'static` closures, and they get the
-//!   combiner's context, not their caller's.
+//!   its own caller (the raw error: its section did not run), and the next thread of the queue
+//!   tries; a section that ran and whose combiner then failed gets [`Error::Combined`]: its
+//!   batch's wait failed, or, for the combiner's own section, the combiner's release or its
+//!   landing of what it sent did (the sections of other threads were answered before the
+//!   release, and do not hear of it); a panicking section is resumed in its caller, also when
+//!   its combiner failed too (the panic comes first), and the lock is released poisoned. A
+//!   combiner that panics while taking the lock (a raw lock's bug) takes its own section out of
+//!   the node's queue as it unwinds, so the node's other sections are combined as usual.
+//!   Sections are `Send + 'static` closures, and they get the combiner's context, not their
+//!   caller's.
 //! - **Waiting**: a thread whose section is queued spins for 20 µs, then sleeps until told;
 //!   once a combiner is about to take the lock for its section, or runs it, it spins, so that
 //!   it is awake when told and back with its next section while the combiner still holds the

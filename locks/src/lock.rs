@@ -284,14 +284,19 @@ impl<R: RawLock> Lock<R> {
     ///
     /// `cs` runs on another thread's context, so it captures no context of the caller's (the
     /// bounds make sure of it); its operations may name any location, and use any work id (the
-    /// combiner waits for them all). A panic in `cs` is caught and resumed in the caller, and
-    /// the lock is released poisoned, as a guard dropped in a panic would.
+    /// combiner waits for them all). A panic in `cs` is caught and resumed in the caller (also
+    /// when its combiner then failed: the panic, not [`Error::Combined`]), and the lock is
+    /// released poisoned, as a guard dropped in a panic would.
     ///
     /// Fails with [`Error::AlreadyHeld`] if the calling thread holds the lock, with
     /// [`Error::Timeout`] if the section was not taken by a combiner within the cluster's
     /// timeout (then it never runs), with the combiner's own error if it is the calling thread
     /// and cannot take the lock (the section did not run), and with [`Error::Combined`] if the
-    /// section ran but its combiner then failed.
+    /// section ran but its combiner then failed: the wait for its batch, or, when the combiner
+    /// is the calling thread itself, its release of the lock or its landing of what it sent
+    /// (whatever the combiner's error, `Combined` means the section ran, any other error that it
+    /// did not). Other threads' sections were answered before the release: a failed release
+    /// reaches only the combiner's own caller.
     pub fn combine<T: Send + 'static>(
         &self,
         ctx: &Ctx,
