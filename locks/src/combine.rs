@@ -262,19 +262,24 @@ impl Combining {
                 }
             };
             if combiner {
+                // If the combiner unwinds before it took its own section (a panic in the raw
+                // lock's acquire), the section leaves the queue, where nobody would take it and
+                // every later section of the node would wait behind it; the next oldest is
+                // woken to combine (after `StepDown`, dropped first).
+                let unwinding = WithdrawOnUnwind(node, &job);
                 let served = {
                     let _step_down = StepDown(node);
                     self.serve(raw, ctx, node, &job, &d)
                 };
+                std::mem::forget(unwinding);
                 if job.state() == DONE {
-                    return match served {
-                        Err(e) if lock(&job.failure).is_none() => {
-                            // Its own section ran and was waited for; the release failed.
-                            let _ = finished(&job, &slot);
-                            Err(e)
-                        }
-                        _ => finished(&job, &slot),
-                    };
+                    if let Err(e) = served {
+                        // Its own section ran; the combiner (this thread) then failed: waiting
+                        // for it, releasing or landing. `Combined`, as for any section that ran
+                        // (the raw error says the section did not run).
+                        lock(&job.failure).get_or_insert_with(|| e.to_string());
+                    }
+                    return finished(&job, &slot);
                 }
                 if let Err(e) = served {
                     if withdraw(node, &job) {
@@ -328,7 +333,8 @@ impl Combining {
     /// The combiner's work: takes the lock, runs batches of the node's sections (each ended by
     /// a [`Ctx::wait_all`] before its threads are told), at most [`Combining::batches`] of
     /// them, and releases. A failure fails the current batch's sections
-    /// ([`Error::Combined`]) and releases.
+    /// ([`Error::Combined`]) and releases; a failed release or landing is returned (the
+    /// combiner's own section, if it ran, then says `Combined` too: see `combine`).
     fn serve<R: RawLock>(
         &self,
         raw: &R,
@@ -508,18 +514,28 @@ fn withdraw(node: &NodeJobs, job: &Arc<Job>) -> bool {
     }
 }
 
-/// What a finished section's caller gets.
+/// What a finished section's caller gets: the section's panic first (resumed, whatever its
+/// combiner's failure: a panic is not to be lost in an error), then the combiner's failure.
 fn finished<T>(job: &Job, slot: &Mutex<Option<std::thread::Result<T>>>) -> Result<T> {
     let r = lock(slot).take();
-    if let Some(reason) = lock(&job.failure).take() {
-        return Err(Error::Combined { reason });
-    }
-    match r {
-        Some(Ok(t)) => Ok(t),
-        Some(Err(panic)) => resume_unwind(panic),
-        None => Err(Error::Combined {
+    let failure = lock(&job.failure).take();
+    match (r, failure) {
+        (Some(Err(panic)), _) => resume_unwind(panic),
+        (_, Some(reason)) => Err(Error::Combined { reason }),
+        (Some(Ok(t)), None) => Ok(t),
+        (None, None) => Err(Error::Combined {
             reason: "the combiner ended without running the section".into(),
         }),
+    }
+}
+
+/// Takes a combiner's own section out of its node's queue if the combiner unwinds before it
+/// took it (see [`withdraw`]); forgotten when it does not unwind.
+struct WithdrawOnUnwind<'a>(&'a NodeJobs, &'a Arc<Job>);
+
+impl Drop for WithdrawOnUnwind<'_> {
+    fn drop(&mut self) {
+        withdraw(self.0, self.1);
     }
 }
 

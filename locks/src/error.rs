@@ -56,11 +56,13 @@ pub enum Error {
     /// handle, which queues it behind its node's holder.
     #[error("this thread's hold was handed to another thread of its node, which still holds it")]
     HandedOff,
-    /// Another thread of this node ran the critical section for the calling one
+    /// This node's combining thread ran the critical section
     /// ([`Lock::combine`](crate::Lock::combine)) and then failed: waiting for the operations of
-    /// the sections it ran, or (the section then ran in full) in a way that left their effects
-    /// unknown. The section ran; whether its operations took effect is not known, as for a
-    /// thread whose own wait fails. `reason` is the combining thread's error.
+    /// the sections it ran, or, when it is the calling thread itself, releasing the lock or
+    /// landing what it sent. The section ran; whether its operations took effect (or reached
+    /// the next holder) is not known, as for a thread whose own wait or release fails.
+    /// `reason` is the combining thread's error. (A section that panicked is resumed in its
+    /// caller instead.)
     #[error(
         "the critical section ran on this node's combining thread, which then failed: {reason}"
     )]

@@ -177,10 +177,16 @@
 //!   thread sent (one thread alone: 154 k against 230 k sections per second).
 //! - **Failures**: a section not taken by a combiner within the cluster's timeout is withdrawn,
 //!   never run ([`Error::Timeout`]); a combiner that cannot take the lock returns its error to
-//!   its own caller, and the next thread of the queue tries; a section that ran in a batch whose
-//!   wait failed gets [`Error::Combined`]; a panicking section is resumed in its caller and the
-//!   lock is released poisoned. Sections are `Send + 'static` closures, and they get the
-//!   combiner's context, not their caller's.
+//!   its own caller (the raw error: its section did not run), and the next thread of the queue
+//!   tries; a section that ran and whose combiner then failed gets [`Error::Combined`]: its
+//!   batch's wait failed, or, for the combiner's own section, the combiner's release or its
+//!   landing of what it sent did (the sections of other threads were answered before the
+//!   release, and do not hear of it); a panicking section is resumed in its caller, also when
+//!   its combiner failed too (the panic comes first), and the lock is released poisoned. A
+//!   combiner that panics while taking the lock (a raw lock's bug) takes its own section out of
+//!   the node's queue as it unwinds, so the node's other sections are combined as usual.
+//!   Sections are `Send + 'static` closures, and they get the combiner's context, not their
+//!   caller's.
 //! - **Waiting**: a thread whose section is queued spins for 20 µs, then sleeps until told;
 //!   once a combiner is about to take the lock for its section, or runs it, it spins, so that
 //!   it is awake when told and back with its next section while the combiner still holds the
@@ -209,7 +215,7 @@
 //! | the holder's node dies | a waiter that finds the lock released to a ticket entered by a node reported dead ([`Cluster::check_alive`]) skips that ticket; the next holder is told ([`LockGuard::was_poisoned`]) |
 //! | a waiter's node dies | the same, for a ticket its node announced waiting for (a put sent as soon as the waiter has to wait); the next holder is told, conservatively |
 //! | a thread dies after taking its ticket, before naming it (between its FAA and its announcement landing) | a waiter that finds the lock released to that ticket for 4 ms, unmarked, and claimed by no live thread (below) skips it; the next holder is told, conservatively |
-//! | the calling thread's own node is reported dead | its waiting acquire stops with `PeerDead` naming that node, writing nothing; so does every later acquire, release or leave of its context (an acquire while it held too: not [`Error::AlreadyHeld`]) |
+//! | the calling thread's own node is reported dead | its waiting acquire stops with `PeerDead` naming that node, writing nothing; so does every later acquire, release or leave of its context (an acquire while it held too: not [`Error::AlreadyHeld`]), and so do [`Lock::is_held`] and [`RawLock::held`] (also while it held: the others skip that hold, so it is not reported held; a context of the dead incarnation keeps saying so after the node restarts) |
 //! | the lock's own node dies (the node lock's node, the weak or strong lock's ticket node) | every acquire fails with [`PeerDead`](loco_rdmawait::Error::PeerDead) naming it, also one by a thread that held the lock when it died; such a thread's release (or local handover) fails the same way and writes nothing: its hold ends there (nobody can take the lock again, so nobody waits for the release) |
 //! | the lock's own node restarts ([`Cluster::incarnation`] changes) | its words are gone: the lock is refused from then on (`PeerDead` naming it, in acquire, in a wait, and in a release, which writes nothing: a hold from before the restart ends there); make the lock again |
 //! | another node dies (weak or strong lock) | releases publish to the live nodes only (and the strong lock fences only those): the lock keeps working among them |

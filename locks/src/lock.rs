@@ -46,6 +46,11 @@ pub trait RawLock: Send + Sync + fmt::Debug {
     /// The ticket of the calling thread's current hold, if it holds the lock. It posts nothing,
     /// and for a thread that never used the lock it takes nothing either (none of a weak lock's
     /// `max_threads` slots).
+    ///
+    /// The crate's locks fail with `PeerDead` naming the thread's own node once that node is
+    /// reported dead (or, for a context of an incarnation that has died, restarted since), as
+    /// every other call of the context does: the other threads skip a dead node's hold, so
+    /// it is not reported held (see the crate's Failures).
     fn held(&self, ctx: &Ctx) -> Result<Option<u64>>;
 
     /// [`RawLock::acquire`], giving up at `deadline` with [`Error::Timeout`]. **FIFO**: it takes
@@ -279,14 +284,19 @@ impl<R: RawLock> Lock<R> {
     ///
     /// `cs` runs on another thread's context, so it captures no context of the caller's (the
     /// bounds make sure of it); its operations may name any location, and use any work id (the
-    /// combiner waits for them all). A panic in `cs` is caught and resumed in the caller, and
-    /// the lock is released poisoned, as a guard dropped in a panic would.
+    /// combiner waits for them all). A panic in `cs` is caught and resumed in the caller (also
+    /// when its combiner then failed: the panic, not [`Error::Combined`]), and the lock is
+    /// released poisoned, as a guard dropped in a panic would.
     ///
     /// Fails with [`Error::AlreadyHeld`] if the calling thread holds the lock, with
     /// [`Error::Timeout`] if the section was not taken by a combiner within the cluster's
     /// timeout (then it never runs), with the combiner's own error if it is the calling thread
     /// and cannot take the lock (the section did not run), and with [`Error::Combined`] if the
-    /// section ran but its combiner then failed.
+    /// section ran but its combiner then failed: the wait for its batch, or, when the combiner
+    /// is the calling thread itself, its release of the lock or its landing of what it sent
+    /// (whatever the combiner's error, `Combined` means the section ran, any other error that it
+    /// did not). Other threads' sections were answered before the release: a failed release
+    /// reaches only the combiner's own caller.
     pub fn combine<T: Send + 'static>(
         &self,
         ctx: &Ctx,
@@ -320,7 +330,10 @@ impl<R: RawLock> Lock<R> {
         g
     }
 
-    /// Whether the calling thread holds the lock.
+    /// Whether the calling thread holds the lock. Fails with `PeerDead` naming the thread's
+    /// own node once that node is reported dead, also while the thread held the lock (its
+    /// hold is not its own any more: the other threads skip it), as the context's acquire and
+    /// release do (see [`RawLock::held`]).
     pub fn is_held(&self, ctx: &Ctx) -> Result<bool> {
         Ok(self.raw.held(ctx)?.is_some())
     }
@@ -600,7 +613,8 @@ mod local {
             };
             if let Some(ticket) = self.cohort.carried.take() {
                 self.cohort.handovers.set(0);
-                if self.raw.held(self.ctx).ok().flatten() == Some(ticket) {
+                // (A thread whose node died: the release fails, after its bookkeeping.)
+                if self.raw.held(self.ctx).map_or(true, |t| t == Some(ticket)) {
                     if let Err(e) = self.raw.release(self.ctx) {
                         tracing::error!(target: "loco::locks", error = %e, ticket,
                             "releasing a hold no queued task took failed");
@@ -688,8 +702,13 @@ impl<'a, R: RawLock> LockGuard<'a, R> {
     }
 
     fn release_now(&self) -> Result<()> {
-        if self.raw.held(self.ctx)? != Some(self.ticket) {
-            return Err(Error::NotHeld);
+        match self.raw.held(self.ctx) {
+            Ok(t) if t != Some(self.ticket) => return Err(Error::NotHeld),
+            Ok(_) => {}
+            // The thread's own node died (the hold is not reported held any more): the raw
+            // release fails the same way, writing nothing, after its bookkeeping (the node's
+            // queue of the cohort).
+            Err(e) => return self.raw.release(self.ctx).and(Err(e)),
         }
         if std::thread::panicking() {
             tracing::warn!(target: "loco::locks", ticket = self.ticket, node = %self.ctx.node(),

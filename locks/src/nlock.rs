@@ -493,7 +493,7 @@ impl RawLock for RawNLock {
     }
 
     fn held(&self, ctx: &Ctx) -> Result<Option<u64>> {
-        Ok(self.known(ctx)?.and_then(|me| me.held.get()))
+        crate::thread::held(ctx, self.known(ctx)?)
     }
 
     fn acquire_until(&self, ctx: &Ctx, deadline: std::time::Instant) -> Result<u64> {

@@ -726,6 +726,27 @@ pub(crate) fn thread_lock(
     Ok(st)
 }
 
+/// The ticket of the calling thread's hold (`RawLock::held`), `me` its state if it has used the
+/// lock. `PeerDead` naming the thread's own node once that node is reported dead, or for a
+/// context of an incarnation that has died since (the node restarted): as every other call
+/// of the context says, and as the other threads see it, a dead node's hold is no longer its
+/// thread's (they skip its ticket). Posts nothing.
+pub(crate) fn held(ctx: &Ctx, me: Option<Rc<ThreadLock>>) -> Result<Option<u64>> {
+    ctx.cluster().check_alive(ctx.node())?;
+    match me {
+        Some(me) => match me.held.get() {
+            Some(ticket) => {
+                // A CPU load of the thread's private word fails on a context of a dead
+                // incarnation (which `check_alive` of the restarted node does not tell).
+                ctx.load(&me.word)?;
+                Ok(Some(ticket))
+            }
+            None => Ok(None),
+        },
+        None => Ok(None),
+    }
+}
+
 /// The calling thread's state for lock `id` of cluster `cluster` if it has used the lock (and
 /// not left it since), without registering it: for the calls that only look at the thread's
 /// hold (`held`, `release`, `leave`), which must neither take a weak lock's `rel` slot nor

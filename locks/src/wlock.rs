@@ -766,7 +766,7 @@ impl RawLock for RawWLock {
     }
 
     fn held(&self, ctx: &Ctx) -> Result<Option<u64>> {
-        Ok(self.known(ctx)?.and_then(|me| me.held.get()))
+        crate::thread::held(ctx, self.known(ctx)?)
     }
 
     fn acquire_until(&self, ctx: &Ctx, deadline: Instant) -> Result<u64> {
