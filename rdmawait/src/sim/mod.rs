@@ -644,14 +644,31 @@ pub fn now() -> Duration {
 }
 
 /// Starts a simulated thread on `node` that runs `f` with a context there. Call it from a
-/// simulated thread (the closure given to [`check`], or a thread it spawned); elsewhere the
-/// handle's [`join`](JoinHandle::join) fails with [`JoinError::NotSimulated`].
+/// simulated thread (the closure given to [`check`], or a thread it spawned); elsewhere `f`
+/// does not run, the handle's [`join`](JoinHandle::join) fails with
+/// [`JoinError::NotSimulated`], and, if `cluster` is a run's (a `std::thread` of the code under
+/// test was handed the run's cluster), that run fails as [`FailureKind::Error`] naming the
+/// mistake, joined or not.
 pub fn spawn<F, E>(cluster: &Cluster, node: NodeId, f: F) -> JoinHandle
 where
     F: FnOnce(&Ctx) -> Result<(), E> + Send + 'static,
     E: fmt::Display + Send + 'static,
 {
     let Some(parent) = sched::current() else {
+        // The closure cannot run: a thread that is not simulated has no place in the schedule.
+        // If the cluster is a run's, that run fails naming the mistake (else the closure would
+        // vanish unnoticed whenever the handle is dropped unjoined).
+        if let Some(run) = SimRun::of(cluster) {
+            run.fail(
+                FailureKind::Error,
+                format!(
+                    "sim::spawn called on a thread that is not simulated (a std::thread of the \
+                     code under test?): the thread it would start on {node} does not run; call \
+                     sim::spawn from the closure given to sim::check or sim::replay, or from a \
+                     thread it spawned with sim::spawn"
+                ),
+            );
+        }
         return JoinHandle {
             thread: usize::MAX,
             outcome: None,
@@ -702,6 +719,20 @@ where
         thread,
         outcome: Some(outcome),
         run: Arc::downgrade(&parent.sched),
+    }
+}
+
+/// The run a simulated cluster belongs to, kept as the cluster's extension (so that a misuse
+/// of the cluster on a thread that is not simulated can fail that run).
+struct SimRun(std::sync::Weak<Sched>);
+
+impl SimRun {
+    /// The run of `cluster`, if it is a simulated run's and the run is still there.
+    fn of(cluster: &Cluster) -> Option<Arc<Sched>> {
+        let run = cluster
+            .extension(|_| Ok(SimRun(std::sync::Weak::new())))
+            .ok()?;
+        run.0.upgrade()
     }
 }
 
@@ -959,6 +990,10 @@ where
             }),
         );
     }
+    let sched_of_run = Arc::downgrade(&sched);
+    cluster
+        .extension(move |_| Ok(SimRun(sched_of_run)))
+        .map_err(|e| setup(e.to_string()))?;
     let main = sched.add(None);
     let h = Handle {
         sched: sched.clone(),
