@@ -290,11 +290,14 @@ impl Config {
     }
 
     /// How long a run may go without any scheduling point, in real time, before it fails as
-    /// [`FailureKind::Hang`] (default [`DEFAULT_WATCHDOG`]): code under test that blocks
-    /// outside the simulator (a `std` mutex held by a descheduled thread, a sleep, I/O) would
-    /// otherwise hang [`check`] for ever. A limit under 1 ms is taken as 1 ms.
+    /// [`FailureKind::Hang`] (default [`DEFAULT_WATCHDOG`], a minute): code under test that
+    /// blocks outside the simulator (a `std` mutex held by a descheduled thread, a sleep, I/O)
+    /// would otherwise hang [`check`] for ever. Lower it to have such a hang reported sooner
+    /// (not so low that a slow host's pause between two scheduling points passes for one). A
+    /// limit under 1 ms is taken as 1 ms; zero is refused ([`check`] and [`replay`] fail with
+    /// [`FailureKind::Setup`]: every run would hang at once).
     pub fn watchdog(mut self, limit: Duration) -> Self {
-        self.watchdog = limit.max(Duration::from_millis(1));
+        self.watchdog = limit;
         self
     }
 
@@ -1004,7 +1007,7 @@ where
     // Every simulated thread runs on one OS thread, as a coroutine; a hung run's thread is
     // abandoned (it cannot be stopped).
     match sched.start_run() {
-        Ok(()) => sched.wait_all_done(config.watchdog),
+        Ok(()) => sched.wait_all_done(config.watchdog.max(Duration::from_millis(1))),
         Err(e) => sched.fail(
             FailureKind::Setup,
             format!("cannot spawn the simulation's OS thread: {e}"),
@@ -1051,6 +1054,13 @@ fn refused(config: &Config) -> Option<String> {
         return Some(
             "Config::max_steps(0): a run takes at least one step (its start), so every run \
              would fail on the budget; give at least 1"
+                .into(),
+        );
+    }
+    if config.watchdog.is_zero() {
+        return Some(
+            "Config::watchdog(0): every run would be reported as a hang before its first step; \
+             give the real time a run may go without a scheduling point (default 60 s)"
                 .into(),
         );
     }
