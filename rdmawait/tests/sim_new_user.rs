@@ -559,7 +559,6 @@ fn racy(c: &Cluster) -> Result<(), BoxError> {
 
 /// A failure keeps the config it failed with: `replay_failure` replays it under that config
 /// (the same trace), while `replay` of its seed under another config runs another schedule.
-#[cfg(any())]
 #[test]
 fn a_failure_replays_under_its_own_config() {
     let config = Config::new(2).runs(200).strategy(Strategy::Pct { depth: 2 });
@@ -572,6 +571,10 @@ fn a_failure_replays_under_its_own_config() {
     assert_eq!(again.trace(), failure.trace());
     assert_eq!(again.message(), failure.message());
     assert!(failure.report().contains("replay_failure"), "{}", failure.report());
+    // A config of one's own that is not the failure's (here, another node count: the seed
+    // may stand for another schedule there) is told apart.
+    let other = Config::new(3).runs(200).strategy(Strategy::Pct { depth: 2 });
+    assert_ne!(failure.config(), &other);
     // The same under exhaustive search (the seed is a run number).
     let config = Config::new(2)
         .runs(10_000)

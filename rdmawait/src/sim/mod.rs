@@ -1,6 +1,7 @@
 //! Deterministic simulation: users' own multi-threaded RDMA code, run under a seeded scheduler
 //! on the soft NIC's model, with virtual time. A failing run is reported with its seed and a
-//! trace, and [`replay`] runs exactly that schedule again.
+//! trace, and [`replay_failure`] (or [`replay`] with the same config) runs exactly that schedule
+//! again.
 //!
 //! ```
 //! use loco_rdmawait::sim::{self, Config};
@@ -252,7 +253,7 @@ pub enum Fault {
 }
 
 /// How [`check`] runs.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     nodes: usize,
     runs: u64,
@@ -505,7 +506,8 @@ impl fmt::Display for Failure {
     }
 }
 
-/// A failed run: its seed (give it to [`replay`]), what went wrong, and the last steps.
+/// A failed run: its seed and config (give it to [`replay_failure`], or both to [`replay`]),
+/// what went wrong, and the last steps.
 #[derive(Clone, Debug)]
 pub struct Failure {
     seed: u64,
@@ -513,9 +515,19 @@ pub struct Failure {
     message: String,
     steps: u64,
     trace: Vec<String>,
+    /// The config of the run (what [`replay_failure`] replays it under).
+    config: Box<Config>,
 }
 
 impl Failure {
+    /// The config the failing run ran under (as given to [`check`] or [`replay`]): the one to
+    /// [`replay`] its seed with, as [`replay_failure`] does. Compare it with a config of one's
+    /// own to tell whether a replay under that one would run the same schedule (the base seed,
+    /// [`Config::runs`] and [`Config::watchdog`] aside, which a replay does not use).
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
     /// The failing run's seed.
     pub fn seed(&self) -> u64 {
         self.seed
@@ -544,7 +556,8 @@ impl Failure {
             return format!("{self}\n");
         }
         format!(
-            "{self}\nlast steps:\n{}replay with sim::replay(config, {:#x}, ...)\n",
+            "{self}\nlast steps:\n{}replay with sim::replay_failure(&failure, ...), or \
+             sim::replay(config, {:#x}, ...) under the same config\n",
             self.trace_lines(),
             self.seed
         )
@@ -791,6 +804,7 @@ where
         kind: FailureKind::Setup,
         message,
         steps: 0,
+        config: Box::new(config.clone()),
         trace: Vec::new(),
     };
     if config.runs == 0 {
@@ -853,6 +867,7 @@ fn explorer(config: &Config, seed: u64) -> Result<Option<Arc<explore::Explorer>>
                       clocks, so drop Config::profile (or use Random or PCT with it)"
                 .into(),
             steps: 0,
+            config: Box::new(config.clone()),
             trace: Vec::new(),
         });
     }
@@ -863,12 +878,16 @@ fn explorer(config: &Config, seed: u64) -> Result<Option<Arc<explore::Explorer>>
 /// step, as the run that produced the seed with the same `config` (strategy, step time,
 /// timeout, budget).
 ///
+/// **The `config` must be the one the seed's run had** ([`Failure::config`]): under another
+/// (other nodes, strategy, budget, step time, timeout, memory, profile or faults) the seed
+/// stands for another schedule, which runs without any sign of the mismatch. To replay a
+/// [`Failure`], [`replay_failure`] takes the config from it.
+///
 /// Any seed runs: one that never failed gives the run it stands for (`Ok` if that run passes).
-/// The seed is all that is kept of the failing run, so a replay under another `config` (other
-/// nodes, strategy, budget, profile or faults) or of a closure that behaves differently runs
-/// another schedule, and cannot know it: compare its [`Failure::trace`] with the original's.
-/// Under [`Strategy::Exhaustive`] the seed is a run number, and one past the end of the search
-/// is refused as [`FailureKind::Setup`].
+/// A closure that behaves differently from the original also runs another schedule, and
+/// cannot know it: compare the [`Failure::trace`] with the original's. Under
+/// [`Strategy::Exhaustive`] the seed is a run number, and one past the end of the search is
+/// refused as [`FailureKind::Setup`].
 pub fn replay<F, E>(config: Config, seed: u64, f: F) -> Result<Run, Failure>
 where
     F: Fn(&Cluster) -> Result<(), E> + Send + Sync + 'static,
@@ -895,12 +914,34 @@ where
                         i + 1
                     ),
                     steps: 0,
+                    config: Box::new(config.clone()),
                     trace: Vec::new(),
                 });
             }
         }
     }
     run_once(&config, seed, 10_000, explorer.as_ref(), f)
+}
+
+/// Replays `failure` (from [`check`] or [`replay`]): [`replay`] of its seed under its own
+/// [`config`](Failure::config), so the run is the failing one, step for step, if `f` is the
+/// closure that failed.
+///
+/// ```
+/// use loco_rdmawait::sim::{self, Config};
+/// use loco_rdmawait::Cluster;
+///
+/// let f = |_: &Cluster| Err::<(), _>("always");
+/// let failure = sim::check(Config::new(2).runs(5), f).unwrap_err();
+/// let again = sim::replay_failure(&failure, f).unwrap_err();
+/// assert_eq!((again.seed(), again.trace()), (failure.seed(), failure.trace()));
+/// ```
+pub fn replay_failure<F, E>(failure: &Failure, f: F) -> Result<Run, Failure>
+where
+    F: Fn(&Cluster) -> Result<(), E> + Send + Sync + 'static,
+    E: fmt::Display + 'static,
+{
+    replay((*failure.config).clone(), failure.seed, f)
 }
 
 fn run_once<F, E>(
@@ -919,6 +960,7 @@ where
         kind: FailureKind::Setup,
         message,
         steps: 0,
+        config: Box::new(config.clone()),
         trace: Vec::new(),
     };
     if let Some(message) = refused(config) {
@@ -1041,6 +1083,7 @@ where
             kind,
             message,
             steps,
+            config: Box::new(config.clone()),
             trace: sched.trace(),
         }),
     }
