@@ -490,7 +490,11 @@ fn spawn_from_a_plain_thread_fails_the_run() {
         );
         assert!(f.message().contains("n0"), "{}", f.report());
     }
-    assert_eq!(RAN.load(Ordering::SeqCst), 0, "nothing ran outside the simulation");
+    assert_eq!(
+        RAN.load(Ordering::SeqCst),
+        0,
+        "nothing ran outside the simulation"
+    );
     // Outside any simulation (a cluster of no run): the join says so, as before.
     let c = Cluster::builder().nodes(1).build().unwrap();
     let e = sim::spawn(&c, N0, |_: &Ctx| Ok::<(), BoxError>(()))
@@ -524,9 +528,7 @@ fn the_watchdog_is_configurable_and_zero_is_refused() {
         .join()?;
         Ok(())
     };
-    let config = Config::new(1)
-        .runs(1)
-        .watchdog(Duration::from_millis(200));
+    let config = Config::new(1).runs(1).watchdog(Duration::from_millis(200));
     fails(
         sim::check(config, sleeper),
         FailureKind::Hang,
@@ -561,7 +563,9 @@ fn racy(c: &Cluster) -> Result<(), BoxError> {
 /// (the same trace), while `replay` of its seed under another config runs another schedule.
 #[test]
 fn a_failure_replays_under_its_own_config() {
-    let config = Config::new(2).runs(200).strategy(Strategy::Pct { depth: 2 });
+    let config = Config::new(2)
+        .runs(200)
+        .strategy(Strategy::Pct { depth: 2 });
     let failure = sim::check(config.clone(), racy).unwrap_err();
     assert_eq!(failure.kind(), FailureKind::Error, "{}", failure.report());
     assert_eq!(failure.config(), &config);
@@ -570,10 +574,16 @@ fn a_failure_replays_under_its_own_config() {
     assert_eq!(again.seed(), failure.seed());
     assert_eq!(again.trace(), failure.trace());
     assert_eq!(again.message(), failure.message());
-    assert!(failure.report().contains("replay_failure"), "{}", failure.report());
+    assert!(
+        failure.report().contains("replay_failure"),
+        "{}",
+        failure.report()
+    );
     // A config of one's own that is not the failure's (here, another node count: the seed
     // may stand for another schedule there) is told apart.
-    let other = Config::new(3).runs(200).strategy(Strategy::Pct { depth: 2 });
+    let other = Config::new(3)
+        .runs(200)
+        .strategy(Strategy::Pct { depth: 2 });
     assert_ne!(failure.config(), &other);
     // The same under exhaustive search (the seed is a run number).
     let config = Config::new(2)

@@ -1128,14 +1128,12 @@ impl Handle {
         let timed = {
             let mut st = self.sched.lock();
             let timed = st.profile.is_some() && st.aborted.is_none();
-            if timed {
-                if !std::mem::take(&mut st.threads[self.me].token) {
-                    let clock = st.threads[self.me].clock;
-                    st.release_cpu(self.me, clock);
-                    let th = &mut st.threads[self.me];
-                    th.parked = true;
-                    th.clock = th.clock.saturating_add(d);
-                }
+            if timed && !std::mem::take(&mut st.threads[self.me].token) {
+                let clock = st.threads[self.me].clock;
+                st.release_cpu(self.me, clock);
+                let th = &mut st.threads[self.me];
+                th.parked = true;
+                th.clock = th.clock.saturating_add(d);
             }
             timed
         };
