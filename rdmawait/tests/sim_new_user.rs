@@ -175,35 +175,20 @@ fn strategies_at_their_edges() {
     assert_eq!(r.search, Search::RunBound { runs: 1 });
 }
 
-/// `spawn` from a thread that is not simulated (a `std::thread` of the code under test) starts
-/// nothing, and its `join` says why; so does a `join` there of a handle from a simulated
-/// thread. Simulated threads may spawn threads themselves.
+/// A `join` on a thread that is not simulated (a `std::thread` of the code under test) of a
+/// handle from a simulated thread says why it cannot wait (`spawn` there is
+/// `spawn_from_a_plain_thread_fails_the_run`). Simulated threads may spawn threads themselves.
 #[test]
-fn spawning_and_joining_outside_and_inside_simulated_threads() {
-    static RAN: AtomicU64 = AtomicU64::new(0);
+fn joining_outside_and_spawning_inside_simulated_threads() {
     static NESTED: AtomicU64 = AtomicU64::new(0);
     let r = sim::check(Config::new(2).runs(4), |c: &Cluster| {
-        let plain = {
-            let c = c.clone();
-            std::thread::spawn(move || {
-                sim::spawn(&c, N0, |_: &Ctx| {
-                    RAN.fetch_add(1, Ordering::SeqCst);
-                    Ok::<(), BoxError>(())
-                })
-                .join()
-            })
-            .join()
-            .map_err(|_| "the plain thread panicked")?
-        };
-        let e = plain.unwrap_err();
-        assert!(matches!(e, JoinError::NotSimulated), "{e:?}");
-        assert!(e.to_string().contains("outside a simulated thread"), "{e}");
         // A handle from a simulated thread, joined on a plain one.
         let h = sim::spawn(c, N1, |_: &Ctx| Ok::<(), BoxError>(()));
         let e = std::thread::scope(|s| s.spawn(|| h.join()).join())
             .map_err(|_| "the plain thread panicked")?
             .unwrap_err();
         assert!(matches!(e, JoinError::NotSimulated), "{e:?}");
+        assert!(e.to_string().contains("outside a simulated thread"), "{e}");
         // Nested: t1 spawns and joins t2 (on another node).
         let c2 = c.clone();
         sim::spawn(c, N0, move |_: &Ctx| {
@@ -218,11 +203,6 @@ fn spawning_and_joining_outside_and_inside_simulated_threads() {
     })
     .unwrap_or_else(|f| panic!("{}", f.report()));
     assert_eq!(r.runs, 4);
-    assert_eq!(
-        RAN.load(Ordering::SeqCst),
-        0,
-        "nothing ran outside the simulation"
-    );
     assert_eq!(NESTED.load(Ordering::SeqCst), 4);
 }
 
@@ -472,4 +452,144 @@ impl WithNode for Fault {
             Fault::Partition { at, steps, .. } => Fault::Partition { node, at, steps },
         }
     }
+}
+
+/// `sim::spawn` from a plain `std::thread` of the code under test starts nothing. With its
+/// handle dropped unjoined, the closure used to vanish and the run passed: the run fails now,
+/// naming the mistake (and a `join` of the handle still says `NotSimulated`).
+#[test]
+fn spawn_from_a_plain_thread_fails_the_run() {
+    static RAN: AtomicU64 = AtomicU64::new(0);
+    for join in [false, true] {
+        let f = move |c: &Cluster| -> Result<(), BoxError> {
+            let c = c.clone();
+            let joined = std::thread::spawn(move || {
+                let h = sim::spawn(&c, N0, |_: &Ctx| {
+                    RAN.fetch_add(1, Ordering::SeqCst);
+                    Ok::<(), BoxError>(())
+                });
+                if join {
+                    Some(h.join())
+                } else {
+                    drop(h);
+                    None
+                }
+            })
+            .join()
+            .map_err(|_| "the plain thread panicked")?;
+            if let Some(r) = joined {
+                let e = r.unwrap_err();
+                assert!(matches!(e, JoinError::NotSimulated), "{e:?}");
+            }
+            Ok(())
+        };
+        let f = fails(
+            sim::check(Config::new(1).runs(3), f),
+            FailureKind::Error,
+            "sim::spawn called on a thread that is not simulated",
+        );
+        assert!(f.message().contains("n0"), "{}", f.report());
+    }
+    assert_eq!(
+        RAN.load(Ordering::SeqCst),
+        0,
+        "nothing ran outside the simulation"
+    );
+    // Outside any simulation (a cluster of no run): the join says so, as before.
+    let c = Cluster::builder().nodes(1).build().unwrap();
+    let e = sim::spawn(&c, N0, |_: &Ctx| Ok::<(), BoxError>(()))
+        .join()
+        .unwrap_err();
+    assert!(matches!(e, JoinError::NotSimulated), "{e:?}");
+}
+
+/// `Config::watchdog(0)` would report every run as a hang at once: refused before anything
+/// runs. A short watchdog reports a simulated thread that sleeps (in real time, outside the
+/// simulator) as a hang.
+#[test]
+fn the_watchdog_is_configurable_and_zero_is_refused() {
+    fails(
+        sim::check(Config::new(1).watchdog(Duration::ZERO), nothing),
+        FailureKind::Setup,
+        "watchdog(0)",
+    );
+    fails(
+        sim::replay(Config::new(1).watchdog(Duration::ZERO), 1, nothing),
+        FailureKind::Setup,
+        "watchdog(0)",
+    );
+    let sleeper = |c: &Cluster| -> Result<(), BoxError> {
+        let x = c.alloc_word(N0)?;
+        sim::spawn(c, N0, move |ctx: &Ctx| {
+            ctx.store(&x, 1)?;
+            std::thread::sleep(Duration::from_secs(3_600));
+            Ok::<(), BoxError>(())
+        })
+        .join()?;
+        Ok(())
+    };
+    let config = Config::new(1).runs(1).watchdog(Duration::from_millis(200));
+    fails(
+        sim::check(config, sleeper),
+        FailureKind::Hang,
+        "no scheduling point",
+    );
+}
+
+/// A failing closure: two threads race a put and a get of one word (the reader fails on 0).
+fn racy(c: &Cluster) -> Result<(), BoxError> {
+    let x = c.alloc_word(N1)?;
+    let one = c.alloc_word(N0)?;
+    let into = c.alloc_word(N0)?;
+    let w = sim::spawn(c, N0, move |ctx: &Ctx| {
+        ctx.store(&one, 1)?;
+        ctx.put(&x, &one, WorkId::new(1))?;
+        ctx.wait(WorkId::new(1))
+    });
+    let r = sim::spawn(c, N0, move |ctx: &Ctx| -> Result<(), BoxError> {
+        ctx.get(&into, &x, WorkId::new(2))?;
+        ctx.wait(WorkId::new(2))?;
+        match ctx.load(&into)? {
+            0 => Err("read 0".into()),
+            _ => Ok(()),
+        }
+    });
+    w.join()?;
+    r.join()?;
+    Ok(())
+}
+
+/// A failure keeps the config it failed with: `replay_failure` replays it under that config
+/// (the same trace), while `replay` of its seed under another config runs another schedule.
+#[test]
+fn a_failure_replays_under_its_own_config() {
+    let config = Config::new(2)
+        .runs(200)
+        .strategy(Strategy::Pct { depth: 2 });
+    let failure = sim::check(config.clone(), racy).unwrap_err();
+    assert_eq!(failure.kind(), FailureKind::Error, "{}", failure.report());
+    assert_eq!(failure.config(), &config);
+    assert_ne!(failure.config(), &config.clone().strategy(Strategy::Random));
+    let again = sim::replay_failure(&failure, racy).unwrap_err();
+    assert_eq!(again.seed(), failure.seed());
+    assert_eq!(again.trace(), failure.trace());
+    assert_eq!(again.message(), failure.message());
+    assert!(
+        failure.report().contains("replay_failure"),
+        "{}",
+        failure.report()
+    );
+    // A config of one's own that is not the failure's (here, another node count: the seed
+    // may stand for another schedule there) is told apart.
+    let other = Config::new(3)
+        .runs(200)
+        .strategy(Strategy::Pct { depth: 2 });
+    assert_ne!(failure.config(), &other);
+    // The same under exhaustive search (the seed is a run number).
+    let config = Config::new(2)
+        .runs(10_000)
+        .strategy(Strategy::Exhaustive { max_delays: 2 });
+    let failure = sim::check(config, racy).unwrap_err();
+    let again = sim::replay_failure(&failure, racy).unwrap_err();
+    assert_eq!(again.trace(), failure.trace());
 }

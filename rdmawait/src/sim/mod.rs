@@ -1,6 +1,7 @@
 //! Deterministic simulation: users' own multi-threaded RDMA code, run under a seeded scheduler
 //! on the soft NIC's model, with virtual time. A failing run is reported with its seed and a
-//! trace, and [`replay`] runs exactly that schedule again.
+//! trace, and [`replay_failure`] (or [`replay`] with the same config) runs exactly that schedule
+//! again.
 //!
 //! ```
 //! use loco_rdmawait::sim::{self, Config};
@@ -252,7 +253,7 @@ pub enum Fault {
 }
 
 /// How [`check`] runs.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     nodes: usize,
     runs: u64,
@@ -290,11 +291,14 @@ impl Config {
     }
 
     /// How long a run may go without any scheduling point, in real time, before it fails as
-    /// [`FailureKind::Hang`] (default [`DEFAULT_WATCHDOG`]): code under test that blocks
-    /// outside the simulator (a `std` mutex held by a descheduled thread, a sleep, I/O) would
-    /// otherwise hang [`check`] for ever. A limit under 1 ms is taken as 1 ms.
+    /// [`FailureKind::Hang`] (default [`DEFAULT_WATCHDOG`], a minute): code under test that
+    /// blocks outside the simulator (a `std` mutex held by a descheduled thread, a sleep, I/O)
+    /// would otherwise hang [`check`] for ever. Lower it to have such a hang reported sooner
+    /// (not so low that a slow host's pause between two scheduling points passes for one). A
+    /// limit under 1 ms is taken as 1 ms; zero is refused ([`check`] and [`replay`] fail with
+    /// [`FailureKind::Setup`]: every run would hang at once).
     pub fn watchdog(mut self, limit: Duration) -> Self {
-        self.watchdog = limit.max(Duration::from_millis(1));
+        self.watchdog = limit;
         self
     }
 
@@ -502,7 +506,8 @@ impl fmt::Display for Failure {
     }
 }
 
-/// A failed run: its seed (give it to [`replay`]), what went wrong, and the last steps.
+/// A failed run: its seed and config (give it to [`replay_failure`], or both to [`replay`]),
+/// what went wrong, and the last steps.
 #[derive(Clone, Debug)]
 pub struct Failure {
     seed: u64,
@@ -510,9 +515,19 @@ pub struct Failure {
     message: String,
     steps: u64,
     trace: Vec<String>,
+    /// The config of the run (what [`replay_failure`] replays it under).
+    config: Box<Config>,
 }
 
 impl Failure {
+    /// The config the failing run ran under (as given to [`check`] or [`replay`]): the one to
+    /// [`replay`] its seed with, as [`replay_failure`] does. Compare it with a config of one's
+    /// own to tell whether a replay under that one would run the same schedule (the base seed,
+    /// [`Config::runs`] and [`Config::watchdog`] aside, which a replay does not use).
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
     /// The failing run's seed.
     pub fn seed(&self) -> u64 {
         self.seed
@@ -541,7 +556,8 @@ impl Failure {
             return format!("{self}\n");
         }
         format!(
-            "{self}\nlast steps:\n{}replay with sim::replay(config, {:#x}, ...)\n",
+            "{self}\nlast steps:\n{}replay with sim::replay_failure(&failure, ...), or \
+             sim::replay(config, {:#x}, ...) under the same config\n",
             self.trace_lines(),
             self.seed
         )
@@ -644,14 +660,31 @@ pub fn now() -> Duration {
 }
 
 /// Starts a simulated thread on `node` that runs `f` with a context there. Call it from a
-/// simulated thread (the closure given to [`check`], or a thread it spawned); elsewhere the
-/// handle's [`join`](JoinHandle::join) fails with [`JoinError::NotSimulated`].
+/// simulated thread (the closure given to [`check`], or a thread it spawned); elsewhere `f`
+/// does not run, the handle's [`join`](JoinHandle::join) fails with
+/// [`JoinError::NotSimulated`], and, if `cluster` is a run's (a `std::thread` of the code under
+/// test was handed the run's cluster), that run fails as [`FailureKind::Error`] naming the
+/// mistake, joined or not.
 pub fn spawn<F, E>(cluster: &Cluster, node: NodeId, f: F) -> JoinHandle
 where
     F: FnOnce(&Ctx) -> Result<(), E> + Send + 'static,
     E: fmt::Display + Send + 'static,
 {
     let Some(parent) = sched::current() else {
+        // The closure cannot run: a thread that is not simulated has no place in the schedule.
+        // If the cluster is a run's, that run fails naming the mistake (else the closure would
+        // vanish unnoticed whenever the handle is dropped unjoined).
+        if let Some(run) = SimRun::of(cluster) {
+            run.fail(
+                FailureKind::Error,
+                format!(
+                    "sim::spawn called on a thread that is not simulated (a std::thread of the \
+                     code under test?): the thread it would start on {node} does not run; call \
+                     sim::spawn from the closure given to sim::check or sim::replay, or from a \
+                     thread it spawned with sim::spawn"
+                ),
+            );
+        }
         return JoinHandle {
             thread: usize::MAX,
             outcome: None,
@@ -702,6 +735,20 @@ where
         thread,
         outcome: Some(outcome),
         run: Arc::downgrade(&parent.sched),
+    }
+}
+
+/// The run a simulated cluster belongs to, kept as the cluster's extension (so that a misuse
+/// of the cluster on a thread that is not simulated can fail that run).
+struct SimRun(std::sync::Weak<Sched>);
+
+impl SimRun {
+    /// The run of `cluster`, if it is a simulated run's and the run is still there.
+    fn of(cluster: &Cluster) -> Option<Arc<Sched>> {
+        let run = cluster
+            .extension(|_| Ok(SimRun(std::sync::Weak::new())))
+            .ok()?;
+        run.0.upgrade()
     }
 }
 
@@ -757,6 +804,7 @@ where
         kind: FailureKind::Setup,
         message,
         steps: 0,
+        config: Box::new(config.clone()),
         trace: Vec::new(),
     };
     if config.runs == 0 {
@@ -819,6 +867,7 @@ fn explorer(config: &Config, seed: u64) -> Result<Option<Arc<explore::Explorer>>
                       clocks, so drop Config::profile (or use Random or PCT with it)"
                 .into(),
             steps: 0,
+            config: Box::new(config.clone()),
             trace: Vec::new(),
         });
     }
@@ -829,12 +878,16 @@ fn explorer(config: &Config, seed: u64) -> Result<Option<Arc<explore::Explorer>>
 /// step, as the run that produced the seed with the same `config` (strategy, step time,
 /// timeout, budget).
 ///
+/// **The `config` must be the one the seed's run had** ([`Failure::config`]): under another
+/// (other nodes, strategy, budget, step time, timeout, memory, profile or faults) the seed
+/// stands for another schedule, which runs without any sign of the mismatch. To replay a
+/// [`Failure`], [`replay_failure`] takes the config from it.
+///
 /// Any seed runs: one that never failed gives the run it stands for (`Ok` if that run passes).
-/// The seed is all that is kept of the failing run, so a replay under another `config` (other
-/// nodes, strategy, budget, profile or faults) or of a closure that behaves differently runs
-/// another schedule, and cannot know it: compare its [`Failure::trace`] with the original's.
-/// Under [`Strategy::Exhaustive`] the seed is a run number, and one past the end of the search
-/// is refused as [`FailureKind::Setup`].
+/// A closure that behaves differently from the original also runs another schedule, and
+/// cannot know it: compare the [`Failure::trace`] with the original's. Under
+/// [`Strategy::Exhaustive`] the seed is a run number, and one past the end of the search is
+/// refused as [`FailureKind::Setup`].
 pub fn replay<F, E>(config: Config, seed: u64, f: F) -> Result<Run, Failure>
 where
     F: Fn(&Cluster) -> Result<(), E> + Send + Sync + 'static,
@@ -861,12 +914,34 @@ where
                         i + 1
                     ),
                     steps: 0,
+                    config: Box::new(config.clone()),
                     trace: Vec::new(),
                 });
             }
         }
     }
     run_once(&config, seed, 10_000, explorer.as_ref(), f)
+}
+
+/// Replays `failure` (from [`check`] or [`replay`]): [`replay`] of its seed under its own
+/// [`config`](Failure::config), so the run is the failing one, step for step, if `f` is the
+/// closure that failed.
+///
+/// ```
+/// use loco_rdmawait::sim::{self, Config};
+/// use loco_rdmawait::Cluster;
+///
+/// let f = |_: &Cluster| Err::<(), _>("always");
+/// let failure = sim::check(Config::new(2).runs(5), f).unwrap_err();
+/// let again = sim::replay_failure(&failure, f).unwrap_err();
+/// assert_eq!((again.seed(), again.trace()), (failure.seed(), failure.trace()));
+/// ```
+pub fn replay_failure<F, E>(failure: &Failure, f: F) -> Result<Run, Failure>
+where
+    F: Fn(&Cluster) -> Result<(), E> + Send + Sync + 'static,
+    E: fmt::Display + 'static,
+{
+    replay((*failure.config).clone(), failure.seed, f)
 }
 
 fn run_once<F, E>(
@@ -885,6 +960,7 @@ where
         kind: FailureKind::Setup,
         message,
         steps: 0,
+        config: Box::new(config.clone()),
         trace: Vec::new(),
     };
     if let Some(message) = refused(config) {
@@ -959,6 +1035,10 @@ where
             }),
         );
     }
+    let sched_of_run = Arc::downgrade(&sched);
+    cluster
+        .extension(move |_| Ok(SimRun(sched_of_run)))
+        .map_err(|e| setup(e.to_string()))?;
     let main = sched.add(None);
     let h = Handle {
         sched: sched.clone(),
@@ -969,7 +1049,7 @@ where
     // Every simulated thread runs on one OS thread, as a coroutine; a hung run's thread is
     // abandoned (it cannot be stopped).
     match sched.start_run() {
-        Ok(()) => sched.wait_all_done(config.watchdog),
+        Ok(()) => sched.wait_all_done(config.watchdog.max(Duration::from_millis(1))),
         Err(e) => sched.fail(
             FailureKind::Setup,
             format!("cannot spawn the simulation's OS thread: {e}"),
@@ -1003,6 +1083,7 @@ where
             kind,
             message,
             steps,
+            config: Box::new(config.clone()),
             trace: sched.trace(),
         }),
     }
@@ -1016,6 +1097,13 @@ fn refused(config: &Config) -> Option<String> {
         return Some(
             "Config::max_steps(0): a run takes at least one step (its start), so every run \
              would fail on the budget; give at least 1"
+                .into(),
+        );
+    }
+    if config.watchdog.is_zero() {
+        return Some(
+            "Config::watchdog(0): every run would be reported as a hang before its first step; \
+             give the real time a run may go without a scheduling point (default 60 s)"
                 .into(),
         );
     }
