@@ -367,20 +367,26 @@ fn main() -> ExitCode {
         Command::Litmus(cmd) => ExitCode::from(litmus(cmd).code()),
         Command::Keygen => keygen::main(),
         Command::Doctor(args) => doctor::main(&args),
-        Command::Bench(Bench::Locks(args)) => match bench::locks(&args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                errln!("loco bench locks: {e}");
-                ExitCode::from(5)
+        Command::Bench(Bench::Locks(mut args)) => {
+            args.dedup_lists();
+            match bench::locks(&args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    errln!("loco bench locks: {e}");
+                    ExitCode::from(5)
+                }
             }
-        },
-        Command::Bench(Bench::Ops(args)) => match ops::ops(&args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                errln!("loco bench ops: {e}");
-                ExitCode::from(5)
+        }
+        Command::Bench(Bench::Ops(mut args)) => {
+            args.dedup_lists();
+            match ops::ops(&args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    errln!("loco bench ops: {e}");
+                    ExitCode::from(5)
+                }
             }
-        },
+        }
     }
 }
 
