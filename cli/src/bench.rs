@@ -164,16 +164,16 @@ pub(crate) fn profile_scale(s: &str) -> Result<f64, String> {
 /// `loco bench locks` options.
 #[derive(Args, Debug)]
 pub struct LocksArgs {
-    /// Locks to measure.
+    /// Locks to measure (a lock given twice is measured once).
     #[arg(long, value_enum, num_args = 1.., value_delimiter = ',', default_values = ["nlock", "wlock", "slock", "nlock-combining", "slock-combining", "nlock-no-cohort", "wlock-no-cohort", "slock-no-cohort", "rcas-spinlock"])]
     lock: Vec<LockArg>,
     /// Backend.
     #[arg(long, value_enum, default_value = "soft")]
     backend: BenchBackend,
-    /// Thread counts (over all nodes, 1-256), e.g. `1,2,4,8`.
+    /// Thread counts (over all nodes, 1-256), e.g. `1,2,4,8`; a repeat is measured once.
     #[arg(long, num_args = 1.., value_delimiter = ',', default_values_t = [1, 2, 4], value_parser = count::<256>)]
     threads: Vec<usize>,
-    /// Node counts (1-64), e.g. `2,4`.
+    /// Node counts (1-64), e.g. `2,4`; a repeat is measured once.
     #[arg(long, num_args = 1.., value_delimiter = ',', default_values_t = [3], value_parser = count::<64>)]
     nodes: Vec<usize>,
     /// Seconds per configuration (more than 0, at most 3600; real time, `--backend soft`).
@@ -220,6 +220,29 @@ pub struct LocksArgs {
     /// Write no plot.
     #[arg(long)]
     no_plot: bool,
+}
+
+impl LocksArgs {
+    /// Drops the repeats of every list option (`--lock`, `--threads`, `--nodes`), keeping each
+    /// value's first occurrence in the order given: a repeated value would measure the same
+    /// configuration twice.
+    pub(crate) fn dedup_lists(&mut self) {
+        first_occurrences(&mut self.lock);
+        first_occurrences(&mut self.threads);
+        first_occurrences(&mut self.nodes);
+    }
+}
+
+/// Keeps the first occurrence of each value of `v`, in order (`4,2,4` is `4,2`).
+pub(crate) fn first_occurrences<T: PartialEq>(v: &mut Vec<T>) {
+    let mut i = 0;
+    while i < v.len() {
+        if v[..i].contains(&v[i]) {
+            v.remove(i);
+        } else {
+            i += 1;
+        }
+    }
 }
 
 /// A count in `1..=MAX` (command-line parser).

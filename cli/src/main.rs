@@ -16,8 +16,8 @@
 //! read or does not parse, or the explorer gave up on it) is printed before that file's row or
 //! table, and counted apart in the summary. The exit status tells what happened
 //! ([`LITMUS_EXIT_CODES`]): 0 all good, 1 a verdict mismatch or a forbidden outcome observed,
-//! 2 bad command line, 3 a file error, 4 the explorer gave up (budget), 5 a run failed; with
-//! several, the largest.
+//! 2 bad command line, 3 a file error (cannot be read, not a regular file, does not parse, not
+//! a valid test), 4 the explorer gave up (budget), 5 a run failed; with several, the largest.
 
 #![forbid(unsafe_code)]
 
@@ -76,7 +76,8 @@ const LITMUS_EXIT_CODES: &str = "Exit status:
   1  a verdict does not match its `expect` (check), or a run observed an outcome the model
      forbids (run)
   2  bad command line
-  3  a file error: a file cannot be read or does not parse
+  3  a file error: a file cannot be read (or is not a regular file), does not parse, or is
+     not a valid test
   4  the explorer gave up on a file: --max-states or --max-memory reached
   5  a run failed (backend unavailable, a library error, a run stopped by its deadline)
 With several, the largest. Errors are printed (on stderr) before the row or table of the file
@@ -196,6 +197,7 @@ impl ModelArgs {
 #[derive(Subcommand)]
 enum Litmus {
     /// Decide each test's `exists` condition with the model explorer.
+    #[command(after_help = LITMUS_EXIT_CODES)]
     Check {
         /// Test files (.litmus); `-` reads one from standard input.
         #[arg(required = true)]
@@ -209,6 +211,7 @@ enum Litmus {
         model: ModelArgs,
     },
     /// Run each test for real and compare the observed outcomes with the model.
+    #[command(after_help = LITMUS_EXIT_CODES)]
     Run {
         /// Backend to run on.
         #[arg(long, value_enum, default_value_t = BackendArg::Soft)]
@@ -247,6 +250,7 @@ enum Litmus {
         model: ModelArgs,
     },
     /// Print the outcomes the model allows.
+    #[command(after_help = LITMUS_EXIT_CODES)]
     Show {
         /// Test file (.litmus); `-` reads it from standard input.
         file: PathBuf,
@@ -304,6 +308,22 @@ impl Status {
         add(self.gave_up, "GAVE UP (budget)");
         add(self.run_errors, "RUN(S) FAILED");
         v.join(", ")
+    }
+}
+
+/// Counts an error of the explorer and returns its JSON `kind`: a test that is not valid
+/// ([`loco_litmus::explore::ExploreError::Invalid`]) is bad input, a file error (status 3) as
+/// a file that does not parse; otherwise the explorer gave up (status 4).
+fn count_explore_error(
+    status: &mut Status,
+    err: &loco_litmus::explore::ExploreError,
+) -> &'static str {
+    if matches!(err, loco_litmus::explore::ExploreError::Invalid(_)) {
+        status.file_errors += 1;
+        "file"
+    } else {
+        status.gave_up += 1;
+        "gave up"
     }
 }
 
@@ -367,20 +387,26 @@ fn main() -> ExitCode {
         Command::Litmus(cmd) => ExitCode::from(litmus(cmd).code()),
         Command::Keygen => keygen::main(),
         Command::Doctor(args) => doctor::main(&args),
-        Command::Bench(Bench::Locks(args)) => match bench::locks(&args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                errln!("loco bench locks: {e}");
-                ExitCode::from(5)
+        Command::Bench(Bench::Locks(mut args)) => {
+            args.dedup_lists();
+            match bench::locks(&args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    errln!("loco bench locks: {e}");
+                    ExitCode::from(5)
+                }
             }
-        },
-        Command::Bench(Bench::Ops(args)) => match ops::ops(&args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                errln!("loco bench ops: {e}");
-                ExitCode::from(5)
+        }
+        Command::Bench(Bench::Ops(mut args)) => {
+            args.dedup_lists();
+            match ops::ops(&args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    errln!("loco bench ops: {e}");
+                    ExitCode::from(5)
+                }
             }
-        },
+        }
     }
 }
 
@@ -662,18 +688,23 @@ fn check(files: &[PathBuf], json: bool, budget: Budget, model: ModelArgs) -> Sta
                 }
             }
             Err(err) => {
-                status.gave_up += 1;
+                let kind = count_explore_error(&mut status, &err);
                 pb.suspend(|| {
                     errln!("{}: {err}", f.display());
                     if !json {
                         out!(
-                            "{:<32} {:<9} {:<9} {:>8} {:>10} {:>9}  GAVE UP (above)",
+                            "{:<32} {:<9} {:<9} {:>8} {:>10} {:>9}  {} (above)",
                             test.name,
                             test.expect.to_string(),
                             "?",
                             "?",
                             err.states(),
-                            ""
+                            "",
+                            if kind == "file" {
+                                "FILE ERROR"
+                            } else {
+                                "GAVE UP"
+                            }
                         );
                     }
                 });
@@ -681,7 +712,7 @@ fn check(files: &[PathBuf], json: bool, budget: Budget, model: ModelArgs) -> Sta
                     "file": f,
                     "name": test.name,
                     "error": err.to_string(),
-                    "kind": "gave up",
+                    "kind": kind,
                     "states": err.states(),
                 }));
             }
@@ -733,8 +764,10 @@ fn run(
             Ok(e) => e,
             Err(err) => {
                 errln!("{}: {err}", f.display());
-                status.gave_up += 1;
-                rows.push(json!({"file": f, "name": test.name, "error": err.to_string(), "kind": "gave up"}));
+                let kind = count_explore_error(&mut status, &err);
+                rows.push(
+                    json!({"file": f, "name": test.name, "error": err.to_string(), "kind": kind}),
+                );
                 continue;
             }
         };
@@ -763,9 +796,16 @@ fn run(
             Err(err) => {
                 err!("{}: ", f.display());
                 report(&err);
-                status.run_errors += 1;
+                // An invalid test is bad input, as a file that does not parse (status 3).
+                let kind = if matches!(err, RunError::Invalid(_)) {
+                    status.file_errors += 1;
+                    "file"
+                } else {
+                    status.run_errors += 1;
+                    "run"
+                };
                 rows.push(
-                    json!({"file": f, "name": test.name, "error": err.to_string(), "kind": "run"}),
+                    json!({"file": f, "name": test.name, "error": err.to_string(), "kind": kind}),
                 );
                 continue;
             }
@@ -881,7 +921,7 @@ fn show(file: &Path, traces: bool, json: bool, budget: Budget, model: ModelArgs)
         Ok(e) => e,
         Err(err) => {
             errln!("{}: {err}", file.display());
-            status.gave_up += 1;
+            count_explore_error(&mut status, &err);
             return status;
         }
     };
@@ -934,4 +974,50 @@ fn show(file: &Path, traces: bool, json: bool, budget: Budget, model: ModelArgs)
         }
     }
     status
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEST: &str = "litmus t\nloc x @n0\nthread t0 @n0 {\n  store(x, 1)\n}\nexists x = 1\n\
+                        expect allowed\n";
+
+    /// A test the explorer refuses as invalid (`ExploreError::Invalid`) is bad input: the same
+    /// exit status (3) as a file that does not parse, not the explorer's give-up (4).
+    #[test]
+    fn an_invalid_test_exits_as_a_parse_error_does() {
+        let budget = Budget {
+            max_states: loco_litmus::explore::DEFAULT_MAX_STATES,
+            max_memory: loco_litmus::explore::DEFAULT_MAX_MEMORY >> 20,
+        };
+        let mut test = loco_litmus::parse(TEST, "t.litmus").expect("parses");
+        explore(&test, budget, None).expect("a valid test explores");
+        test.name = "n".repeat(loco_litmus::parse::MAX_NAME_LEN + 1);
+        let err = explore(&test, budget, None).expect_err("an invalid test");
+        assert!(matches!(
+            err,
+            loco_litmus::explore::ExploreError::Invalid(_)
+        ));
+        let mut invalid = Status::default();
+        assert_eq!(count_explore_error(&mut invalid, &err), "file");
+
+        let bad = std::env::temp_dir().join(format!("loco-bad-{}.litmus", std::process::id()));
+        std::fs::write(&bad, "litmus t\nthis does not parse\n").unwrap();
+        let mut parse = Status::default();
+        let model = ModelArgs {
+            atomics: None,
+            fence: None,
+        };
+        assert!(load_or_count(&bad, &mut parse, model).is_err());
+        std::fs::remove_file(&bad).ok();
+        assert_eq!(invalid.code(), parse.code());
+        assert_eq!(invalid.code(), 3);
+
+        // The budget is still a give-up.
+        let mut gave_up = Status::default();
+        let budget_err = loco_litmus::explore::ExploreError::StateLimit(1);
+        assert_eq!(count_explore_error(&mut gave_up, &budget_err), "gave up");
+        assert_eq!(gave_up.code(), 4);
+    }
 }

@@ -74,18 +74,18 @@ impl OpArg {
 /// `loco bench ops` options.
 #[derive(Args, Debug)]
 pub struct OpsArgs {
-    /// Operations to measure.
+    /// Operations to measure (an operation given twice is measured once).
     #[arg(long, value_enum, num_args = 1.., value_delimiter = ',', default_values = ["put", "get", "rfaa", "rcas"])]
     pub(crate) op: Vec<OpArg>,
     /// Backend.
     #[arg(long, value_enum, default_value = "soft")]
     pub(crate) backend: BenchBackend,
     /// Transfer sizes of put and get, bytes: multiples of 8 from 8 to 1048576 (1 MiB, the
-    /// benchmark's buffers). Atomics are 8 bytes only.
+    /// benchmark's buffers). Atomics are 8 bytes only. A repeat is measured once.
     #[arg(long, num_args = 1.., value_delimiter = ',', default_values_t = [8, 64, 4096, 65536, 1048576], value_parser = size)]
     pub(crate) sizes: Vec<u64>,
     /// Requests outstanding per sample (1-128): post N, then wait for all; the figures are per
-    /// request.
+    /// request. A repeat is measured once.
     #[arg(long, num_args = 1.., value_delimiter = ',', default_values_t = [1, 16], value_parser = count::<MAX_OUTSTANDING>)]
     pub(crate) outstanding: Vec<usize>,
     /// Measured samples per configuration (1-10000000).
@@ -248,6 +248,17 @@ impl Row {
                 .then(|| ops_per_sec * config.size as f64 / (1 << 20) as f64),
             raw: None,
         }
+    }
+}
+
+impl OpsArgs {
+    /// Drops the repeats of every list option (`--op`, `--sizes`, `--outstanding`), keeping
+    /// each value's first occurrence in the order given: a repeated value would measure the
+    /// same configuration twice.
+    pub(crate) fn dedup_lists(&mut self) {
+        crate::bench::first_occurrences(&mut self.op);
+        crate::bench::first_occurrences(&mut self.sizes);
+        crate::bench::first_occurrences(&mut self.outstanding);
     }
 }
 

@@ -168,8 +168,10 @@ pub fn svg(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> Stri
 }
 
 /// Checks, before a benchmark runs, that its plot can be written at `path` (its directory
-/// exists and is a directory), so that a typo in `--plot` is reported at once, not after every
-/// configuration was measured. Skipped with `--no-plot`.
+/// exists and is a directory, and a file can be created or opened for writing there), so that
+/// a typo in `--plot`, or a directory where the file cannot be created, is reported at once,
+/// not after every configuration was measured. Skipped with `--no-plot`. Leaves no file
+/// behind and an existing one unchanged.
 pub(crate) fn check_target(path: &std::path::Path, no_plot: bool) -> Result<(), String> {
     if no_plot {
         return Ok(());
@@ -192,7 +194,31 @@ pub(crate) fn check_target(path: &std::path::Path, no_plot: bool) -> Result<(), 
             path.display()
         ));
     }
-    Ok(())
+    probe(path).map_err(|e| {
+        format!(
+            "cannot write the plot to {}: {e} (give another --plot, or --no-plot)",
+            path.display()
+        )
+    })
+}
+
+/// Opens `path` for writing as the plot will be written, without truncating it: an existing
+/// file is left as it is, and one created here is removed again. Something that is not a
+/// regular file (`/dev/null`, a FIFO) is not opened: opening a FIFO for writing would block
+/// until it has a reader.
+fn probe(path: &std::path::Path) -> std::io::Result<()> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => std::fs::OpenOptions::new().write(true).open(path).map(drop),
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path)?;
+            std::fs::remove_file(path)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]
@@ -221,6 +247,21 @@ mod tests {
         assert_eq!(s.matches("<polyline").count(), 2);
         assert!(s.contains("a &lt;title&gt;") && s.contains("x &amp; y"));
         assert!(!s.contains("inf") && !s.contains("NaN"));
+    }
+
+    /// The check before a benchmark leaves no file behind, and an existing plot unchanged.
+    #[test]
+    fn checking_a_target_leaves_no_trace() {
+        let dir = std::env::temp_dir().join(format!("loco-plot-probe-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let new = dir.join("new.svg");
+        check_target(&new, false).unwrap();
+        assert!(!new.exists());
+        let old = dir.join("old.svg");
+        std::fs::write(&old, "kept").unwrap();
+        check_target(&old, false).unwrap();
+        assert_eq!(std::fs::read_to_string(&old).unwrap(), "kept");
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

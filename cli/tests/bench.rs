@@ -233,9 +233,9 @@ fn bench_locks_rounds_give_medians_and_ranges() {
     let alone = with_locks("nlock");
     assert_eq!(alone.len(), 1);
     assert!(alone[0].get("vs_spinlock").is_none(), "{}", alone[0]);
-    // The spinlock given twice: two rows of it, neither with a ratio.
+    // The spinlock given twice: measured once, without a ratio (the repeat is dropped).
     let twice = with_locks("nlock,rcas-spinlock,rcas-spinlock");
-    assert_eq!(twice.len(), 3);
+    assert_eq!(twice.len(), 2);
     for r in &twice {
         assert_eq!(r.get("vs_spinlock").is_some(), r["lock"] == "nlock", "{r}");
     }
@@ -529,4 +529,62 @@ fn a_run_too_short_to_measure_is_not_a_row_of_zeros() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("at least 0.000000001"), "{err}");
+}
+
+/// A value repeated in a list option (`--threads 1,1`, `--nodes 2,2`, `--lock nlock,nlock`) is
+/// measured once, in the order of its first occurrence: it used to measure the same
+/// configuration twice.
+#[test]
+fn bench_locks_measures_a_repeated_value_once() {
+    let args = [
+        "bench",
+        "locks",
+        "--backend",
+        "sim",
+        "--sim-us",
+        "60",
+        "--nodes",
+        "2,3,2",
+        "--lock",
+        "rcas-spinlock,nlock,rcas-spinlock",
+        "--threads",
+        "2,1,2",
+        "--json",
+        "--no-plot",
+    ];
+    let lines = json_lines(&loco(&args));
+    let configs: Vec<(String, u64, u64)> = lines
+        .iter()
+        .map(|v| {
+            (
+                v["lock"].as_str().expect("a lock").to_string(),
+                v["nodes"].as_u64().expect("nodes"),
+                v["threads"].as_u64().expect("threads"),
+            )
+        })
+        .collect();
+    let mut want = Vec::new();
+    for lock in ["rcas-spinlock", "nlock"] {
+        for nodes in [2, 3] {
+            for threads in [2, 1] {
+                want.push((lock.to_string(), nodes, threads));
+            }
+        }
+    }
+    assert_eq!(configs, want);
+}
+
+/// A plot whose directory exists but where no file can be created (`/proc`, even for root) is
+/// refused before anything is measured, not after the whole benchmark ran.
+#[test]
+fn bench_locks_refuses_a_plot_it_cannot_create_before_measuring() {
+    let plot = "/proc/loco-bench-locks-test.svg";
+    let mut args = SIM_LOCKS[..SIM_LOCKS.len() - 1].to_vec();
+    args.extend(["--plot", plot]);
+    let out = loco(&args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(err.contains("cannot write the plot"), "{err}");
+    assert!(out.stdout.is_empty(), "measured first: {err}");
+    assert!(!std::path::Path::new(plot).exists());
 }

@@ -583,3 +583,71 @@ fn run_refuses_a_schedule_for_the_verbs_backend() {
     );
     assert!(out.stdout.is_empty());
 }
+
+/// A FIFO (named pipe) given as a test file is refused as not a regular file, with a file
+/// error (status 3): it used to block for ever, opening a pipe that no one writes. (The guard
+/// below only keeps a regression from hanging the test suite: it asserts no timing.)
+#[test]
+fn a_fifo_is_refused_not_waited_for() {
+    let dir = std::env::temp_dir().join(format!("loco-fifo-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("pipe.litmus");
+    let _ = std::fs::remove_file(&fifo);
+    let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success());
+    for sub in [&["check"][..], &["show"], &["run", "--runs", "1"]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_loco"))
+            .arg("litmus")
+            .args(sub)
+            .arg(&fifo)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("running loco");
+        let mut waited = 0;
+        while child.try_wait().expect("try_wait").is_none() && waited < 600 {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            waited += 1;
+        }
+        if child.try_wait().expect("try_wait").is_none() {
+            // Unblock it (a writer that closes at once) and end it.
+            let _ = std::fs::OpenOptions::new().write(true).open(&fifo);
+            let _ = child.kill();
+            let _ = child.wait();
+            std::fs::remove_dir_all(&dir).ok();
+            panic!("loco litmus {sub:?} blocked on a FIFO");
+        }
+        let out = child.wait_with_output().expect("output");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{sub:?}: {err}");
+        assert!(err.contains("not a regular file"), "{sub:?}: {err}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A directory is refused as not a regular file too (it used to say only "Is a directory"
+/// after opening it), with a file error.
+#[test]
+fn a_directory_is_refused_as_not_a_regular_file() {
+    let dir = std::env::temp_dir();
+    let out = loco(&["litmus", "check"], &[dir]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("not a regular file"), "{err}");
+}
+
+/// The exit statuses are documented under each `loco litmus` subcommand's help too, and an
+/// invalid test is the same file error (3) as a file that does not parse.
+#[test]
+fn every_litmus_subcommand_documents_the_exit_codes() {
+    for sub in ["check", "run", "show"] {
+        let out = loco(&["litmus", sub, "--help"], &[]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success());
+        assert!(text.contains("Exit status:"), "{sub}: {text}");
+        assert!(
+            text.contains("3  a file error") && text.contains("not a valid test"),
+            "{sub}: {text}"
+        );
+    }
+}

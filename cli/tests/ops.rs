@@ -257,3 +257,77 @@ fn vs_perftest_without_the_verbs_backend_says_so() {
         "{err}"
     );
 }
+
+/// A value repeated in a list option (`--op put,put`, `--sizes 8,8`, `--outstanding 1,1`) is
+/// measured once, in the order of its first occurrence: it used to measure the same
+/// configuration twice.
+#[test]
+fn bench_ops_measures_a_repeated_value_once() {
+    let args = [
+        "bench",
+        "ops",
+        "--backend",
+        "sim",
+        "--op",
+        "get,rfaa,get",
+        "--sizes",
+        "64,8,64",
+        "--outstanding",
+        "2,1,2",
+        "--iters",
+        "10",
+        "--warmup",
+        "1",
+        "--json",
+        "--no-plot",
+    ];
+    let lines = json_lines(&loco(&args));
+    let configs: Vec<(String, u64, u64)> = lines
+        .iter()
+        .map(|v| {
+            (
+                v["op"].as_str().expect("an op").to_string(),
+                v["size"].as_u64().expect("size"),
+                v["outstanding"].as_u64().expect("outstanding"),
+            )
+        })
+        .collect();
+    let want: Vec<(String, u64, u64)> = [
+        ("get", 64, 2),
+        ("get", 64, 1),
+        ("get", 8, 2),
+        ("get", 8, 1),
+        ("rfaa", 8, 2),
+        ("rfaa", 8, 1),
+    ]
+    .iter()
+    .map(|&(op, s, o)| (op.to_string(), s, o))
+    .collect();
+    assert_eq!(configs, want);
+}
+
+/// A plot whose directory exists but where no file can be created (`/proc`, even for root) is
+/// refused before anything is measured, not after the whole benchmark ran.
+#[test]
+fn bench_ops_refuses_a_plot_it_cannot_create_before_measuring() {
+    let plot = "/proc/loco-bench-ops-test.svg";
+    let out = loco(&[
+        "bench",
+        "ops",
+        "--backend",
+        "sim",
+        "--iters",
+        "10",
+        "--warmup",
+        "1",
+        "--sizes",
+        "8",
+        "--plot",
+        plot,
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(err.contains("cannot write the plot"), "{err}");
+    assert!(out.stdout.is_empty(), "measured first: {err}");
+    assert!(!std::path::Path::new(plot).exists());
+}

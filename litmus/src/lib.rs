@@ -102,7 +102,8 @@
 //!   input that is not UTF-8, with a positioned error.
 //! - A [`Test`] built or edited by hand (its fields are public) is checked before it is
 //!   explored or run ([`Test::validate`]): one naming a register, declaration, work id, thread
-//!   or node it does not have, or breaking a rule the parser enforces, is
+//!   or node it does not have, breaking a rule the parser enforces, or past one of the
+//!   parser's size limits ([`validate::SizeLimit`]: the same constants), is
 //!   [`explore::ExploreError::Invalid`] or [`run::RunError::Invalid`], never a panic.
 //! - The runner refuses a test in which a thread ends holding a lock that another thread
 //!   acquires ([`run::RunError::HeldAtEnd`]): a run where the holder goes first never ends.
@@ -157,6 +158,15 @@ pub enum Error {
         /// Why.
         #[source]
         source: std::io::Error,
+    },
+    /// A test file is not a regular file (a directory, a FIFO, a device...): it is refused
+    /// before it is opened, since a FIFO no one writes would block the reader for ever.
+    #[error("cannot read {path}: it is {what}, not a regular file")]
+    NotRegularFile {
+        /// The file.
+        path: String,
+        /// What it is: `a directory`, `a FIFO (named pipe)`, `a character device`...
+        what: &'static str,
     },
     /// A test file does not parse.
     #[error(transparent)]

@@ -1,7 +1,7 @@
 //! The checks of a [`Test`] built by hand: [`Test::validate`].
 //!
-//! A parsed test is always valid (the parser makes every check made here, and more: names,
-//! limits on sizes). A test built or edited by hand (its fields are public) may name a register,
+//! A parsed test is always valid (the parser makes every check made here, with the same size
+//! limits, and more: names). A test built or edited by hand (its fields are public) may name a register,
 //! a location or a node that does not exist; the explorer ([`crate::explore()`]) and the runner
 //! ([`crate::run()`]) call [`Test::validate`] first and return its error instead of indexing
 //! past a list.
@@ -9,6 +9,7 @@
 use std::fmt;
 
 use crate::ast::*;
+use crate::parse::{MAX_ATOMS, MAX_DECLARATIONS, MAX_NAME_LEN, MAX_STATEMENTS};
 use crate::{MAX_NODES, MAX_THREADS};
 
 /// Why a [`Test`] cannot be explored or run: one of the checks of [`Test::validate`] failed.
@@ -28,11 +29,13 @@ pub struct InvalidTest {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Place {
-    /// The test as a whole: its node list, its number of threads.
+    /// The test as a whole: its name, node list, number of threads or declarations, work ids,
+    /// the size of its condition.
     Test,
-    /// A declaration: [`Test::locs`], [`Test::scs`] or [`Test::locks`] (`what`) number `index`.
+    /// A declaration: [`Test::locs`], [`Test::svs`], [`Test::scs`] or [`Test::locks`] (`what`)
+    /// number `index`.
     Decl {
-        /// `loc`, `sc` or `lock`.
+        /// `loc`, `sv`, `sc` or `lock`.
         what: &'static str,
         /// Its index in its list.
         index: usize,
@@ -154,6 +157,47 @@ impl fmt::Display for LockMisuse {
     }
 }
 
+/// One of the parser's size limits ([`crate::ParseErrorKind::TooLarge`]) that
+/// [`Test::validate`] enforces on a test built by hand: [`SizeLimit::max`] is the parser's own
+/// constant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SizeLimit {
+    /// Statements of one thread ([`crate::parse::MAX_STATEMENTS`]).
+    Statements,
+    /// Declarations (`loc`, `sv`, `sc`, `lock`) of the test
+    /// ([`crate::parse::MAX_DECLARATIONS`]).
+    Declarations,
+    /// Characters of a name: of the test, a declaration, a thread, a register or a work id
+    /// ([`crate::parse::MAX_NAME_LEN`]).
+    NameLen,
+    /// Atoms of the `exists` condition ([`crate::parse::MAX_ATOMS`]).
+    Atoms,
+}
+
+impl SizeLimit {
+    /// The limit: the most the parser accepts.
+    pub const fn max(self) -> usize {
+        match self {
+            SizeLimit::Statements => MAX_STATEMENTS,
+            SizeLimit::Declarations => MAX_DECLARATIONS,
+            SizeLimit::NameLen => MAX_NAME_LEN,
+            SizeLimit::Atoms => MAX_ATOMS,
+        }
+    }
+}
+
+impl fmt::Display for SizeLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SizeLimit::Statements => "statements in the thread",
+            SizeLimit::Declarations => "declarations",
+            SizeLimit::NameLen => "characters in a name",
+            SizeLimit::Atoms => "atoms in the exists condition",
+        })
+    }
+}
+
 /// What is wrong with an [`InvalidTest`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -202,6 +246,16 @@ pub enum InvalidTestKind {
         /// The thread's node.
         thread_node: NodeId,
     },
+    /// Past one of the parser's size limits ([`SizeLimit`]): a parsed test never is.
+    #[error("{count} {limit}: too large (the parser's limit is {max})")]
+    TooLarge {
+        /// Which limit.
+        limit: SizeLimit,
+        /// How many there are (statements, declarations, characters, atoms).
+        count: usize,
+        /// The limit ([`SizeLimit::max`]).
+        max: usize,
+    },
     /// A lock operation that breaks the locks' rules.
     #[error("lock {lock}: {misuse}", lock = lock.0)]
     Lock {
@@ -222,6 +276,21 @@ fn index(what: IndexOf, index: usize, len: usize) -> Check {
     }
 }
 
+/// At most `limit`'s maximum.
+fn within(limit: SizeLimit, count: usize) -> Check {
+    let max = limit.max();
+    if count <= max {
+        Ok(())
+    } else {
+        Err(InvalidTestKind::TooLarge { limit, count, max })
+    }
+}
+
+/// A name within [`MAX_NAME_LEN`] characters.
+fn name(n: &str) -> Check {
+    within(SizeLimit::NameLen, n.chars().count())
+}
+
 /// Whether a node list is ascending without repeats.
 fn ascending(nodes: &[NodeId]) -> bool {
     nodes.windows(2).all(|w| w[0] < w[1])
@@ -232,8 +301,10 @@ impl Test {
     /// (registers of the statement's thread, declarations, work ids, threads), every node is
     /// below [`MAX_NODES`] and listed in [`Test::nodes`] (ascending, without repeats), at most
     /// [`MAX_THREADS`] threads, one `assigned` flag per register, operands that must be local
-    /// to the thread are, and lock operations follow the locks' rules (docs/litmus-format.md),
-    /// as the parser checks them. A parsed test always passes. Linear in the test's size.
+    /// to the thread are, lock operations follow the locks' rules (docs/litmus-format.md), as
+    /// the parser checks them, and the test is within the parser's size limits ([`SizeLimit`]:
+    /// statements per thread, declarations, name lengths, atoms of the condition). A parsed
+    /// test always passes. Linear in the test's size.
     ///
     /// [`crate::explore()`] and [`crate::run()`] (and the other entry points of the explorer
     /// and the runner) call it and return its error: a test built by hand never makes them
@@ -249,6 +320,7 @@ impl Test {
             let kind = InvalidTestKind::TooManyThreads(self.threads.len());
             return Err(fail(Place::Test, kind));
         }
+        self.sizes()?;
         if !ascending(&self.nodes) {
             return Err(fail(Place::Test, InvalidTestKind::UnsortedNodes));
         }
@@ -329,6 +401,50 @@ impl Test {
         self.lock_uses()?;
         for (i, a) in self.exists.atoms.iter().enumerate() {
             self.observable(&a.obs).map_err(at(Place::Atom(i)))?;
+        }
+        Ok(())
+    }
+
+    /// The parser's size limits ([`SizeLimit`]), checked before anything else.
+    fn sizes(&self) -> Result<(), InvalidTest> {
+        let at = |place: Place| {
+            move |kind| InvalidTest {
+                test: self.name.clone(),
+                place,
+                kind,
+            }
+        };
+        let test = || at(Place::Test);
+        name(&self.name).map_err(test())?;
+        let decls = self.locs.len() + self.svs.len() + self.scs.len() + self.locks.len();
+        within(SizeLimit::Declarations, decls).map_err(test())?;
+        within(SizeLimit::Atoms, self.exists.atoms.len()).map_err(test())?;
+        self.work_ids
+            .iter()
+            .try_for_each(|w| name(w))
+            .map_err(test())?;
+        let names = [
+            ("loc", self.locs.iter().map(|d| &d.name).collect::<Vec<_>>()),
+            ("sv", self.svs.iter().map(|d| &d.name).collect()),
+            ("sc", self.scs.iter().map(|d| &d.name).collect()),
+            ("lock", self.locks.iter().map(|d| &d.name).collect()),
+        ];
+        for (what, list) in names {
+            for (index, n) in list.into_iter().enumerate() {
+                name(n).map_err(at(Place::Decl { what, index }))?;
+            }
+        }
+        for (t, th) in self.threads.iter().enumerate() {
+            let place = || Place::Thread {
+                thread: t,
+                name: th.name.clone(),
+            };
+            within(SizeLimit::Statements, th.body.len()).map_err(at(place()))?;
+            name(&th.name).map_err(at(place()))?;
+            th.regs
+                .iter()
+                .try_for_each(|r| name(r))
+                .map_err(at(place()))?;
         }
         Ok(())
     }

@@ -837,3 +837,174 @@ proptest! {
         }
     }
 }
+
+/// A test built by hand past one of the parser's size limits (statements of a thread,
+/// declarations, the length of a name, atoms of the condition) is refused by `validate` with a
+/// typed error naming the parser's limit, at every entry point; a test at the limits passes.
+#[test]
+fn a_test_past_the_parsers_limits_is_invalid() {
+    use loco_litmus::parse::{MAX_ATOMS, MAX_DECLARATIONS, MAX_NAME_LEN, MAX_STATEMENTS};
+    use loco_litmus::validate::SizeLimit;
+    use InvalidTestKind as K;
+    let long = "n".repeat(MAX_NAME_LEN + 1);
+    let decls = |t: &Test| t.locs.len() + t.svs.len() + t.scs.len() + t.locks.len();
+    let thread = |t: &Test, i: usize| Place::Thread {
+        thread: i,
+        name: t.threads[i].name.clone(),
+    };
+    type Case = (
+        Box<dyn Fn(&mut Test)>,
+        Box<dyn Fn(&Test) -> Place>,
+        SizeLimit,
+        usize,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            Box::new(|t| {
+                let n = MAX_STATEMENTS + 1 - t.threads[0].body.len();
+                t.threads[0].body.extend((0..n).map(|_| stmt(Op::Mfence)));
+            }),
+            Box::new(move |t| thread(t, 0)),
+            SizeLimit::Statements,
+            MAX_STATEMENTS + 1,
+        ),
+        (
+            Box::new(move |t| {
+                let n = MAX_DECLARATIONS + 1 - decls(t);
+                t.svs.extend((0..n).map(|i| SvDecl {
+                    name: format!("extra{i}"),
+                    init: 0,
+                }));
+            }),
+            Box::new(|_| Place::Test),
+            SizeLimit::Declarations,
+            MAX_DECLARATIONS + 1,
+        ),
+        (
+            Box::new(|t| {
+                let a = t.exists.atoms[0].clone();
+                t.exists.atoms.resize(MAX_ATOMS + 1, a);
+            }),
+            Box::new(|_| Place::Test),
+            SizeLimit::Atoms,
+            MAX_ATOMS + 1,
+        ),
+        (
+            {
+                let long = long.clone();
+                Box::new(move |t| t.name = long.clone())
+            },
+            Box::new(|_| Place::Test),
+            SizeLimit::NameLen,
+            MAX_NAME_LEN + 1,
+        ),
+        (
+            {
+                let long = long.clone();
+                Box::new(move |t| t.locs[1].name = long.clone())
+            },
+            Box::new(|_| Place::Decl {
+                what: "loc",
+                index: 1,
+            }),
+            SizeLimit::NameLen,
+            MAX_NAME_LEN + 1,
+        ),
+        (
+            {
+                let long = long.clone();
+                Box::new(move |t| t.threads[1].regs[0] = long.clone())
+            },
+            Box::new(move |t| thread(t, 1)),
+            SizeLimit::NameLen,
+            MAX_NAME_LEN + 1,
+        ),
+        (
+            {
+                let long = long.clone();
+                Box::new(move |t| t.work_ids[0] = long.clone())
+            },
+            Box::new(|_| Place::Test),
+            SizeLimit::NameLen,
+            MAX_NAME_LEN + 1,
+        ),
+    ];
+    for (edit, place, limit, count) in &cases {
+        let mut test = base();
+        edit(&mut test);
+        let e = test.validate().unwrap_err();
+        let want_place = place(&test);
+        assert_eq!(e.place, want_place, "{e}");
+        assert_eq!(
+            e.kind,
+            K::TooLarge {
+                limit: *limit,
+                count: *count,
+                max: limit.max(),
+            },
+            "{e}"
+        );
+        assert!(e.to_string().contains("the parser's limit"), "{e}");
+        every_entry_point_refuses(&test, &e);
+    }
+    // The limits themselves are the parser's.
+    assert_eq!(SizeLimit::Statements.max(), MAX_STATEMENTS);
+    assert_eq!(SizeLimit::Declarations.max(), MAX_DECLARATIONS);
+    assert_eq!(SizeLimit::NameLen.max(), MAX_NAME_LEN);
+    assert_eq!(SizeLimit::Atoms.max(), MAX_ATOMS);
+    // At the limits: valid.
+    let mut test = base();
+    let n = MAX_STATEMENTS - test.threads[0].body.len();
+    test.threads[0]
+        .body
+        .extend((0..n).map(|_| stmt(Op::Mfence)));
+    let n = MAX_DECLARATIONS - decls(&test);
+    test.svs.extend((0..n).map(|i| SvDecl {
+        name: format!("extra{i}"),
+        init: 0,
+    }));
+    let a = test.exists.atoms[0].clone();
+    test.exists.atoms.resize(MAX_ATOMS, a);
+    test.name = "n".repeat(MAX_NAME_LEN);
+    test.validate().unwrap();
+}
+
+/// `parse_file` refuses a FIFO (or anything else that is not a regular file) with a typed
+/// error instead of blocking on a pipe no one writes.
+#[cfg(unix)]
+#[test]
+fn parse_file_refuses_what_is_not_a_regular_file() {
+    let dir = std::env::temp_dir().join(format!("loco-litmus-fifo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("pipe.litmus");
+    let _ = std::fs::remove_file(&fifo);
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    // Run it on a thread, so that a regression fails the test instead of hanging it.
+    let path = fifo.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(loco_litmus::parse_file(&path).map(|_| ()));
+    });
+    let got = match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(r) => r,
+        Err(_) => {
+            let _ = std::fs::OpenOptions::new().write(true).open(&fifo);
+            panic!("parse_file blocked on a FIFO");
+        }
+    };
+    match got {
+        Err(e @ loco_litmus::Error::NotRegularFile { .. }) => {
+            assert!(e.to_string().contains("not a regular file"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    match loco_litmus::parse_file(&dir) {
+        Err(loco_litmus::Error::NotRegularFile { .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

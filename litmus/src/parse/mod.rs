@@ -177,13 +177,55 @@ pub const MAX_ATOMS: usize = 64;
 
 /// Reads and parses a `.litmus` file. A file larger than [`MAX_INPUT_BYTES`] is refused
 /// without being read whole, and one that is not UTF-8 is a parse error at its first bad byte.
+/// Anything but a regular file (a directory, a FIFO, a device, a socket) is
+/// [`crate::Error::NotRegularFile`], before it is opened: opening a FIFO that no one writes
+/// would block for ever. (To read a pipe, give it to [`parse_reader`].)
 pub fn parse_file(path: &Path) -> Result<Test, crate::Error> {
     let file = path.display().to_string();
-    let reader = std::fs::File::open(path).map_err(|source| crate::Error::Io {
+    let io = |source| crate::Error::Io {
         path: file.clone(),
         source,
-    })?;
+    };
+    let regular = |meta: &std::fs::Metadata| {
+        if meta.is_file() {
+            Ok(())
+        } else {
+            Err(crate::Error::NotRegularFile {
+                path: file.clone(),
+                what: file_kind(&meta.file_type()),
+            })
+        }
+    };
+    regular(&std::fs::metadata(path).map_err(io)?)?;
+    let reader = std::fs::File::open(path).map_err(io)?;
+    // Again on what was opened, in case the path changed in between.
+    regular(&reader.metadata().map_err(io)?)?;
     parse_reader(reader, &file)
+}
+
+/// What a file that is not a regular file is, for [`crate::Error::NotRegularFile`].
+fn file_kind(t: &std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt as _;
+        if t.is_fifo() {
+            return "a FIFO (named pipe)";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+        if t.is_block_device() {
+            return "a block device";
+        }
+        if t.is_char_device() {
+            return "a character device";
+        }
+    }
+    if t.is_dir() {
+        "a directory"
+    } else {
+        "not a file"
+    }
 }
 
 /// Reads and parses one test from `reader` (standard input, say), as [`parse_file`] reads a
