@@ -466,14 +466,25 @@ fn no_key(peers: &[String]) -> Check {
 }
 
 /// Whether every peer resolves to a loopback address (its first, as the verbs backend's
-/// bootstrap decides whether it may run without a key).
+/// bootstrap decides whether it may run without a key), within [`PEERS_DEADLINE`]: a name
+/// whose resolution hangs counts as not loopback (the check then says what a cluster across
+/// hosts needs) instead of hanging the doctor.
 fn all_loopback(peers: &[String]) -> bool {
     use std::net::ToSocketAddrs;
-    !peers.is_empty()
-        && peers.iter().all(|p| {
+    if peers.is_empty() {
+        return false;
+    }
+    let peers = peers.to_vec();
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Not joined: a thread stuck in the resolver is left behind when the doctor exits.
+    std::thread::spawn(move || {
+        let loopback = peers.iter().all(|p| {
             p.to_socket_addrs()
                 .is_ok_and(|mut a| a.next().is_some_and(|a| a.ip().is_loopback()))
-        })
+        });
+        let _ = tx.send(loopback);
+    });
+    rx.recv_timeout(PEERS_DEADLINE).unwrap_or(false)
 }
 
 #[cfg(feature = "verbs")]
