@@ -1,7 +1,7 @@
 //! `loco bench locks`: JSON lines with the documented fields, and clear errors for bad options.
 
 mod common;
-use common::{json_lines, loco, SIM_LOCKS};
+use common::{configs, json_lines, loco, SIM_LOCKS};
 use std::process::Command;
 
 #[test]
@@ -553,16 +553,7 @@ fn bench_locks_measures_a_repeated_value_once() {
         "--no-plot",
     ];
     let lines = json_lines(&loco(&args));
-    let configs: Vec<(String, u64, u64)> = lines
-        .iter()
-        .map(|v| {
-            (
-                v["lock"].as_str().expect("a lock").to_string(),
-                v["nodes"].as_u64().expect("nodes"),
-                v["threads"].as_u64().expect("threads"),
-            )
-        })
-        .collect();
+    let configs = configs(&lines, ["lock", "nodes", "threads"]);
     let mut want = Vec::new();
     for lock in ["rcas-spinlock", "nlock"] {
         for nodes in [2, 3] {

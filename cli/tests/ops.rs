@@ -2,7 +2,7 @@
 //! clear errors for bad options.
 
 mod common;
-use common::{json_lines, loco};
+use common::{configs, json_lines, loco};
 use std::process::Command;
 
 #[test]
@@ -282,16 +282,7 @@ fn bench_ops_measures_a_repeated_value_once() {
         "--no-plot",
     ];
     let lines = json_lines(&loco(&args));
-    let configs: Vec<(String, u64, u64)> = lines
-        .iter()
-        .map(|v| {
-            (
-                v["op"].as_str().expect("an op").to_string(),
-                v["size"].as_u64().expect("size"),
-                v["outstanding"].as_u64().expect("outstanding"),
-            )
-        })
-        .collect();
+    let configs = configs(&lines, ["op", "size", "outstanding"]);
     let want: Vec<(String, u64, u64)> = [
         ("get", 64, 2),
         ("get", 64, 1),

@@ -23,6 +23,22 @@ pub fn json_lines(out: &Output) -> Vec<serde_json::Value> {
         .collect()
 }
 
+#[allow(dead_code)] // not every test file lists configurations
+/// Each JSON line's configuration: the string field `name` and the number fields `a` and `b`
+/// (e.g. `lock`, `nodes`, `threads`), in the order printed.
+pub fn configs(lines: &[serde_json::Value], [name, a, b]: [&str; 3]) -> Vec<(String, u64, u64)> {
+    lines
+        .iter()
+        .map(|v| {
+            (
+                v[name].as_str().expect(name).to_string(),
+                v[a].as_u64().expect(a),
+                v[b].as_u64().expect(b),
+            )
+        })
+        .collect()
+}
+
 #[allow(dead_code)] // not every test file runs the lock benchmark
 /// `loco bench locks` under the simulator, 2 nodes, 60 µs per configuration, the node lock
 /// and the spinlock, JSON lines; the caller adds the rest.
