@@ -284,10 +284,25 @@ impl State {
         self.grant_cpus(at);
     }
 
+    /// Thread `i` blocks (parks, sleeps, joins, ends): it lets go of its CPU at its clock.
+    fn release_own_cpu(&mut self, i: usize) {
+        let clock = self.threads[i].clock;
+        self.release_cpu(i, clock);
+    }
+
+    /// Thread `i` takes a free CPU, its slice starting at its clock.
+    fn hold_cpu(&mut self, i: usize) {
+        let slice = self.profile.as_ref().map_or(Duration::ZERO, |p| p.slice);
+        let th = &mut self.threads[i];
+        th.cpu = true;
+        th.slice_end = th.clock.saturating_add(slice);
+        self.cpus_held += 1;
+    }
+
     /// Hands free CPUs, from `at` on, to the threads waiting for one, in turn. The thread that
     /// gets one pays the OS's context switch ([`super::Profile::switch`]) before it goes on.
     fn grant_cpus(&mut self, at: Duration) {
-        let Some((slice, switch)) = self.profile.as_ref().map(|p| (p.slice, p.switch)) else {
+        let Some(switch) = self.profile.as_ref().map(|p| p.switch) else {
             return;
         };
         let at = at.max(self.now);
@@ -297,10 +312,8 @@ impl State {
             };
             let th = &mut self.threads[t];
             th.queued = false;
-            th.cpu = true;
             th.clock = th.clock.max(at).saturating_add(switch);
-            th.slice_end = th.clock.saturating_add(slice);
-            self.cpus_held += 1;
+            self.hold_cpu(t);
             self.count_busy(false);
         }
     }
@@ -322,15 +335,11 @@ impl State {
         if cpus == 0 || self.threads[i].cpu {
             return true;
         }
-        let clock = self.threads[i].clock;
         if self.cpus_held < cpus {
-            let slice = self.profile.as_ref().map_or(Duration::ZERO, |p| p.slice);
-            let th = &mut self.threads[i];
-            th.cpu = true;
-            th.slice_end = clock.saturating_add(slice);
-            self.cpus_held += 1;
+            self.hold_cpu(i);
             return true;
         }
+        let clock = self.threads[i].clock;
         self.queue_for_cpu(i, clock);
         // The OS preempts a thread whose slice is over once another is ready to run.
         let over = (0..self.threads.len())
@@ -1104,8 +1113,7 @@ impl Handle {
             if st.aborted.is_none() {
                 if st.profile.is_some() {
                     // A sleeping thread lets go of its CPU.
-                    let clock = st.threads[self.me].clock;
-                    st.release_cpu(self.me, clock);
+                    st.release_own_cpu(self.me);
                     let th = &mut st.threads[self.me];
                     th.clock = th.clock.saturating_add(d);
                 } else {
@@ -1129,8 +1137,7 @@ impl Handle {
             let mut st = self.sched.lock();
             let timed = st.profile.is_some() && st.aborted.is_none();
             if timed && !std::mem::take(&mut st.threads[self.me].token) {
-                let clock = st.threads[self.me].clock;
-                st.release_cpu(self.me, clock);
+                st.release_own_cpu(self.me);
                 let th = &mut st.threads[self.me];
                 th.parked = true;
                 th.clock = th.clock.saturating_add(d);
@@ -1200,8 +1207,7 @@ impl Handle {
         }
         st.set_local_spin(self.me, false);
         st.threads[self.me].status = Status::Done;
-        let clock = st.threads[self.me].clock;
-        st.release_cpu(self.me, clock);
+        st.release_own_cpu(self.me);
         let me = self.me;
         let now = st.now;
         for t in &mut st.threads {
@@ -1247,8 +1253,7 @@ impl Handle {
             .is_some_and(|th| th.status != Status::Done)
         {
             st.threads[self.me].status = Status::Joining(t);
-            let clock = st.threads[self.me].clock;
-            st.release_cpu(self.me, clock);
+            st.release_own_cpu(self.me);
             drop(self.sched.switch(st, self.me, false));
         }
     }
