@@ -389,23 +389,22 @@ fn main() -> ExitCode {
         Command::Doctor(args) => doctor::main(&args),
         Command::Bench(Bench::Locks(mut args)) => {
             args.dedup_lists();
-            match bench::locks(&args) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    errln!("loco bench locks: {e}");
-                    ExitCode::from(5)
-                }
-            }
+            bench_exit("locks", bench::locks(&args))
         }
         Command::Bench(Bench::Ops(mut args)) => {
             args.dedup_lists();
-            match ops::ops(&args) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    errln!("loco bench ops: {e}");
-                    ExitCode::from(5)
-                }
-            }
+            bench_exit("ops", ops::ops(&args))
+        }
+    }
+}
+
+/// The exit status of `loco bench <what>`: 0, or 5 with the error on standard error.
+fn bench_exit(what: &str, r: Result<(), impl std::fmt::Display>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            errln!("loco bench {what}: {e}");
+            ExitCode::from(5)
         }
     }
 }
