@@ -1254,7 +1254,6 @@ fn cycle(
         ),
         AnyLock::S(l) => locked(l, ctx, || started(now()), || Ok(put()?)),
         AnyLock::Spin(word) => {
-            let backoff = crossbeam_utils::Backoff::new();
             let mut round = 0u32;
             // Bounded like every wait of loco-rs: a holder that never releases is an error.
             let start = loco_rdmawait::clock::now();
@@ -1272,13 +1271,7 @@ fn cycle(
                     )
                     .into());
                 }
-                if loco_rdmawait::clock::simulated() {
-                    // Exponential backoff in simulated time: 0.5, 1, 2, 4, then 8 µs.
-                    round = (round + 1).min(5);
-                    loco_rdmawait::clock::sleep(Duration::from_nanos(250 << round));
-                } else {
-                    backoff.snooze();
-                }
+                spin_backoff(&mut round);
             }
             started(now());
             put()?;
@@ -1290,6 +1283,22 @@ fn cycle(
             ctx.rcas(word, 1, 0, &w.ret, D)?;
             Ok(ctx.wait(D)?)
         }
+    }
+}
+
+/// The spinlock's backoff after its `round`th failed CAS, the same on every backend: that of
+/// `crossbeam_utils::Backoff::snooze` (spin 1, 2, 4 ... 64 hints, then yield the CPU each
+/// round), written out so that a simulated thread yields where an OS thread does
+/// ([`clock::yield_now`](loco_rdmawait::clock::yield_now); a spin hint is no scheduling point).
+fn spin_backoff(round: &mut u32) {
+    const SPIN_LIMIT: u32 = 6;
+    if *round <= SPIN_LIMIT {
+        for _ in 0..1u32 << *round {
+            std::hint::spin_loop();
+        }
+        *round += 1;
+    } else {
+        loco_rdmawait::clock::yield_now();
     }
 }
 

@@ -97,10 +97,13 @@ pub fn pause() {
 }
 
 /// Hands the CPU over: `std::thread::yield_now` on an ordinary thread, a scheduling point on a
-/// simulated thread, a suspension of the task in an async task's blocking call.
+/// simulated thread, a suspension of the task in an async task's blocking call. Under a
+/// profile that shares CPUs ([`Profile::cpus`](crate::sim::Profile::cpus)) a simulated thread
+/// keeps its CPU until its slice ends, as a CPU-bound thread's `sched_yield` mostly does on
+/// Linux; a spin loop's [`pause`] is where it lets a waiting thread have it.
 pub fn yield_now() {
     match sched::current() {
-        Some(s) => s.point(),
+        Some(s) => s.yield_now(),
         None if in_task() => suspend(),
         None => std::thread::yield_now(),
     }

@@ -1060,12 +1060,21 @@ fn threads_share_the_profiles_cpus() {
 /// not hold up the thread it waits for until its slice is over; a loop without pauses does.
 #[test]
 fn a_spin_loops_pause_yields_the_cpu() {
-    fn spin(pause: bool) -> impl Fn(&Ctx, &Loc, usize) -> Result<(), BoxError> {
+    /// What thread 0 does between two loads of the flag.
+    #[derive(Clone, Copy)]
+    enum Between {
+        Nothing,
+        Pause,
+        Yield,
+    }
+    fn spin(between: Between) -> impl Fn(&Ctx, &Loc, usize) -> Result<(), BoxError> {
         move |ctx, flag, i| {
             if i == 0 {
                 while ctx.load(flag)? == 0 {
-                    if pause {
-                        loco_rdmawait::clock::pause();
+                    match between {
+                        Between::Nothing => {}
+                        Between::Pause => loco_rdmawait::clock::pause(),
+                        Between::Yield => loco_rdmawait::clock::yield_now(),
                     }
                 }
             } else {
@@ -1078,15 +1087,21 @@ fn a_spin_loops_pause_yields_the_cpu() {
         }
     }
     fn polite(ctx: &Ctx, flag: &Loc, i: usize) -> Result<(), BoxError> {
-        spin(true)(ctx, flag, i)
+        spin(Between::Pause)(ctx, flag, i)
     }
     fn rude(ctx: &Ctx, flag: &Loc, i: usize) -> Result<(), BoxError> {
-        spin(false)(ctx, flag, i)
+        spin(Between::Nothing)(ctx, flag, i)
+    }
+    fn yielding(ctx: &Ctx, flag: &Loc, i: usize) -> Result<(), BoxError> {
+        spin(Between::Yield)(ctx, flag, i)
     }
     let polite = on_cpus(1, polite);
     let rude = on_cpus(1, rude);
+    let yielding = on_cpus(1, yielding);
     // Thread 0 has the CPU when thread 1 wakes: thread 1's store waits for thread 0's next
-    // pause, or for its slice (100 µs) to end.
+    // pause, or for its slice (100 µs) to end. A yield keeps the CPU (a CPU-bound thread's
+    // `sched_yield` on Linux mostly does): only the slice's end lets thread 1 in.
     assert!(polite[1] < Duration::from_micros(10), "{polite:?}");
     assert!(rude[1] >= Duration::from_micros(100), "{rude:?}");
+    assert!(yielding[1] >= Duration::from_micros(100), "{yielding:?}");
 }

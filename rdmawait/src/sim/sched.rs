@@ -94,6 +94,8 @@ pub(crate) enum Op {
         target: NodeId,
     },
     Pause,
+    /// A yield of the CPU ([`Handle::yield_now`]).
+    Yield,
     Sleep {
         nanos: u64,
     },
@@ -145,6 +147,7 @@ impl fmt::Display for Op {
             Op::Post { target, what } => write!(f, "post {what} to {target}"),
             Op::Poll { target } => write!(f, "poll {target}"),
             Op::Pause => write!(f, "spin pause"),
+            Op::Yield => write!(f, "yield"),
             Op::Sleep { nanos } => write!(f, "sleep {nanos} ns"),
             Op::Park { nanos } => write!(f, "park (at most {nanos} ns)"),
             Op::Spawn { thread } => write!(f, "spawn t{thread}"),
@@ -429,7 +432,7 @@ fn cost(p: &super::Profile, op: Op) -> Duration {
         Op::Cas { .. } | Op::Mfence => p.cpu_rmw,
         Op::Post { .. } => p.post,
         Op::Poll { .. } => p.poll,
-        Op::Pause => p.pause,
+        Op::Pause | Op::Yield => p.pause,
         Op::Sleep { .. }
         | Op::Park { .. }
         | Op::Spawn { .. }
@@ -1020,7 +1023,7 @@ impl Handle {
             let th = &st.threads[self.me];
             // A spin loop is loads and pauses: it goes on through its loads.
             let spin = match op {
-                Op::Pause => until.is_some() && !th.queued,
+                Op::Pause | Op::Yield => until.is_some() && !th.queued,
                 Op::Load { .. } => th.local_spin,
                 _ => false,
             };
@@ -1057,6 +1060,22 @@ impl Handle {
     /// [`SPIN_LOOK`]), when what it spins on can next change: a spin of many rounds costs a few scheduling points, not one per round.
     /// A CPU write of another thread meanwhile ends the pause early ([`Handle::wake_spinners`]).
     pub(crate) fn point(&self) {
+        self.pause_as(Op::Pause);
+    }
+
+    /// A yield of the CPU (`clock::yield_now`): a scheduling point, as a spin loop's pause,
+    /// but under a profile with [`super::Profile::cpus`] the thread keeps its CPU until its
+    /// slice ends. On Linux (CFS) `sched_yield` passes the CPU over only to a thread that has
+    /// not run much longer than the yielder, and a thread that yields between CPU-bound steps
+    /// (on rxe a remote CAS is a system call that does the whole round trip) mostly gets its
+    /// CPU straight back; the vCPUs are shared in slices. Measured on the VM with the rCAS
+    /// spinlock: docs/simulation.md §3.
+    pub(crate) fn yield_now(&self) {
+        self.pause_as(Op::Yield);
+    }
+
+    /// [`Handle::point`] or [`Handle::yield_now`], as `op` says.
+    fn pause_as(&self, op: Op) {
         // Exhaustive search: a pause is where the NIC catches up (its default is to wait).
         if let Some(d) = &*self.sched.drain.lock().unwrap_or_else(|p| p.into_inner()) {
             d();
@@ -1086,7 +1105,7 @@ impl Handle {
         } else {
             None
         };
-        self.point_until(Op::Pause, true, until);
+        self.point_until(op, true, until);
     }
 
     /// In a timed run: a CPU write of this thread (a CAS, or a fence's drained stores) may be
