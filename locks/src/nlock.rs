@@ -55,8 +55,29 @@ pub struct RawNLock {
 }
 
 impl RawNLock {
+    /// Registered memory a node lock takes on its node, in bytes, in a cluster of `nodes` nodes:
+    /// `tkt`, `rel`, 16 `waiting` slots per node and the [`MARKS`](crate::MARKS) abandon marks.
+    /// A layer that allocates more words with a lock checks the node has room for both first.
+    pub fn bytes(nodes: usize) -> u64 {
+        (2 + MARKS)
+            .saturating_add((nodes as u64).saturating_mul(WAIT_SLOTS))
+            .saturating_mul(loco_rdmawait::WORD)
+    }
+
     /// A node lock on `node`: its words live there, and it publishes the operations towards it.
     pub fn new(cluster: &Cluster, node: NodeId) -> Result<Self> {
+        // Check the memory first: running out half-way would strand what was taken (allocations
+        // are never freed).
+        let requested = Self::bytes(cluster.nodes());
+        let free = cluster.free_bytes(node)?;
+        if requested > free {
+            return Err(loco_rdmawait::Error::OutOfMemory {
+                node,
+                requested,
+                free,
+            }
+            .into());
+        }
         let tkt = cluster.alloc_word(node)?;
         let rel = cluster.alloc_word(node)?;
         let waiting = cluster.alloc_words(node, cluster.nodes() as u64 * WAIT_SLOTS)?;

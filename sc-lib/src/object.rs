@@ -5,8 +5,8 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use loco_locks::NLock;
-use loco_rdmawait::{Cluster, Ctx, Loc, NodeId};
+use loco_locks::{NLock, RawNLock};
+use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, WORD};
 
 use crate::{Error, Result};
 
@@ -32,6 +32,7 @@ impl Object {
     /// Allocates `words` words and a node lock on `node` (or on the next node round-robin).
     pub(crate) fn new(cluster: &Cluster, node: Option<NodeId>, words: usize) -> Result<Object> {
         let node = Self::place(cluster, node)?;
+        Self::check_memory(cluster, node, words)?;
         let lock = NLock::new(cluster, node)?;
         let words = cluster.alloc_words(node, words as u64)?;
         Ok(Object {
@@ -40,6 +41,25 @@ impl Object {
             words,
             lock,
         })
+    }
+
+    /// Fails with `OutOfMemory` unless `node` has room for an object of `words` words and its
+    /// node lock. Checked before either is allocated: allocations are never freed, so running out
+    /// half-way (the lock taken, the words not) would strand the lock's words.
+    pub(crate) fn check_memory(cluster: &Cluster, node: NodeId, words: usize) -> Result<()> {
+        let requested = (words as u64)
+            .saturating_mul(WORD)
+            .saturating_add(RawNLock::bytes(cluster.nodes()));
+        let free = cluster.free_bytes(node)?;
+        if requested > free {
+            return Err(loco_rdmawait::Error::OutOfMemory {
+                node,
+                requested,
+                free,
+            }
+            .into());
+        }
+        Ok(())
     }
 
     /// The node an object goes on: `node` if given (it must exist), else the next one

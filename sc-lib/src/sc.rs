@@ -39,9 +39,9 @@ impl<'a> Critical<&'a Ctx> for Held<'a> {
 /// round-robin over the cluster's nodes ([`ScLoc::new`]); after that the caller never names a
 /// node. Cheap to clone (a handle), `Send` and `Sync`: make it once, share it with every thread.
 ///
-/// Memory: on the location's node, the word and its node lock's words (`tkt`, `rel`, two words
+/// Memory: on the location's node, the word and its node lock's words (`tkt`, `rel`, 16 words
 /// per cluster node for the lock's `held`/`waiting` announcements, and 16 abandon marks: see
-/// `loco-locks`' Failures); on each thread's node, per location it touches, the scratch words
+/// `loco-locks`' Failures; [`RawNLock::bytes`] in all); on each thread's node, per location it touches, the scratch words
 /// `a` and `b` of docs/model.md §5.6 and the lock's three private words (recycled when the
 /// context goes, see `loco-locks`).
 #[derive(Clone)]

@@ -542,8 +542,8 @@ impl fmt::Debug for Words<'_> {
 /// node's lock. See the [module docs](self) for the guarantee and the cost model.
 ///
 /// Cheap to clone (a handle), `Send` and `Sync`: make it once, share it with every thread.
-/// Memory: the layout's words plus two (the lock) on the structure's node, and a buffer of the
-/// layout's size on each thread's node that uses it.
+/// Memory: the layout's words plus its node lock's ([`RawNLock::bytes`](loco_locks::RawNLock::bytes))
+/// on the structure's node, and a buffer of the layout's size on each thread's node that uses it.
 pub struct Ported<S> {
     obj: Arc<Object>,
     _state: PhantomData<fn() -> S>,
@@ -592,16 +592,7 @@ impl<S: Sequential> Ported<S> {
         // The node's memory is checked before the layout is built in host memory: a layout far
         // larger than the node would otherwise cost its size in this process first.
         let node = Object::place(cluster, node)?;
-        let free = cluster.free_bytes(node)?;
-        let bytes = (n as u64).saturating_mul(loco_rdmawait::WORD);
-        if bytes > free {
-            return Err(loco_rdmawait::Error::OutOfMemory {
-                node,
-                requested: bytes,
-                free,
-            }
-            .into());
-        }
+        Object::check_memory(cluster, node, n)?;
         let mut words = vec![0; n];
         initial.encode(&mut words)?;
         S::decode(&words)?; // a layout the structure cannot read back is no layout
