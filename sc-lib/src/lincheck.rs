@@ -262,13 +262,21 @@ pub struct SequentialModel<S> {
 }
 
 impl<S: Sequential> SequentialModel<S> {
-    /// The model starting from `initial`. Panics if `initial` does not fit its own layout (a
-    /// structure that could not be made either).
+    /// The model starting from `initial`. Panics if `initial` does not fit its own layout, or its
+    /// layout does not decode (a structure that could not be made either: [`Ported::new`]
+    /// refuses both).
+    ///
+    /// [`Ported::new`]: crate::Ported::new
     pub fn new(initial: &S) -> Self {
         let mut init = vec![0; initial.words()];
         initial
             .encode(&mut init)
             .expect("the initial state fits its layout");
+        // Checked here, where it is documented: `step` decodes every state, and an initial one
+        // it cannot read (a queue of no slot) panicked there, in the middle of `check`.
+        if let Err(e) = S::decode(&init) {
+            panic!("the initial state's layout does not decode: {e}");
+        }
         SequentialModel {
             init,
             _s: PhantomData,

@@ -44,3 +44,12 @@ fn an_object_that_does_not_fit_with_its_lock_takes_nothing() {
     let ctx = c.context(N1).unwrap();
     assert_eq!(ctx.faa_sc(&x, 1).unwrap(), 1);
 }
+
+/// A model of a structure that could not be made (a queue of no slot) panics where
+/// `SequentialModel::new` documents it, naming the layout error. (It was made, and `check`
+/// panicked later, mid-search, with "model states are valid encodings".)
+#[test]
+#[should_panic(expected = "the initial state's layout does not decode")]
+fn a_model_of_a_structure_that_cannot_be_made_panics_at_new() {
+    let _ = loco_sc::lincheck::SequentialModel::new(&BoundedQueue::new(0));
+}
