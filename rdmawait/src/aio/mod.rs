@@ -345,11 +345,32 @@ impl Future for Op {
     }
 }
 
-/// A tokio timer ending at `deadline`, if the task runs on a tokio runtime with timers (a
-/// runtime built without `enable_time` panics when one is made: that is caught).
+/// A tokio timer ending at `deadline`, if the task runs on a tokio runtime with timers.
 fn timer(deadline: tokio::time::Instant) -> Option<Pin<Box<tokio::time::Sleep>>> {
-    tokio::runtime::Handle::try_current().ok()?;
-    std::panic::catch_unwind(|| Box::pin(tokio::time::sleep_until(deadline))).ok()
+    try_timer(|| tokio::time::sleep_until(deadline))
+}
+
+thread_local! {
+    /// The runtime last found without timers on this thread: tokio has no way to ask, it panics
+    /// when a timer is made there, so each runtime is tried once (every try printed a panic
+    /// message: hundreds for one short sleep in a `run`).
+    static NO_TIMERS: Cell<Option<tokio::runtime::Id>> = const { Cell::new(None) };
+}
+
+/// `make()`'s timer, if the thread runs in a tokio runtime with timers (a runtime built without
+/// `enable_time` panics when one is made: that is caught, once per runtime).
+pub(crate) fn try_timer(
+    make: impl FnOnce() -> tokio::time::Sleep,
+) -> Option<Pin<Box<tokio::time::Sleep>>> {
+    let id = tokio::runtime::Handle::try_current().ok()?.id();
+    if NO_TIMERS.with(Cell::get) == Some(id) {
+        return None;
+    }
+    let t = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Box::pin(make()))).ok();
+    if t.is_none() {
+        NO_TIMERS.with(|c| c.set(Some(id)));
+    }
+    t
 }
 
 /// How a pending future waits: its polls so far, its sleep on the completion channel, and the

@@ -63,9 +63,9 @@ pub(super) struct Sleep {
 }
 
 /// A backstop timer, where the runtime has a time driver (tokio panics, rather than failing,
-/// without one).
+/// without one: see `try_timer`).
 fn backstop(after: std::time::Duration) -> Option<Pin<Box<tokio::time::Sleep>>> {
-    catch_unwind(|| Box::pin(tokio::time::sleep(after))).ok()
+    super::try_timer(|| tokio::time::sleep(after))
 }
 
 impl Notify {
