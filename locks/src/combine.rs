@@ -20,7 +20,7 @@
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -50,6 +50,13 @@ const LINGER: Duration = Duration::from_micros(1);
 /// At most this many looks while lingering (in an untimed simulation time does not pass).
 const LINGER_ROUNDS: u32 = 64;
 
+/// Where waiting threads sleep ([`crowded`]), the last batch's threads are woken at its end
+/// and come back with their next sections a wake-up later: the combiner waits up to twice the
+/// node's last measured wake-up for them, at most this long. A network release and the next
+/// acquire cost several round trips (each of them tens of microseconds on Soft-RoCE), and the
+/// node would otherwise hand the lock on with sections about to arrive.
+const CROWDED_LINGER_MAX: Duration = Duration::from_micros(500);
+
 /// Threads inside [`Combining::combine`] in this process, over every lock.
 static INSIDE: AtomicUsize = AtomicUsize::new(0);
 
@@ -58,7 +65,8 @@ static INSIDE: AtomicUsize = AtomicUsize::new(0);
 /// longer than [`SLOW_WAKE`] (a host short of CPUs; the simulator with a profile whose
 /// wake-ups are slow, `rxe`). There a waiting thread that spins takes a CPU the combiner and
 /// the NIC need (on Soft-RoCE the NIC is the kernel, on the same CPUs), so waiting threads
-/// spin only briefly and combiners neither call them early nor wait for them.
+/// spin only briefly and combiners do not call them early; a combiner waits for the threads of
+/// its last batch a wake-up long instead ([`CROWDED_LINGER_MAX`]).
 fn crowded(node: &NodeJobs) -> bool {
     static CPUS: OnceLock<usize> = OnceLock::new();
     let cpus = *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -144,6 +152,8 @@ struct NodeJobs {
     state: Mutex<Queue>,
     /// The last wake-up of a thread of the node took longer than [`SLOW_WAKE`].
     wakes_slow: AtomicBool,
+    /// How long the last wake-up of a thread of the node took, in nanoseconds.
+    wake_ns: AtomicU64,
 }
 
 #[derive(Default)]
@@ -325,6 +335,8 @@ impl Combining {
                 if let Some(at) = lock(&job.unparked_at).take() {
                     let took = clock::now().saturating_duration_since(at);
                     node.wakes_slow.store(took > SLOW_WAKE, SeqCst);
+                    node.wake_ns
+                        .store(took.as_nanos().min(u64::MAX as u128) as u64, SeqCst);
                 }
             }
         }
@@ -369,6 +381,18 @@ impl Combining {
                     clock::pause();
                     rounds += 1;
                 }
+            } else if expected > 0 && !untimed_sim() {
+                // Backing off as a waiter does (yielding, not spinning on the CPU): the woken
+                // threads need a CPU to come back on.
+                let linger = Duration::from_nanos(node.wake_ns.load(SeqCst))
+                    .saturating_mul(2)
+                    .min(CROWDED_LINGER_MAX);
+                let mut spin = Spin::new();
+                let start = clock::now();
+                while queued(node) < expected
+                    && clock::now().saturating_duration_since(start) < linger
+                    && spin.wait(ctx.cluster()).is_ok()
+                {}
             }
             let mut batch = Batch(take(node));
             if batch.0.is_empty() {

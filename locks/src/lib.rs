@@ -194,7 +194,12 @@
 //!   CPUs (Soft-RoCE in a small VM, whose NIC is the kernel on the same CPUs), or where
 //!   waking a sleeping thread of the node was last seen to take more than 20 µs, that
 //!   spinning would take the CPUs the combiner needs: there waiters sleep after 20 µs
-//!   whatever their state, and combiners do not wait for anyone.
+//!   whatever their state, are woken when their batch is done, and the combiner, backing off
+//!   as a waiter does, waits for them to come back with their next sections for up to twice
+//!   the node's last measured wake-up (at most 500 µs) before it runs the next batch or
+//!   releases. Without that wait a node of two or three threads paid a network release and
+//!   acquire for every batch of one or two sections (on Soft-RoCE, 4 threads over 3 nodes:
+//!   2.2-2.5 k sections per second, against 8.4-8.5 k with it).
 //!
 //! # Errors
 //! Misuse is checked, always and cheaply: acquiring a lock the thread holds is
