@@ -42,9 +42,10 @@ pub(crate) const MAX_BATCH: usize = 64;
 pub const COMBINE_BATCHES: u32 = 8;
 
 /// How long a combiner waits for the threads of its last batch to come back with their next
-/// sections before it runs the next batch (or releases, if none came): they come back within
-/// a few CPU operations when they are busy, and a batch that leaves them behind costs a round
-/// trip more for theirs.
+/// sections before it runs the next batch (or releases, if none came), where waiting threads
+/// spin (see [`CROWDED_LINGER_MAX`] where they sleep): they come back within a few CPU
+/// operations when they are busy, and a batch that leaves them behind costs a round trip more
+/// for theirs.
 const LINGER: Duration = Duration::from_micros(1);
 
 /// At most this many looks while lingering (in an untimed simulation time does not pass).

@@ -68,16 +68,7 @@ impl RawNLock {
     pub fn new(cluster: &Cluster, node: NodeId) -> Result<Self> {
         // Check the memory first: running out half-way would strand what was taken (allocations
         // are never freed).
-        let requested = Self::bytes(cluster.nodes());
-        let free = cluster.free_bytes(node)?;
-        if requested > free {
-            return Err(loco_rdmawait::Error::OutOfMemory {
-                node,
-                requested,
-                free,
-            }
-            .into());
-        }
+        cluster.check_free(node, Self::bytes(cluster.nodes()))?;
         let tkt = cluster.alloc_word(node)?;
         let rel = cluster.alloc_word(node)?;
         let waiting = cluster.alloc_words(node, cluster.nodes() as u64 * WAIT_SLOTS)?;

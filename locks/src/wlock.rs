@@ -99,16 +99,7 @@ impl RawWLock {
             } else {
                 0
             };
-            let requested = per_node.saturating_add(extra);
-            let free = cluster.free_bytes(node)?;
-            if requested > free {
-                return Err(loco_rdmawait::Error::OutOfMemory {
-                    node,
-                    requested,
-                    free,
-                }
-                .into());
-            }
+            cluster.check_free(node, per_node.saturating_add(extra))?;
         }
         let tkt = cluster.alloc_word(ticket_node)?;
         let slots = cluster.alloc_word(ticket_node)?;

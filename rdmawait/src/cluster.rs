@@ -593,6 +593,21 @@ impl Cluster {
         Ok(high - low)
     }
 
+    /// Fails with [`Error::OutOfMemory`] unless `node` has `bytes` of registered memory not yet
+    /// allocated ([`Cluster::free_bytes`]): what a layer about to make several allocations
+    /// checks first.
+    pub fn check_free(&self, node: NodeId, bytes: u64) -> Result<()> {
+        let free = self.free_bytes(node)?;
+        if bytes > free {
+            return Err(Error::OutOfMemory {
+                node,
+                requested: bytes,
+                free,
+            });
+        }
+        Ok(())
+    }
+
     fn alloc_in(&self, node: NodeId, bytes: u64, private: bool) -> Result<Loc> {
         self.check_node(node)?;
         let mut next = self.inner.next.lock();

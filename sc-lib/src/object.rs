@@ -50,16 +50,7 @@ impl Object {
         let requested = (words as u64)
             .saturating_mul(WORD)
             .saturating_add(RawNLock::bytes(cluster.nodes()));
-        let free = cluster.free_bytes(node)?;
-        if requested > free {
-            return Err(loco_rdmawait::Error::OutOfMemory {
-                node,
-                requested,
-                free,
-            }
-            .into());
-        }
-        Ok(())
+        Ok(cluster.check_free(node, requested)?)
     }
 
     /// The node an object goes on: `node` if given (it must exist), else the next one
