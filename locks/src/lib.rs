@@ -97,7 +97,7 @@
 //! Measured in simulated time (`connectx5`, 16 threads over 4 nodes, a critical section that
 //! writes remote data, wake-ups of parked threads charged): the node lock goes from 268 k to
 //! 305 k sections per second, with 6.7 network operations per section instead of 19, and p99
-//! acquire latency from 64 to 104 µs (the price of local runs); the README has the table.
+//! acquire latency from 64 to 104 µs (the price of local runs); docs/performance.md §4 has the table.
 //!
 //! Barging: when a holder hands over, the hold is left for whichever thread of the node comes
 //! first, the thread next in line or a thread arriving meanwhile (typically the holder itself
@@ -114,7 +114,7 @@
 //! with fairness 1.04-1.11 (an A/B on 2026-12-05: 1.30-1.65 times the spinlock at 2 nodes with
 //! barging, 1.12-1.42 without). Under the simulator's `connectx5` profile, where wake-ups take
 //! 3 µs, nobody barges; when they did, the node lock did 284 k sections per second at 16
-//! threads, with fairness 3.5, against 305 k and 2.0 (the README has the tables).
+//! threads, with fairness 3.5, against 305 k and 2.0 (docs/performance.md §4).
 //!
 //! Failures: a thread that gives up (timeout, error) while queued on its node leaves the queue;
 //! one that reaches the front as it gives up passes the front on, releasing on the network a hold
@@ -171,8 +171,8 @@
 //!   64 sections) per hold, so other nodes wait behind at most that many.
 //! - **Cost**: under the simulator's `connectx5` profile, 16 threads over 4 nodes, a section
 //!   that puts one word to the lock's node: the node lock does 1.18 M sections per second
-//!   through `combine` against 0.31 M through acquire and release with cohorts (the README has
-//!   the table). With one thread per node there is nobody to combine with, and a section costs
+//!   through `combine` against 0.31 M through acquire and release with cohorts (the README's
+//!   Performance has the table). With one thread per node there is nobody to combine with, and a section costs
 //!   what a plain one does plus the wait for its own operations and the landing of what the
 //!   thread sent (one thread alone: 154 k against 230 k sections per second).
 //! - **Failures**: a section not taken by a combiner within the cluster's timeout is withdrawn,

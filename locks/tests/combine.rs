@@ -419,7 +419,7 @@ fn a_killed_node_ends_every_combining_thread_with_an_error() {
 /// nodes, two of them on one node, each section a put: 6.94 with the wait, 8.04 without it (as
 /// `loco bench locks --backend sim --profile rxe --profile-scale 0.22 --nodes 3 --threads 4
 /// --lock nlock-combining` counts them). On the VM's rxe0 the same change took that
-/// configuration from 2237-2471 to 8386-8511 sections per second (README, Performance).
+/// configuration from 2237-2471 to 8386-8511 sections per second (docs/performance.md §5).
 #[test]
 fn a_combiner_waits_for_sleeping_threads_to_come_back() {
     const THREADS: usize = 4;
