@@ -1288,14 +1288,13 @@ fn cycle(
 
 /// The spinlock's backoff after its `round`th failed CAS, the same on every backend: that of
 /// `crossbeam_utils::Backoff::snooze` (spin 1, 2, 4 ... 64 hints, then yield the CPU each
-/// round), written out so that a simulated thread yields where an OS thread does
-/// ([`clock::yield_now`](loco_rdmawait::clock::yield_now); a spin hint is no scheduling point).
+/// round), written out so that a simulated thread spins and yields where an OS thread does
+/// ([`clock::spin_hints`](loco_rdmawait::clock::spin_hints) take the profile's time per hint,
+/// [`clock::yield_now`](loco_rdmawait::clock::yield_now)).
 fn spin_backoff(round: &mut u32) {
     const SPIN_LIMIT: u32 = 6;
     if *round <= SPIN_LIMIT {
-        for _ in 0..1u32 << *round {
-            std::hint::spin_loop();
-        }
+        loco_rdmawait::clock::spin_hints(1 << *round);
         *round += 1;
     } else {
         loco_rdmawait::clock::yield_now();

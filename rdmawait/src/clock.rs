@@ -109,6 +109,21 @@ pub fn yield_now() {
     }
 }
 
+/// `n` spin-loop hints in a row (`std::hint::spin_loop`), as a back-off that spins between
+/// two tries does (crossbeam's `Backoff::snooze` spins 1, 2, 4 ... 64 of them). On a thread
+/// of a timed simulation they take `n` times the profile's
+/// [`spin_hint`](crate::sim::Profile::spin_hint) of virtual time and keep the CPU; in an
+/// untimed one they are free, as on any other thread their time is the CPU's.
+pub fn spin_hints(n: u32) {
+    if let Some(s) = sched::current() {
+        s.spin_hints(n);
+        return;
+    }
+    for _ in 0..n {
+        std::hint::spin_loop();
+    }
+}
+
 /// Whether spin loops on this thread hand over at every round ([`pause`], [`yield_now`])
 /// rather than spinning or backing off on the OS thread: on a simulated thread and in an async
 /// task's blocking call, where the code being waited for runs only when this code lets it.

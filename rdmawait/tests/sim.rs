@@ -1066,6 +1066,7 @@ fn a_spin_loops_pause_yields_the_cpu() {
         Nothing,
         Pause,
         Yield,
+        Hints,
     }
     fn spin(between: Between) -> impl Fn(&Ctx, &Loc, usize) -> Result<(), BoxError> {
         move |ctx, flag, i| {
@@ -1075,6 +1076,7 @@ fn a_spin_loops_pause_yields_the_cpu() {
                         Between::Nothing => {}
                         Between::Pause => loco_rdmawait::clock::pause(),
                         Between::Yield => loco_rdmawait::clock::yield_now(),
+                        Between::Hints => loco_rdmawait::clock::spin_hints(8),
                     }
                 }
             } else {
@@ -1095,13 +1097,66 @@ fn a_spin_loops_pause_yields_the_cpu() {
     fn yielding(ctx: &Ctx, flag: &Loc, i: usize) -> Result<(), BoxError> {
         spin(Between::Yield)(ctx, flag, i)
     }
+    fn hinting(ctx: &Ctx, flag: &Loc, i: usize) -> Result<(), BoxError> {
+        spin(Between::Hints)(ctx, flag, i)
+    }
     let polite = on_cpus(1, polite);
     let rude = on_cpus(1, rude);
     let yielding = on_cpus(1, yielding);
+    let hinting = on_cpus(1, hinting);
     // Thread 0 has the CPU when thread 1 wakes: thread 1's store waits for thread 0's next
     // pause, or for its slice (100 µs) to end. A yield keeps the CPU (a CPU-bound thread's
     // `sched_yield` on Linux mostly does): only the slice's end lets thread 1 in.
     assert!(polite[1] < Duration::from_micros(10), "{polite:?}");
     assert!(rude[1] >= Duration::from_micros(100), "{rude:?}");
     assert!(yielding[1] >= Duration::from_micros(100), "{yielding:?}");
+    // Spin hints are CPU work too.
+    assert!(hinting[1] >= Duration::from_micros(100), "{hinting:?}");
+}
+
+/// A back-off's spin hints take the profile's time per hint in a timed run (a spinlock's
+/// waiters under `connectx5` back off as they would on the host's CPUs), and nothing in an
+/// untimed one, where they are not scheduling points either.
+#[test]
+fn spin_hints_take_the_profiles_time() {
+    use std::sync::{Arc, Mutex};
+    fn spent(config: Config) -> (Duration, u64) {
+        let out = Arc::new(Mutex::new((Duration::ZERO, 0)));
+        let o = out.clone();
+        let report = sim::replay(config, 1, move |c: &Cluster| {
+            let o = o.clone();
+            sim::spawn(c, NodeId(0), move |_ctx: &Ctx| -> Result<(), BoxError> {
+                let start = sim::now();
+                loco_rdmawait::clock::spin_hints(1000);
+                o.lock().unwrap().0 = sim::now() - start;
+                Ok(())
+            })
+            .join()?;
+            Ok::<(), BoxError>(())
+        })
+        .unwrap_or_else(|f| panic!("{}", f.report()));
+        let mut r = *out.lock().unwrap();
+        r.1 = report.hash;
+        r
+    }
+    let p = sim::Profile {
+        jitter: 0.0,
+        ..sim::Profile::connectx5()
+    };
+    assert_eq!(p.spin_hint, Duration::from_nanos(40));
+    let (timed, _) = spent(Config::new(1).profile(p));
+    assert_eq!(timed, Duration::from_micros(40));
+    let (untimed, hash) = spent(Config::new(1));
+    assert_eq!(untimed, Duration::ZERO);
+    // The same run without the hints has the same schedule.
+    let bare = sim::replay(Config::new(1), 1, |c: &Cluster| {
+        sim::spawn(c, NodeId(0), |_ctx: &Ctx| -> Result<(), BoxError> {
+            let _ = sim::now();
+            Ok(())
+        })
+        .join()?;
+        Ok::<(), BoxError>(())
+    })
+    .unwrap_or_else(|f| panic!("{}", f.report()));
+    assert_eq!(hash, bare.hash);
 }

@@ -79,6 +79,13 @@ pub struct Profile {
     pub poll: Duration,
     /// A spin loop's pause between two rounds.
     pub pause: Duration,
+    /// One spin-loop hint (`std::hint::spin_loop`: x86's `PAUSE`), as a back-off that spins
+    /// a number of them between two tries spends it ([`crate::clock::spin_hints`]).
+    /// `connectx5`: 40 ns (since Skylake, Intel's `PAUSE` takes about 140 cycles; 34-48 ns
+    /// measured on this project's Xeon host); `rxe`: 500 ns (123-128 ns measured in the VM,
+    /// where the emulator leaves its translated code at each `PAUSE`, on a day the profile's
+    /// fitted scale was 0.2-0.27).
+    pub spin_hint: Duration,
     /// Each NIC delay is multiplied by a factor drawn uniformly from `1 ± jitter`.
     pub jitter: f64,
     /// One device doing every node's NIC work, [`Profile::device_lanes`] requests at a time:
@@ -176,6 +183,7 @@ impl Profile {
             post: Duration::from_nanos(60),
             poll: Duration::from_nanos(40),
             pause: Duration::from_nanos(30),
+            spin_hint: Duration::from_nanos(40),
             jitter: 0.05,
             device_put: Duration::ZERO,
             device_get: Duration::ZERO,
@@ -214,6 +222,7 @@ impl Profile {
             post: Duration::from_micros(2),
             poll: Duration::from_micros(1),
             pause: Duration::from_nanos(200),
+            spin_hint: Duration::from_nanos(500),
             jitter: 0.05,
             device_put: Duration::from_micros(91),
             device_get: Duration::from_micros(160),
@@ -252,6 +261,7 @@ impl Profile {
             post: f(self.post),
             poll: f(self.poll),
             pause: f(self.pause),
+            spin_hint: f(self.spin_hint),
             jitter: self.jitter,
             device_put: f(self.device_put),
             device_get: f(self.device_get),

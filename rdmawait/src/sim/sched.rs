@@ -96,6 +96,10 @@ pub(crate) enum Op {
     Pause,
     /// A yield of the CPU ([`Handle::yield_now`]).
     Yield,
+    /// Spin-loop hints taking `nanos` in a timed run ([`Handle::spin_hints`]).
+    Spin {
+        nanos: u64,
+    },
     Sleep {
         nanos: u64,
     },
@@ -148,6 +152,7 @@ impl fmt::Display for Op {
             Op::Poll { target } => write!(f, "poll {target}"),
             Op::Pause => write!(f, "spin pause"),
             Op::Yield => write!(f, "yield"),
+            Op::Spin { nanos } => write!(f, "spin hints ({nanos} ns)"),
             Op::Sleep { nanos } => write!(f, "sleep {nanos} ns"),
             Op::Park { nanos } => write!(f, "park (at most {nanos} ns)"),
             Op::Spawn { thread } => write!(f, "spawn t{thread}"),
@@ -433,6 +438,7 @@ fn cost(p: &super::Profile, op: Op) -> Duration {
         Op::Post { .. } => p.post,
         Op::Poll { .. } => p.poll,
         Op::Pause | Op::Yield => p.pause,
+        Op::Spin { nanos } => Duration::from_nanos(nanos),
         Op::Sleep { .. }
         | Op::Park { .. }
         | Op::Spawn { .. }
@@ -1072,6 +1078,22 @@ impl Handle {
     /// spinlock: docs/simulation.md §3.
     pub(crate) fn yield_now(&self) {
         self.pause_as(Op::Yield);
+    }
+
+    /// `n` spin-loop hints (`clock::spin_hints`): in a timed run, a scheduling point that
+    /// costs `n` times the profile's [`spin_hint`](super::Profile::spin_hint) and keeps the
+    /// CPU as a yield does (the thread is busy spinning); in an untimed run nothing, as the
+    /// hints are not scheduling points there (schedules stay what they were).
+    pub(crate) fn spin_hints(&self, n: u32) {
+        let nanos = {
+            let st = self.sched.lock();
+            match &st.profile {
+                Some(p) => u64::try_from(p.spin_hint.as_nanos().saturating_mul(u128::from(n)))
+                    .unwrap_or(u64::MAX),
+                None => return,
+            }
+        };
+        self.point_until(Op::Spin { nanos }, true, None);
     }
 
     /// [`Handle::point`] or [`Handle::yield_now`], as `op` says.
