@@ -422,7 +422,9 @@ fn load(servers: &[SocketAddr], shape: LoadShape, first_conn: u64) -> Report {
             l[((l.len() - 1) as f64 * p) as usize]
         }
     };
-    let done = all.ok + all.dead + all.other;
+    // Requests answered, errors included; not those counted as errors without being sent (a
+    // connection refused or lost), which took no time and would inflate the rate.
+    let answered = all.latencies_us.len();
     println!(
         "load: {} connections x {} requests to {} server(s): {} ok, {} dead-owner errors, {} other errors, {} wrong reads; {:.0} requests/s, p50 {} us, p99 {} us",
         shape.conns,
@@ -432,7 +434,7 @@ fn load(servers: &[SocketAddr], shape: LoadShape, first_conn: u64) -> Report {
         all.dead,
         all.other,
         all.wrong,
-        done as f64 / secs,
+        answered as f64 / secs,
         pct(0.5),
         pct(0.99)
     );

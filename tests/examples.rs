@@ -41,3 +41,33 @@ fn kv_service_demo_says_why_it_failed() {
         "{out}"
     );
 }
+
+/// A client whose server refuses every connection sent nothing: its rate is 0 requests/s,
+/// not the requests it never sent over the microseconds it took to be refused.
+#[cfg(feature = "tokio")]
+#[test]
+fn kv_service_client_counts_only_answered_requests() {
+    // A port nothing listens on (bound, then closed).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let server = format!("127.0.0.1:{port}");
+    let o = example(
+        "kv_service",
+        "tokio",
+        &[
+            "client",
+            "--servers",
+            &server,
+            "--conns",
+            "2",
+            "--ops",
+            "100000",
+        ],
+    );
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("0 ok,"), "{out}");
+    assert!(out.contains("; 0 requests/s,"), "{out}");
+}
