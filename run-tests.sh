@@ -43,11 +43,13 @@ step "default test suite (soft NIC)"
 cargo test --workspace --quiet
 
 # About 40 s (a build with the feature, then ~2 s of tests): feature `tokio` is off by default.
-step "async tasks (feature tokio): aio suites, their doc examples, the tokio_tasks and kv_service examples"
+step "async tasks (feature tokio): aio suites, their doc examples, the tokio_tasks and kv_service examples, tests/examples.rs"
 cargo test -p loco-rdmawait -p loco-locks --features loco-rdmawait/tokio,loco-locks/tokio --test aio --quiet
 cargo test -p loco-rdmawait --features tokio --doc --quiet aio
 cargo run --quiet --features tokio --example tokio_tasks -- --threads 2 --tasks 200
 cargo run --quiet --features tokio --example kv_service -- demo
+# What the tokio examples print at edge arguments (tests/examples.rs runs them with cargo run).
+cargo test -p loco --features tokio --test examples --quiet
 
 step "explorer: reduced vs unreduced on every shipped litmus test (release)"
 cargo test --release -p loco-litmus --test reduction_crosscheck --test rxe_atomics -- --nocapture

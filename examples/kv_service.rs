@@ -422,7 +422,9 @@ fn load(servers: &[SocketAddr], shape: LoadShape, first_conn: u64) -> Report {
             l[((l.len() - 1) as f64 * p) as usize]
         }
     };
-    let done = all.ok + all.dead + all.other;
+    // Requests answered, errors included; not those counted as errors without being sent (a
+    // connection refused or lost), which took no time and would inflate the rate.
+    let answered = all.latencies_us.len();
     println!(
         "load: {} connections x {} requests to {} server(s): {} ok, {} dead-owner errors, {} other errors, {} wrong reads; {:.0} requests/s, p50 {} us, p99 {} us",
         shape.conns,
@@ -432,7 +434,7 @@ fn load(servers: &[SocketAddr], shape: LoadShape, first_conn: u64) -> Report {
         all.dead,
         all.other,
         all.wrong,
-        done as f64 / secs,
+        answered as f64 / secs,
         pct(0.5),
         pct(0.99)
     );
@@ -551,16 +553,47 @@ fn demo(shape: LoadShape, shard: Shard) -> Result<i32, Box<dyn std::error::Error
     cluster.kill(NodeId(2))?;
     println!("demo: n2 killed; the same load against n0 and n1");
     let after = load(&addrs[..2], shape, shape.conns);
-    let mut ok = before.wrong == 0 && before.dead == 0 && before.other == 0 && before.ok > 0;
-    // After the kill: n2's keys fail clearly, the others are served, no read is wrong.
-    ok &= after.wrong == 0 && after.other == 0 && after.dead > 0 && after.ok > 0;
-    println!(
-        "demo: {}",
-        if ok {
-            "OK (every read right; after the kill, n2's keys refused clearly and the others served)"
-        } else {
-            "FAILED"
+    let problems = demo_problems(&before, &after);
+    if problems.is_empty() {
+        println!(
+            "demo: OK (every read right; after the kill, n2's keys refused clearly and the others served)"
+        );
+        Ok(0)
+    } else {
+        // Say which check failed: a bare FAILED after two clean-looking load lines reads as a
+        // bug in the store when the load was only too small to ask for one of n2's keys.
+        println!("demo: FAILED: {}", problems.join("; "));
+        Ok(1)
+    }
+}
+
+/// What the demo's two loads (before and after n2 is killed) show that they should not: none
+/// for a pass.
+fn demo_problems(before: &Report, after: &Report) -> Vec<String> {
+    let mut p = Vec::new();
+    for (when, r) in [("before the kill", before), ("after the kill", after)] {
+        if r.wrong > 0 {
+            p.push(format!("{} wrong reads {when}", r.wrong));
         }
-    );
-    Ok(if ok { 0 } else { 1 })
+        if r.other > 0 {
+            p.push(format!("{} other errors {when}", r.other));
+        }
+        if r.ok == 0 {
+            p.push(format!("no request served {when}"));
+        }
+    }
+    if before.dead > 0 {
+        p.push(format!(
+            "{} dead-owner errors before any node was killed",
+            before.dead
+        ));
+    }
+    if after.dead == 0 {
+        p.push(
+            "no request after the kill asked for a key of n2, so its refusal was not checked \
+             (a load this small may not ask for one: more --conns, --keys or --ops)"
+                .into(),
+        );
+    }
+    p
 }

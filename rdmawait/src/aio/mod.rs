@@ -19,11 +19,11 @@
 //! none waits for, or consumes the completion of, another's.
 //!
 //! # Blocking calls of the layers above
-//! [`AsyncCtx::run`] runs a blocking call (`|ctx| lock.acquire(ctx)`, `|ctx| sv.gf(ctx, ...)`)
-//! on a coroutine stack of its own: where it would block, in [`Ctx::wait`] or in a spin loop's
-//! pause ([`crate::clock`]), it suspends and the future returns `Pending`, so other tasks run.
-//! The protocols are not rewritten for async: the same code the explorer and the tests check
-//! runs, one suspension point per wait.
+//! [`AsyncCtx::run`] runs a blocking call (`|ctx| lock.acquire(ctx)`,
+//! `|ctx| ctx.gf([NodeId(1)])`) on a coroutine stack of its own: where it would block, in
+//! [`Ctx::wait`] or in a spin loop's pause ([`crate::clock`]), it suspends and the future
+//! returns `Pending`, so other tasks run. The protocols are not rewritten for async: the same
+//! code the explorer and the tests check runs, one suspension point per wait.
 //!
 //! Calls through `run` on one context go **one at a time, in the order first polled**: a
 //! library keeps per-thread state (a lock's ticket, scratch words) that two interleaved calls of
