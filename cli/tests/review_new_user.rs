@@ -52,3 +52,34 @@ fn litmus_run_on_verbs_without_the_feature_says_how_to_build_it() {
         .as_str()
         .is_some_and(|e| e.contains("--features verbs")));
 }
+
+/// `--noise` under `--schedule sim` is a usage error, as the bench's options for another
+/// backend are: the runner drops the noise under the simulator, and `--noise 8` was accepted
+/// and ignored. `--noise 0` (off, what the simulator does) stays accepted.
+#[test]
+fn litmus_run_refuses_noise_under_the_simulator() {
+    let file = litmus_file("fig5-sb-put-wait.litmus");
+    let run = |more: &[&str]| {
+        let mut args = vec!["litmus", "run", "--runs", "2"];
+        args.extend_from_slice(more);
+        args.push(&file);
+        loco(&args)
+    };
+    let out = run(&["--schedule", "sim", "--noise", "8"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--noise applies only to OS threads"), "{err}");
+    assert!(out.stdout.is_empty());
+    for ok in [
+        &["--schedule", "sim", "--noise", "0"][..],
+        &["--schedule", "sim"],
+        &["--schedule", "threaded", "--noise", "8"],
+    ] {
+        let out = run(ok);
+        assert!(
+            out.status.success(),
+            "{ok:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
