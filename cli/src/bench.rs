@@ -502,6 +502,12 @@ pub fn locks(args: &LocksArgs) -> Result<(), String> {
             return Err("--vs-sim times requests from n0 to n1: give --nodes of 2 or more".into());
         }
     }
+    // After the command line's mistakes, before the first configuration, which would
+    // otherwise be blamed for it.
+    #[cfg(not(feature = "verbs"))]
+    if args.backend == BenchBackend::Verbs {
+        return Err(NO_VERBS.into());
+    }
     let configs: Vec<(LockArg, usize, usize)> = args
         .lock
         .iter()

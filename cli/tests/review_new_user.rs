@@ -83,3 +83,28 @@ fn litmus_run_refuses_noise_under_the_simulator() {
         );
     }
 }
+
+/// `loco bench locks --backend verbs` in a build without the verbs backend says so without
+/// blaming a configuration: it said "rcas-spinlock on 3 nodes, 1 threads: this loco was built
+/// without the verbs backend", the spinlock being measured first, whatever `--lock` listed
+/// first.
+#[cfg(not(feature = "verbs"))]
+#[test]
+fn bench_locks_on_verbs_without_the_feature_blames_no_configuration() {
+    let out = loco(&[
+        "bench",
+        "locks",
+        "--backend",
+        "verbs",
+        "--lock",
+        "nlock",
+        "--no-plot",
+    ]);
+    assert_eq!(out.status.code(), Some(5));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.trim_end(),
+        "loco bench locks: this loco was built without the verbs backend: cargo build -p \
+         loco-cli --features verbs"
+    );
+}
