@@ -218,7 +218,8 @@ pub struct LocksArgs {
     #[arg(long, default_value = "loco-bench-locks.svg")]
     plot: std::path::PathBuf,
     /// Write no plot.
-    #[arg(long)]
+    // With `--plot` too, one of them would be dropped silently.
+    #[arg(long, conflicts_with = "plot")]
     no_plot: bool,
 }
 

@@ -108,3 +108,28 @@ fn bench_locks_on_verbs_without_the_feature_blames_no_configuration() {
          loco-cli --features verbs"
     );
 }
+
+/// `--plot FILE --no-plot` is a usage error in both benchmarks: the plot was silently not
+/// written where `--plot` asked for it.
+#[test]
+fn bench_refuses_plot_with_no_plot() {
+    let plot = std::env::temp_dir().join(format!("loco-review-{}.svg", std::process::id()));
+    let plot = plot.display().to_string();
+    for args in [
+        &["bench", "locks", "--backend", "sim", "--sim-us", "10"][..],
+        &["bench", "ops", "--iters", "1", "--sizes", "8"],
+    ] {
+        let mut all = args.to_vec();
+        all.extend_from_slice(&["--plot", &plot, "--no-plot"]);
+        let out = loco(&all);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--no-plot") && err.contains("--plot"), "{err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        // Either alone is fine.
+        let mut alone = args.to_vec();
+        alone.push("--no-plot");
+        assert!(loco(&alone).status.success(), "{alone:?}");
+    }
+    assert!(!std::path::Path::new(&plot).exists());
+}
