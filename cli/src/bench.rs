@@ -1129,7 +1129,14 @@ fn measure_sim(
     let per = std::mem::take(&mut *results.lock().unwrap_or_else(|p| p.into_inner()));
     let counts: Vec<usize> = per.iter().map(|(l, _)| l.len()).collect();
     let net = per.iter().map(|(_, n)| n).sum();
-    let lat = per.into_iter().flat_map(|(l, _)| l).collect();
+    let lat: Vec<u32> = per.into_iter().flat_map(|(l, _)| l).collect();
+    if lat.is_empty() {
+        // As in `measure_with`: a row of zeros would read as a lock that makes no progress.
+        return Err(format!(
+            "no critical section completed in {} of simulated time: give a longer --sim-us",
+            fmt_secs(span.as_secs_f64())
+        ));
+    }
     // Throughput over the span every thread cycled in (the last cycles end a little after).
     let elapsed = run.time.max(span).as_secs_f64();
     let mut row = summarise(lock, nodes, threads, lat, &counts, net, elapsed);

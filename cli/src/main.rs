@@ -127,7 +127,7 @@ const LOCKS_EXIT_CODES: &str = "Exit status:
   2  bad command line (a count out of range, --secs not in (0, 3600], an option for another
      backend than --backend, ...)
   5  the run failed: backend unavailable, a library error, no critical section completed in
-     --secs, the plot cannot be written, or --vs-sim without --backend verbs";
+     --secs (or --sim-us), the plot cannot be written, or --vs-sim without --backend verbs";
 
 /// The exit statuses of `loco bench ops`.
 const OPS_EXIT_CODES: &str = "Exit status:

@@ -133,3 +133,38 @@ fn bench_refuses_plot_with_no_plot() {
     }
     assert!(!std::path::Path::new(&plot).exists());
 }
+
+/// Under the simulator, a span too short for a single critical section fails and says so
+/// (exit 5), as `--secs` does on the soft NIC: it printed a row of zeros (0 ops/s, fairness
+/// null) with exit status 0. With `rxe` a hundred times slower, the threads' setup alone
+/// outlasts 1 µs (simulated time: the same every run).
+#[test]
+fn a_simulated_run_too_short_to_measure_is_not_a_row_of_zeros() {
+    let out = loco(&[
+        "bench",
+        "locks",
+        "--backend",
+        "sim",
+        "--profile",
+        "rxe",
+        "--profile-scale",
+        "100",
+        "--sim-us",
+        "1",
+        "--lock",
+        "nlock",
+        "--threads",
+        "2",
+        "--nodes",
+        "2",
+        "--json",
+        "--no-plot",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(
+        err.contains("no critical section completed") && err.contains("--sim-us"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+}
