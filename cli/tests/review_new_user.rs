@@ -168,3 +168,52 @@ fn a_simulated_run_too_short_to_measure_is_not_a_row_of_zeros() {
     );
     assert!(out.stdout.is_empty());
 }
+
+/// `loco doctor` checks LOCO_NODE_ID against the peer list, as the verbs backend takes them:
+/// an id past the list, one that is not a number, or LOCO_PEERS without LOCO_NODE_ID passed
+/// every peer check ("peer list: 2 nodes, each at its own address") and the cluster then
+/// refused to start.
+#[test]
+fn doctor_checks_the_node_id_against_the_peer_list() {
+    // Ports that refuse: the peer checks fail alike with and without a good id.
+    let peers = "127.0.0.1:1,127.0.0.1:2";
+    let node_id = |id: Option<&str>| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_loco"));
+        cmd.args(["doctor", "--json", "--no-smoke"])
+            .env("LOCO_PEERS", peers)
+            .env_remove("LOCO_NODE_ID")
+            .env_remove("LOCO_CLUSTER_KEY");
+        if let Some(id) = id {
+            cmd.env("LOCO_NODE_ID", id);
+        }
+        let out = cmd.output().expect("runs loco");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+        let c = v["checks"]
+            .as_array()
+            .expect("checks")
+            .iter()
+            .find(|c| c["check"] == "node id")
+            .unwrap_or_else(|| panic!("no `node id` check in {v:#}"))
+            .clone();
+        (c["status"].as_str().unwrap().to_string(), c)
+    };
+    for (id, says) in [
+        (
+            Some("2"),
+            "n2 (LOCO_NODE_ID) but the peer list has 2 entries",
+        ),
+        (Some("one"), "not a node number"),
+        (None, "LOCO_NODE_ID is not"),
+    ] {
+        let (status, c) = node_id(id);
+        assert_eq!(status, "fail", "{c:#}");
+        assert!(c["detail"].as_str().unwrap().contains(says), "{c:#}");
+        assert!(c["fix"].as_str().unwrap().contains("LOCO_NODE_ID"), "{c:#}");
+    }
+    let (status, c) = node_id(Some("1"));
+    assert_eq!(status, "pass", "{c:#}");
+    assert!(
+        c["detail"].as_str().unwrap().contains("127.0.0.1:2"),
+        "{c:#}"
+    );
+}
