@@ -2,8 +2,9 @@
 //! where something is wrong, the command that fixes it; the exit status is 1 if any check
 //! fails. What an RDMA newcomer otherwise learns from `ibv_devinfo -v`, `rdma link`, `ulimit -l`
 //! and a first failed run: libibverbs and a provider, devices and ports, the GID table, remote
-//! atomics, locked-memory limits, Soft-RoCE, the peers' rendezvous ports and the cluster key,
-//! and a loop-back smoke test (one put, get, rfaa and rcas on the device).
+//! atomics, locked-memory limits, Soft-RoCE, the peers' rendezvous ports, LOCO_NODE_ID against
+//! the peer list and the cluster key, and a loop-back smoke test (one put, get, rfaa and rcas
+//! on the device).
 
 use std::fmt;
 use std::net::{TcpStream, ToSocketAddrs};
@@ -104,6 +105,9 @@ pub fn main(args: &DoctorArgs) -> ExitCode {
     if !peers.is_empty() || list_error.is_some() {
         checks.push(peer_list_check(&peers, list_error));
     }
+    if let Some(c) = node_id_check(&peers, args.peers.is_empty()) {
+        checks.push(c);
+    }
     if !peers.is_empty() {
         checks.extend(peer_checks(&peers));
         checks.push(verbs::key_check(&peers));
@@ -203,6 +207,65 @@ fn peer_list_check(peers: &[String], error: Option<PeerListError>) -> Check {
             }
         }
     }
+}
+
+/// LOCO_NODE_ID against the peer list, as the verbs backend takes them: a number below the
+/// list's length, set together with LOCO_PEERS. The cluster refuses to start otherwise, and
+/// nothing else here looks at the id. `peers_from_env`: the list is LOCO_PEERS' (not
+/// `--peers`, which probes peers from a machine that need not be one of them).
+fn node_id_check(peers: &[String], peers_from_env: bool) -> Option<Check> {
+    let name = "node id";
+    let fix = |n: usize| match n {
+        0 => "export LOCO_NODE_ID=<this process's node> and LOCO_PEERS=<host:port of every \
+              node, in node order>, or unset both"
+            .to_string(),
+        n => format!(
+            "export LOCO_NODE_ID=<this process's node, 0 to {}>: its position in LOCO_PEERS",
+            n - 1
+        ),
+    };
+    let with_env_peers = peers_from_env && std::env::var_os("LOCO_PEERS").is_some();
+    let Some(id) = std::env::var_os("LOCO_NODE_ID") else {
+        return with_env_peers.then(|| {
+            check(
+                name,
+                Status::Fail,
+                "LOCO_PEERS is set but LOCO_NODE_ID is not: they go together",
+            )
+            .fix(fix(peers.len()))
+        });
+    };
+    let id = id.to_string_lossy();
+    if peers.is_empty() {
+        let detail = format!("LOCO_NODE_ID={id} is set but LOCO_PEERS is not: they go together");
+        return Some(check(name, Status::Fail, detail).fix(fix(0)));
+    }
+    Some(match id.trim().parse::<u16>() {
+        Err(_) => check(
+            name,
+            Status::Fail,
+            format!("LOCO_NODE_ID=`{id}` is not a node number"),
+        )
+        .fix(fix(peers.len())),
+        Ok(i) if usize::from(i) >= peers.len() => check(
+            name,
+            Status::Fail,
+            format!(
+                "this process is n{i} (LOCO_NODE_ID) but the peer list has {} entries",
+                peers.len()
+            ),
+        )
+        .fix(fix(peers.len())),
+        Ok(i) => check(
+            name,
+            Status::Pass,
+            format!(
+                "this process is n{i} of {}, at {}",
+                peers.len(),
+                peers[usize::from(i)]
+            ),
+        ),
+    })
 }
 
 /// The locked-memory limit against what the configured cluster registers.

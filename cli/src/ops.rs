@@ -113,7 +113,8 @@ pub struct OpsArgs {
     #[arg(long, default_value = "loco-bench-ops.svg")]
     pub(crate) plot: std::path::PathBuf,
     /// Write no plot.
-    #[arg(long)]
+    // With `--plot` too, one of them would be dropped silently.
+    #[arg(long, conflicts_with = "plot")]
     pub(crate) no_plot: bool,
     /// Compare with perftest on the same device (`--backend verbs` only): ib_write_lat,
     /// ib_read_lat, ib_atomic_lat (8 bytes, 1 outstanding) and ib_write_bw, ib_read_bw (the

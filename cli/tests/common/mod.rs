@@ -10,6 +10,7 @@ pub fn loco(args: &[&str]) -> Output {
         .expect("runs loco")
 }
 
+#[allow(dead_code)] // not every test file reads JSON lines
 /// The JSON objects `loco ... --json` printed, one per line, after checking it succeeded.
 pub fn json_lines(out: &Output) -> Vec<serde_json::Value> {
     assert!(
