@@ -99,6 +99,16 @@
 //! 305 k sections per second, with 6.7 network operations per section instead of 19, and p99
 //! acquire latency from 64 to 104 µs (the price of local runs); docs/performance.md §4 has the table.
 //!
+//! Waiting on the network: a thread whose ticket is not next looks at the lock in proportion
+//! to its place in the queue, as DSLR's waiters do: a node lock's waiter reads `rel`, a weak or
+//! strong lock's waiter looks at its node's copy, then stays off for a quarter of the time the
+//! tickets ahead of it should take (estimated from how fast the released-to ticket moves; at
+//! most 500 µs), sleeping when that is 100 µs or more. Only the thread next in line looks
+//! continuously. Under `connectx5` this leaves the weak lock's waiters 392 scheduling points per
+//! section where looking in a loop took 675 (12 threads over 3 nodes without cohorts); on the
+//! 2-vCPU VM, where looking in a loop takes CPU time the holder and the NIC need, it gave 3-12%
+//! more sections per second at 8 threads (docs/performance.md §5).
+//!
 //! Barging: when a holder hands over, the hold is left for whichever thread of the node comes
 //! first, the thread next in line or a thread arriving meanwhile (typically the holder itself
 //! coming back for its next section), but a newcomer may take it only once the next in line has

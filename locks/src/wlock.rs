@@ -23,8 +23,8 @@ use crate::marks::{self, MARKS, POISON};
 use crate::protocol::{self, NONE, WL_ACQ, WL_REL};
 use crate::run::{Run, Spinner};
 use crate::thread::{
-    next_lock_id, registered, thread_lock, Deadline, Home, OnDrop, Spin, ThreadLock, WaitSlots,
-    WAIT_SLOTS,
+    next_lock_id, registered, thread_lock, Deadline, Home, OnDrop, Pace, Spin, ThreadLock,
+    WaitSlots, WAIT_SLOTS,
 };
 use crate::{Error, RawLock, Result};
 
@@ -411,10 +411,13 @@ impl RawWLock {
         d: &Deadline,
     ) -> Result<u64> {
         let mut spin = Spin::new();
+        let mut pace = Pace::default();
         let mut looked = loco_rdmawait::clock::now();
         let mut announced = false;
         // Since when the copies have stopped at the same ticket.
         let mut stall = (NONE, loco_rdmawait::clock::now());
+        // Tickets from the released-to one to ours.
+        let mut ahead;
         loop {
             match Self::released_in(ctx, rels, t)? {
                 Ok(raw) => {
@@ -426,6 +429,8 @@ impl RawWLock {
                     if high != stall.0 {
                         stall = (high, loco_rdmawait::clock::now());
                     }
+                    pace.saw(high, loco_rdmawait::clock::now(), None);
+                    ahead = t.wrapping_sub(high);
                     if !announced {
                         // A waiter announces its ticket as soon as it has to wait (not waited
                         // for): if it dies from then on, the others can skip its ticket.
@@ -454,6 +459,13 @@ impl RawWLock {
             }
             if d.expired() {
                 return Err(d.timeout());
+            }
+            // Behind other waiters, stay off the CPU for a part of the time their holds take,
+            // as the node lock's waiters stay off the network (DSLR's waiting in proportion to
+            // the place in the queue; the next in line only spins): on a host with more threads
+            // than CPUs the holder and, on Soft-RoCE, the NIC need the CPU these looks take.
+            if ahead < 1 << 62 {
+                spin.pause(&self.cluster, pace.pause_for(ahead).min(d.remaining()))?;
             }
             spin.wait(&self.cluster)?;
         }
