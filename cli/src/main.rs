@@ -12,9 +12,9 @@
 //! - `loco bench locks ...`: the lock benchmark.
 //! - `loco bench ops ...`: put/get/rfaa/rcas latency and bandwidth, optionally against perftest.
 //!
-//! Every subcommand takes `--json` for machine-readable output. A file's error (it cannot be
-//! read or does not parse, or the explorer gave up on it) is printed before that file's row or
-//! table, and counted apart in the summary. The exit status tells what happened
+//! Every subcommand but `keygen` takes `--json` for machine-readable output. A file's error (it
+//! cannot be read or does not parse, or the explorer gave up on it) is printed before that
+//! file's row or table, and counted apart in the summary. The exit status tells what happened
 //! ([`LITMUS_EXIT_CODES`]): 0 all good, 1 a verdict mismatch or a forbidden outcome observed,
 //! 2 bad command line, 3 a file error (cannot be read, not a regular file, does not parse, not
 //! a valid test), 4 the explorer gave up (budget), 5 a run failed; with several, the largest.

@@ -176,6 +176,17 @@ pub(crate) fn check_target(path: &std::path::Path, no_plot: bool) -> Result<(), 
     if no_plot {
         return Ok(());
     }
+    // The plot is SVG whatever the name: an `x.png` would be an SVG file that no image viewer
+    // opens as the name says.
+    if let Some(ext) = path.extension() {
+        if !ext.eq_ignore_ascii_case("svg") {
+            return Err(format!(
+                "cannot write the plot to {}: plots are SVG; give a name ending in .svg (or \
+                 none), or --no-plot",
+                path.display()
+            ));
+        }
+    }
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => std::path::Path::new("."),

@@ -217,3 +217,50 @@ fn doctor_checks_the_node_id_against_the_peer_list() {
         "{c:#}"
     );
 }
+
+/// A plot named for another format (`--plot out.png`) is refused before anything is measured:
+/// the plot is SVG, and it was written as SVG into `out.png`, which image viewers then fail to
+/// open. A name ending in `.svg` (any case) or with no extension is taken.
+#[test]
+fn bench_refuses_a_plot_named_for_another_format() {
+    let dir = std::env::temp_dir().join(format!("loco-plot-ext-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for cmd in [["bench", "locks"], ["bench", "ops"]] {
+        let png = dir.join("out.png");
+        let png = png.to_str().unwrap();
+        let mut args = cmd.to_vec();
+        args.extend(["--backend", "sim", "--plot", png]);
+        let out = loco(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(5), "{cmd:?}: {err}");
+        assert!(err.contains("plots are SVG"), "{cmd:?}: {err}");
+        assert!(out.stdout.is_empty(), "{cmd:?}: measured first: {err}");
+        assert!(!std::path::Path::new(png).exists());
+    }
+    // Upper-case `.SVG` is an SVG name.
+    let svg = dir.join("out.SVG");
+    let svg = svg.to_str().unwrap();
+    let out = loco(&[
+        "bench",
+        "locks",
+        "--backend",
+        "sim",
+        "--threads",
+        "1",
+        "--nodes",
+        "2",
+        "--lock",
+        "nlock",
+        "--sim-us",
+        "50",
+        "--plot",
+        svg,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(std::path::Path::new(svg).exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
