@@ -97,7 +97,8 @@
 //! Measured in simulated time (`connectx5`, 16 threads over 4 nodes, a critical section that
 //! writes remote data, wake-ups of parked threads charged): the node lock goes from 268 k to
 //! 305 k sections per second, with 6.7 network operations per section instead of 19, and p99
-//! acquire latency from 64 to 104 µs (the price of local runs); docs/performance.md §4 has the table.
+//! acquire latency from 64 to 104 µs (the price of local runs); docs/performance.md §4 has the
+//! table.
 //!
 //! Waiting on the network: a thread whose ticket is not next looks at the lock in proportion
 //! to its place in the queue, as DSLR's waiters do: a node lock's waiter reads `rel`, a weak or
@@ -182,9 +183,9 @@
 //! - **Cost**: under the simulator's `connectx5` profile, 16 threads over 4 nodes, a section
 //!   that puts one word to the lock's node: the node lock does 1.18 M sections per second
 //!   through `combine` against 0.31 M through acquire and release with cohorts (the README's
-//!   Performance has the table). With one thread per node there is nobody to combine with, and a section costs
-//!   what a plain one does plus the wait for its own operations and the landing of what the
-//!   thread sent (one thread alone: 154 k against 230 k sections per second).
+//!   Performance has the table). With one thread per node there is nobody to combine with, and
+//!   a section costs what a plain one does plus the wait for its own operations and the landing
+//!   of what the thread sent (one thread alone: 154 k against 230 k sections per second).
 //! - **Failures**: a section not taken by a combiner within the cluster's timeout is withdrawn,
 //!   never run ([`Error::Timeout`]); a combiner that cannot take the lock returns its error to
 //!   its own caller (the raw error: its section did not run), and the next thread of the queue

@@ -955,11 +955,11 @@ impl Spin {
             return Ok(());
         }
         if d >= PAUSE_SLEEP && !clock::cooperative() {
-            // An OS thread's pause long enough that a sleep's overshoot (tens of microseconds) matters little, and
-            // the CPU is left to the holder (and, on Soft-RoCE, the NIC) meanwhile: yielding in
-            // a loop keeps it on a host with more threads than CPUs, where a yield mostly
-            // returns at once. On the 2-vCPU VM, 8 threads: 3-12% more sections per second
-            // (docs/performance.md §5).
+            // An OS thread's pause long enough that a sleep's overshoot (tens of microseconds)
+            // matters little, and the CPU is left to the holder (and, on Soft-RoCE, the NIC)
+            // meanwhile: yielding in a loop keeps it on a host with more threads than CPUs,
+            // where a yield mostly returns at once. On the 2-vCPU VM, 8 threads: 3-12% more
+            // sections per second (docs/performance.md §5).
             std::thread::sleep(d);
             return Ok(());
         }
