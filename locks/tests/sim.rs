@@ -522,3 +522,53 @@ fn wlock_waiters_stay_off_the_cpu_in_proportion_to_their_place() {
         "{per:.1} scheduling points per critical section"
     );
 }
+
+/// Many threads over many nodes, untimed, under the cluster's default timeout: every acquire
+/// gets the lock. While the waiters of a node were parked, each of them looking again every
+/// 2 µs, their sleeps once added up in virtual time (as if they slept one after the other), so
+/// that with 32 threads over 8 nodes the run's clock raced ahead of the holders' progress and
+/// acquires failed with "lock not acquired within 50ms". Sleeps now overlap.
+#[test]
+fn many_threads_over_many_nodes_get_the_lock_in_time() {
+    const THREADS: usize = 32;
+    const NODES: usize = 8;
+    fn f<R, M>(make: M) -> impl Fn(&Cluster) -> Result<(), BoxError> + Send + Sync
+    where
+        R: RawLock + Send + Sync + 'static,
+        M: Fn(&Cluster) -> loco_locks::Result<Lock<R>> + Send + Sync + 'static,
+    {
+        move |cluster: &Cluster| {
+            let lock = Arc::new(make(cluster)?);
+            let inside = Arc::new(AtomicUsize::new(0));
+            let word = cluster.alloc_word(NodeId(NODES as u16 - 1))?;
+            let mut hs = Vec::new();
+            for t in 0..THREADS {
+                let node = NodeId((t % NODES) as u16);
+                let scratch = cluster.alloc_word(node)?;
+                let w = worker(4, lock.clone(), inside.clone(), word, scratch, None);
+                hs.push(sim::spawn(cluster, node, w));
+            }
+            for h in hs {
+                h.join()?;
+            }
+            Ok(())
+        }
+    }
+    let config = || Config::new(NODES).runs(2);
+    let report = |name: &str, r: Result<sim::Report, sim::Failure>| {
+        let r = r.unwrap_or_else(|f| panic!("{name}:\n{}", f.report()));
+        assert_eq!(r.runs, 2, "{name}");
+    };
+    report(
+        "nlock",
+        sim::check(config(), f(|c: &Cluster| NLock::new(c, NodeId(0)))),
+    );
+    report(
+        "wlock",
+        sim::check(config(), f(|c: &Cluster| WLock::new(c, NodeId(1), THREADS))),
+    );
+    report(
+        "slock",
+        sim::check(config(), f(|c: &Cluster| SLock::new(c, NodeId(2), THREADS))),
+    );
+}

@@ -1147,27 +1147,38 @@ impl Handle {
         }
     }
 
-    /// Lets `d` of virtual time pass, as a pause.
+    /// Lets `d` of virtual time pass, as a pause: the thread goes on no earlier than `d` after
+    /// it began to sleep. In an untimed run the sleeps of several threads overlap, as they do
+    /// on a host: while one thread sleeps the others take their steps, and time moves on to
+    /// the sleeper's end only when it goes on (when every thread sleeps in turn, time moves by
+    /// about one sleep per round, not by the sum of them).
     pub(crate) fn sleep(&self, d: Duration) {
-        {
+        let until = {
             let mut st = self.sched.lock();
-            if st.aborted.is_none() {
-                if st.profile.is_some() {
-                    // A sleeping thread lets go of its CPU.
-                    st.release_own_cpu(self.me);
-                    let th = &mut st.threads[self.me];
-                    th.clock = th.clock.saturating_add(d);
-                } else {
-                    st.now = st.now.saturating_add(d);
-                }
+            if st.aborted.is_some() {
+                None
+            } else if st.profile.is_some() {
+                // A sleeping thread lets go of its CPU.
+                st.release_own_cpu(self.me);
+                let th = &mut st.threads[self.me];
+                th.clock = th.clock.saturating_add(d);
+                None
+            } else {
+                Some(st.now.saturating_add(d))
             }
-        }
+        };
         self.point_inner(
             Op::Sleep {
                 nanos: d.as_nanos().min(u64::MAX as u128) as u64,
             },
             true,
         );
+        if let Some(until) = until {
+            let mut st = self.sched.lock();
+            if st.aborted.is_none() {
+                st.now = st.now.max(until);
+            }
+        }
     }
 
     /// Parks the thread for at most `d`: in a timed run until another thread unparks it
