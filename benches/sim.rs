@@ -9,6 +9,9 @@
 //!   loads, and every eighth a put + wait): the cost of a switch and of the NIC's model.
 //! - `sim/nlock/T`: one run of T threads over 4 nodes taking an `NLock` 40 times each with a put
 //!   in the critical section: a contended lock, as `loco bench locks --backend sim` runs it.
+//! - `sim/nlock_timed/TxN`: the same over N nodes, 10 sections each, timed by the `connectx5`
+//!   profile (16 threads over 4 nodes, 64 over 16): the largest configurations of
+//!   `loco bench locks --backend sim`, where every thread has a request in flight.
 //! - `sim/check`: 100 short runs of 3 threads: what a `sim::check` of a small program costs,
 //!   the set-up of each run's cluster included.
 //!
@@ -52,16 +55,27 @@ fn long(threads: usize) -> impl Fn(&Cluster) -> Result<(), BoxError> + Send + Sy
 
 /// T threads over 4 nodes, 40 NLock critical sections each, a put to n3 inside.
 fn nlock(threads: usize) -> impl Fn(&Cluster) -> Result<(), BoxError> + Send + Sync + 'static {
+    nlock_over(threads, 4, 40)
+}
+
+/// T threads over `nodes` nodes, `sections` NLock critical sections each, a put to the last
+/// node inside.
+fn nlock_over(
+    threads: usize,
+    nodes: usize,
+    sections: u64,
+) -> impl Fn(&Cluster) -> Result<(), BoxError> + Send + Sync + 'static {
     move |cluster: &Cluster| {
-        let lock = NLock::new(cluster, NodeId(3))?;
-        let data = cluster.alloc_word(NodeId(3))?;
+        let last = NodeId(nodes as u16 - 1);
+        let lock = NLock::new(cluster, last)?;
+        let data = cluster.alloc_word(last)?;
         let mut hs = Vec::new();
         for t in 0..threads {
-            let node = NodeId((t % 4) as u16);
+            let node = NodeId((t % nodes) as u16);
             let src = cluster.alloc_word(node)?;
             let lock = lock.clone();
             hs.push(sim::spawn(cluster, node, move |ctx: &Ctx| {
-                for i in 0..40 {
+                for i in 0..sections {
                     let g = lock.acquire(ctx)?;
                     ctx.store(&src, i)?;
                     ctx.put(&data, &src, WorkId::new(1))?;
@@ -118,6 +132,23 @@ fn bench(c: &mut Criterion) {
         g.throughput(Throughput::Elements(steps));
         g.bench_with_input(BenchmarkId::new("nlock", threads), &threads, |b, &t| {
             b.iter(|| sim::replay(config(), 1, nlock(t)).unwrap())
+        });
+    }
+    // Timed (`connectx5`), as `loco bench locks --backend sim` runs its largest
+    // configurations: every thread has a request in flight most of the time.
+    for (threads, nodes) in [(16, 4), (64, 16)] {
+        let config = move || {
+            Config::new(nodes)
+                .max_steps(u64::MAX)
+                .profile(sim::Profile::connectx5())
+        };
+        let steps = sim::replay(config(), 1, nlock_over(threads, nodes, 10))
+            .unwrap()
+            .steps;
+        g.throughput(Throughput::Elements(steps));
+        let id = BenchmarkId::new("nlock_timed", format!("{threads}x{nodes}"));
+        g.bench_function(id, |b| {
+            b.iter(|| sim::replay(config(), 1, nlock_over(threads, nodes, 10)).unwrap())
         });
     }
     let config = || Config::new(3).runs(100);

@@ -46,6 +46,10 @@ struct ThreadState {
     alive: bool,
     sb: StoreBuffer<Post>,
     qps: Vec<Qp>,
+    /// The indices of the queue pairs with anything in their pipe or buffers, in order
+    /// ([`ThreadState::refresh_busy`] after every change to `qps`): the search for enabled
+    /// steps looks at these only, where most queue pairs of a large cluster are idle.
+    busy: Vec<usize>,
     /// Under a profile: when each item of `sb` and of every queue pair falls due.
     times: Times,
 }
@@ -54,6 +58,18 @@ impl ThreadState {
     fn settled(&self) -> bool {
         self.sb.is_empty() && self.qps.iter().all(Qp::is_settled)
     }
+
+    /// Recomputes [`ThreadState::busy`] (after a change to `qps`).
+    fn refresh_busy(&mut self) {
+        self.busy.clear();
+        let busy = self.qps.iter().enumerate().filter(|(_, qp)| qp_busy(qp));
+        self.busy.extend(busy.map(|(n, _)| n));
+    }
+}
+
+/// Whether a queue pair has anything in its pipe or buffers.
+fn qp_busy(qp: &Qp) -> bool {
+    !(qp.pipe.is_empty() && qp.br.is_empty() && qp.bl.is_empty())
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -188,6 +204,7 @@ impl State {
                     qp.br.clear();
                 }
             }
+            th.refresh_busy();
             if self.timing.is_some() {
                 th.times.reconcile(&th.sb, &th.qps);
             }
@@ -213,11 +230,18 @@ impl State {
         if !th.sb.is_empty() {
             self.actions.push(Action::Flush(t));
         }
-        for (n, qp) in th.qps.iter().enumerate() {
+        debug_assert!(
+            th.busy.iter().copied().eq(th
+                .qps
+                .iter()
+                .enumerate()
+                .filter(|(_, qp)| qp_busy(qp))
+                .map(|(n, _)| n)),
+            "busy queue pairs out of date"
+        );
+        for &n in &th.busy {
+            let qp = &th.qps[n];
             if self.stalled[th.node] || self.stalled[n] {
-                continue;
-            }
-            if qp.pipe.is_empty() && qp.br.is_empty() && qp.bl.is_empty() {
                 continue;
             }
             self.steps.clear();
@@ -251,9 +275,11 @@ impl State {
             tm.retime(&mut self.rng, th, a, before, at);
         }
         let th = self.threads[t].as_mut().expect("a live slot");
+        th.refresh_busy();
         if !th.alive {
             if let Some(n) = n {
                 th.qps[n].drop_notices();
+                th.refresh_busy();
                 if self.timing.is_some() {
                     th.times.reconcile(&th.sb, &th.qps);
                 }
@@ -875,7 +901,9 @@ impl State {
             }
             th.times.bl[n].pop_front();
         }
-        th.qps[n].take_notice().is_some()
+        let took = th.qps[n].take_notice().is_some();
+        th.refresh_busy();
+        took
     }
 }
 
@@ -949,6 +977,7 @@ impl Chaos {
                         .with_failed_cas(this.fabric.failed_cas)
                 })
                 .collect(),
+            busy: Vec::new(),
             times: if st.timing.is_some() {
                 Times::new(nodes)
             } else {
@@ -1211,6 +1240,7 @@ impl Drop for ChaosNic {
         };
         th.alive = false;
         th.qps.iter_mut().for_each(Qp::drop_notices);
+        th.refresh_busy();
         if timed {
             th.times.reconcile(&th.sb, &th.qps);
         }
