@@ -50,6 +50,10 @@ struct ThreadState {
     /// ([`ThreadState::refresh_busy`] after every change to `qps`): the search for enabled
     /// steps looks at these only, where most queue pairs of a large cluster are idle.
     busy: Vec<usize>,
+    /// Per queue pair, the steps [`Qp::steps`] last listed for it, and the value of its
+    /// target's remote-atomic lock then (the one thing outside the queue pair they depend
+    /// on); `None` once the queue pair may have changed ([`ThreadState::refresh_busy`]).
+    steps: Vec<Option<(bool, Vec<Step>)>>,
     /// Under a profile: when each item of `sb` and of every queue pair falls due.
     times: Times,
 }
@@ -59,8 +63,13 @@ impl ThreadState {
         self.sb.is_empty() && self.qps.iter().all(Qp::is_settled)
     }
 
-    /// Recomputes [`ThreadState::busy`] (after a change to `qps`).
+    /// Recomputes [`ThreadState::busy`] and forgets the listed steps (after a change to
+    /// `qps`).
     fn refresh_busy(&mut self) {
+        self.steps.resize_with(self.qps.len(), || None);
+        for &n in &self.busy {
+            self.steps[n] = None;
+        }
         self.busy.clear();
         let busy = self.qps.iter().enumerate().filter(|(_, qp)| qp_busy(qp));
         self.busy.extend(busy.map(|(n, _)| n));
@@ -224,7 +233,7 @@ impl State {
     /// Appends thread `t`'s enabled actions to [`State::actions`], in the order
     /// [`State::collect_actions`] lists them.
     fn collect_actions_of(&mut self, t: usize) {
-        let Some(Some(th)) = self.threads.get(t) else {
+        let Some(Some(th)) = self.threads.get_mut(t) else {
             return;
         };
         if !th.sb.is_empty() {
@@ -239,15 +248,31 @@ impl State {
                 .map(|(n, _)| n)),
             "busy queue pairs out of date"
         );
+        th.steps.resize_with(th.qps.len(), || None);
         for &n in &th.busy {
-            let qp = &th.qps[n];
             if self.stalled[th.node] || self.stalled[n] {
                 continue;
             }
-            self.steps.clear();
-            qp.steps(&self.locks, &mut self.steps);
+            let qp = &th.qps[n];
+            let lock = self.locks[qp.remote_node.index()];
+            let cached = &mut th.steps[n];
+            if cached.as_ref().is_none_or(|(l, _)| *l != lock) {
+                let mut steps = cached.take().map(|(_, v)| v).unwrap_or_default();
+                steps.clear();
+                qp.steps(&self.locks, &mut steps);
+                *cached = Some((lock, steps));
+            }
+            let steps = &cached.as_ref().expect("listed just now").1;
+            debug_assert!(
+                {
+                    self.steps.clear();
+                    qp.steps(&self.locks, &mut self.steps);
+                    &self.steps == steps
+                },
+                "listed steps out of date"
+            );
             self.actions
-                .extend(self.steps.iter().map(|&s| Action::Nic(t, n, s)));
+                .extend(steps.iter().map(|&s| Action::Nic(t, n, s)));
         }
     }
 
@@ -978,6 +1003,7 @@ impl Chaos {
                 })
                 .collect(),
             busy: Vec::new(),
+            steps: Vec::new(),
             times: if st.timing.is_some() {
                 Times::new(nodes)
             } else {
