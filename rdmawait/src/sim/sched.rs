@@ -809,22 +809,32 @@ impl Sched {
         // The buffer is kept from point to point (a scheduling point allocates nothing).
         let mut runnable = std::mem::take(&mut st.runnable);
         runnable.clear();
-        runnable.extend(
-            (0..st.threads.len())
-                .filter(|&t| st.threads[t].status == Status::Runnable && !st.threads[t].queued),
-        );
+        // In a timed run, only the threads whose clock is the earliest, found in the same pass.
+        let timed = st.profile.is_some();
+        let mut first = Duration::MAX;
+        for (t, th) in st.threads.iter().enumerate() {
+            if th.status != Status::Runnable || th.queued {
+                continue;
+            }
+            if timed {
+                if th.clock > first {
+                    continue;
+                }
+                if th.clock < first {
+                    first = th.clock;
+                    runnable.clear();
+                }
+            }
+            runnable.push(t);
+        }
         let next = Self::pick_in(st, yielding, &mut runnable);
         st.runnable = runnable;
         next
     }
 
-    /// [`Sched::pick_among`]'s choice among `runnable`.
+    /// [`Sched::pick_among`]'s choice among `runnable` (in a timed run, the threads whose
+    /// clock is the earliest).
     fn pick_in(st: &mut State, yielding: bool, runnable: &mut Vec<usize>) -> Option<usize> {
-        if st.profile.is_some() {
-            if let Some(first) = runnable.iter().map(|&t| st.threads[t].clock).min() {
-                runnable.retain(|&t| st.threads[t].clock == first);
-            }
-        }
         if runnable.is_empty() {
             return None;
         }
