@@ -85,9 +85,10 @@ impl ScLoc {
     }
 
     /// The current value, read directly from node memory (for inspection after
-    /// [`Cluster::quiesce`]; not an SC read).
+    /// [`Cluster::quiesce`]; not an SC read). `PeerDead` naming the location's node once that
+    /// node has died, or restarted since the location was made (its word is gone).
     pub fn peek(&self, cluster: &Cluster) -> Result<u64> {
-        self.obj.check_cluster(cluster.id())?;
+        self.obj.check_home(cluster)?;
         Ok(cluster.peek(&self.obj.words)?)
     }
 

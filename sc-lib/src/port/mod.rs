@@ -651,9 +651,11 @@ impl<S: Sequential> Ported<S> {
     }
 
     /// The current state, decoded directly from node memory (for inspection after
-    /// [`Cluster::quiesce`]; not an operation of the structure).
+    /// [`Cluster::quiesce`]; not an operation of the structure). `PeerDead` naming the
+    /// structure's node once that node has died, or restarted since the structure was made
+    /// (its words are gone).
     pub fn peek(&self, cluster: &Cluster) -> Result<S> {
-        self.obj.check_cluster(cluster.id())?;
+        self.obj.check_home(cluster)?;
         Ok(S::decode(&cluster.peek_words(&self.obj.words)?)?)
     }
 }
