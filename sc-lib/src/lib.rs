@@ -82,6 +82,12 @@
 //!   [`Error::Rdma`]`(`[`PeerDead`](loco_rdmawait::Error::PeerDead)`)` naming that node (the
 //!   node lock checks it before and while waiting); operations on objects of live nodes go on,
 //!   and stay linearizable (tested with the `lincheck` checker while a node is killed).
+//! - The node of an object restarts ([`Cluster::restart`](loco_rdmawait::Cluster::restart);
+//!   [`Cluster::incarnation`](loco_rdmawait::Cluster::incarnation) changes): its memory came
+//!   back zeroed, so the object's value or state, and its node lock, are gone. Every operation
+//!   on it, and its `peek`, fails with [`Error::Rdma`]`(`[`PeerDead`](loco_rdmawait::Error::PeerDead)`)`
+//!   naming that node from then on (the reason says so); make the object again. Objects of
+//!   other nodes are unaffected.
 //! - A thread whose node dies while it holds an object's lock: the object's lock skips its ticket
 //!   (see `loco-locks`' Failures), so the object stays usable; the next operation on it runs
 //!   after a critical section that may have stopped half-way. For SC locations that is harmless

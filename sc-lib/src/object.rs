@@ -5,6 +5,8 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+use loco_rdmawait::Error as RdmaError;
+
 use loco_locks::{NLock, RawNLock};
 use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, WORD};
 
@@ -22,6 +24,10 @@ pub(crate) struct Object {
     /// The object's words (one for an SC location).
     pub(crate) words: Loc,
     pub(crate) lock: NLock,
+    /// The incarnation of the object's node when it was made (0 while the backend does not
+    /// know it yet: a verbs peer not joined, taken at the first check then). A node restarted
+    /// since came back with zeroed memory: the object's words, and its lock's, are gone.
+    incarnation: AtomicU64,
 }
 
 /// The next node of the round-robin default placement, one counter per cluster.
@@ -33,6 +39,7 @@ impl Object {
     pub(crate) fn new(cluster: &Cluster, node: Option<NodeId>, words: usize) -> Result<Object> {
         let node = Self::place(cluster, node)?;
         Self::check_memory(cluster, node, words)?;
+        let incarnation = AtomicU64::new(cluster.incarnation(node)?);
         let lock = NLock::new(cluster, node)?;
         let words = cluster.alloc_words(node, words as u64)?;
         Ok(Object {
@@ -40,6 +47,7 @@ impl Object {
             cluster: cluster.id(),
             words,
             lock,
+            incarnation,
         })
     }
 
@@ -84,6 +92,35 @@ impl Object {
         Ok(())
     }
 
+    /// Fails with [`Error::ForeignLocation`] unless `cluster` is the object's, and with
+    /// `PeerDead` naming the object's node if that node restarted since the object was made:
+    /// its words came back zeroed, so the object is gone (its operations would otherwise fail
+    /// with its node lock's refusal, which tells the caller to make a lock it never made, and
+    /// an inspection would read the zeroed words as the object's state).
+    pub(crate) fn check_home(&self, cluster: &Cluster) -> Result<()> {
+        self.check_cluster(cluster.id())?;
+        let node = self.node();
+        let now = cluster.incarnation(node)?;
+        let made =
+            match self
+                .incarnation
+                .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => now,
+                Err(made) => made,
+            };
+        if now != made {
+            return Err(Error::Rdma(RdmaError::PeerDead {
+                node,
+                reason: format!(
+                    "restarted since this SC location or ported structure was made (incarnation \
+                     {made}, now {now}): its words came back zeroed; make the object again"
+                ),
+            }));
+        }
+        Ok(())
+    }
+
     /// The calling thread's scratch words for this object (`words` of them, on the thread's own
     /// node), allocated on first use.
     ///
@@ -94,7 +131,7 @@ impl Object {
     /// operation on another object, possibly on another node and so unordered with the put, uses
     /// other words (docs/model.md §5.6).
     pub(crate) fn scratch(&self, ctx: &Ctx, words: usize) -> Result<Loc> {
-        self.check_cluster(ctx.cluster().id())?;
+        self.check_home(ctx.cluster())?;
         let reg = ctx.extension(|ctx| {
             Ok(Scratch {
                 words: RefCell::default(),

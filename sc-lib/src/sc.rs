@@ -56,6 +56,8 @@ impl ScLoc {
     /// that use them start. In a cluster of several processes (the verbs backend), every process
     /// makes the same locations in the same order, and a nonzero initial value can only be
     /// written by the process of the location's node (the others fail with a backend error).
+    /// A nonzero value on a dead node is refused (`PeerDead` naming it) before anything is
+    /// taken; a location of 0 there is made, and its operations are refused.
     pub fn new(cluster: &Cluster, value: u64) -> Result<ScLoc> {
         Self::make(cluster, None, value)
     }
@@ -66,7 +68,13 @@ impl ScLoc {
     }
 
     fn make(cluster: &Cluster, node: Option<NodeId>, value: u64) -> Result<ScLoc> {
-        let obj = Object::new(cluster, node, 1)?;
+        let node = Object::place(cluster, node)?;
+        if value != 0 {
+            // The value is written to the node's memory: a dead node is refused before the
+            // word and its lock are taken (allocations are never freed).
+            cluster.check_alive(node)?;
+        }
+        let obj = Object::new(cluster, Some(node), 1)?;
         if value != 0 {
             cluster.poke(&obj.words, value)?;
         }
@@ -85,9 +93,10 @@ impl ScLoc {
     }
 
     /// The current value, read directly from node memory (for inspection after
-    /// [`Cluster::quiesce`]; not an SC read).
+    /// [`Cluster::quiesce`]; not an SC read). `PeerDead` naming the location's node once that
+    /// node has died, or restarted since the location was made (its word is gone).
     pub fn peek(&self, cluster: &Cluster) -> Result<u64> {
-        self.obj.check_cluster(cluster.id())?;
+        self.obj.check_home(cluster)?;
         Ok(cluster.peek(&self.obj.words)?)
     }
 

@@ -2,10 +2,11 @@
 //! pinned by a test that failed before its fix.
 
 use loco_rdmawait::{testing, Cluster, NodeId, Schedule};
-use loco_sc::{BoundedQueue, Error, PortedQueue, Sc, ScLoc};
+use loco_sc::{BoundedQueue, Error, FixedHashMap, PortedHashMap, PortedQueue, Sc, ScLoc};
 
 const N0: NodeId = NodeId(0);
 const N1: NodeId = NodeId(1);
+const N2: NodeId = NodeId(2);
 
 fn cluster(nodes: usize) -> Cluster {
     testing::short_cluster(nodes, 4096, Schedule::Chaos { seed: 5 })
@@ -52,4 +53,97 @@ fn an_object_that_does_not_fit_with_its_lock_takes_nothing() {
 #[should_panic(expected = "the initial state's layout does not decode")]
 fn a_model_of_a_structure_that_cannot_be_made_panics_at_new() {
     let _ = loco_sc::lincheck::SequentialModel::new(&BoundedQueue::new(0));
+}
+
+/// `PeerDead` naming `node`, with a reason that contains `says`.
+fn peer_dead<T: std::fmt::Debug>(r: Result<T, Error>, node: NodeId, says: &str) {
+    let e = r.unwrap_err();
+    assert!(
+        matches!(&e, Error::Rdma(loco_rdmawait::Error::PeerDead { node: n, reason })
+            if *n == node && reason.contains(says)),
+        "{e:?}"
+    );
+}
+
+/// Objects whose node restarted ([`Cluster::restart`]): their words came back zeroed, so every
+/// operation is refused with `PeerDead` naming the node and saying to make the object again
+/// (it said to make "the lock" again, which an SC user never made), and so is `peek`, which
+/// read the zeroed words as the object's state (0, an empty queue). Objects of live nodes go
+/// on, and an object made after the restart works.
+#[test]
+fn objects_of_a_restarted_node_are_refused_with_their_own_reason() {
+    let c = cluster(3);
+    let x = ScLoc::new_on(&c, N1, 5).unwrap();
+    let q = PortedQueue::new_on(&c, N1, &BoundedQueue::new(2)).unwrap();
+    let map = PortedHashMap::new_on(&c, N1, &FixedHashMap::with_buckets(2)).unwrap();
+    let live = ScLoc::new_on(&c, N2, 7).unwrap();
+    let unused = ScLoc::new_on(&c, N1, 9).unwrap(); // never used before the restart
+    let ctx = c.context(N0).unwrap();
+    q.push(&ctx, 1).unwrap();
+    map.insert(&ctx, 1, 1).unwrap();
+    assert_eq!(ctx.read_sc(&x).unwrap(), 5);
+    c.kill(N1).unwrap();
+    c.restart(N1).unwrap();
+    let says = "make the object again";
+    for (k, ctx) in [c.context(N0).unwrap(), c.context(N1).unwrap()]
+        .into_iter()
+        .enumerate()
+    {
+        for l in [&x, &unused] {
+            peer_dead(ctx.read_sc(l), N1, says);
+            peer_dead(ctx.write_sc(l, 1), N1, says);
+            peer_dead(ctx.cas_sc(l, 0, 1), N1, says);
+            peer_dead(ctx.faa_sc(l, 1), N1, says);
+        }
+        peer_dead(q.push(&ctx, 2), N1, says);
+        peer_dead(q.pop(&ctx), N1, says);
+        peer_dead(map.get(&ctx, 1), N1, says);
+        peer_dead(map.insert(&ctx, 2, 2), N1, says);
+        assert_eq!(ctx.faa_sc(&live, 1).unwrap(), 7 + k as u64);
+    }
+    peer_dead(x.peek(&c), N1, says);
+    peer_dead(unused.peek(&c), N1, says);
+    peer_dead(q.peek(&c), N1, says);
+    peer_dead(map.peek(&c), N1, says);
+    // Made again on the restarted node: works.
+    let y = ScLoc::new_on(&c, N1, 3).unwrap();
+    let q2 = PortedQueue::new_on(&c, N1, &BoundedQueue::new(2)).unwrap();
+    let ctx = c.context(N0).unwrap();
+    assert_eq!(ctx.faa_sc(&y, 1).unwrap(), 3);
+    q2.push(&ctx, 4).unwrap();
+    assert_eq!(q2.pop(&ctx).unwrap(), Some(4));
+    c.quiesce().unwrap();
+    assert_eq!(y.peek(&c).unwrap(), 4);
+}
+
+/// An object with a nonzero initial value or state made on a dead node (named, or its turn
+/// round-robin): refused with `PeerDead` naming it before its words and its node lock are
+/// taken. They were taken first, and the write of the initial value then failed, stranding
+/// them (allocations are never freed). An object that starts at 0 is made as before (its
+/// operations are refused).
+#[test]
+fn an_object_with_a_value_on_a_dead_node_takes_nothing() {
+    let c = cluster(3);
+    c.kill(N1).unwrap();
+    let free: Vec<u64> = c.node_ids().map(|n| c.free_bytes(n).unwrap()).collect();
+    peer_dead(ScLoc::new_on(&c, N1, 5), N1, "");
+    let mut queue = BoundedQueue::new(2);
+    use loco_sc::Sequential;
+    assert_eq!(
+        queue.apply(loco_sc::QueueOp::Push(7)),
+        loco_sc::QueueRet::Pushed
+    );
+    peer_dead(PortedQueue::new_on(&c, N1, &queue), N1, "");
+    // Round-robin: n0, then n1's turn (dead), then n2.
+    let on0 = ScLoc::new(&c, 1).unwrap();
+    assert_eq!(on0.node(), N0);
+    let taken0 = free[0] - c.free_bytes(N0).unwrap();
+    peer_dead(ScLoc::new(&c, 1), N1, "");
+    assert_eq!(c.free_bytes(N1).unwrap(), free[1], "memory stranded on n1");
+    assert_eq!(ScLoc::new(&c, 1).unwrap().node(), N2);
+    assert_eq!(free[0] - c.free_bytes(N0).unwrap(), taken0);
+    // Starting at 0: made, then refused at use.
+    let zero = ScLoc::new_on(&c, N1, 0).unwrap();
+    let ctx = c.context(N0).unwrap();
+    peer_dead(ctx.read_sc(&zero), N1, "");
 }
