@@ -56,8 +56,6 @@ impl ScLoc {
     /// that use them start. In a cluster of several processes (the verbs backend), every process
     /// makes the same locations in the same order, and a nonzero initial value can only be
     /// written by the process of the location's node (the others fail with a backend error).
-    /// A nonzero value on a dead node is refused (`PeerDead` naming it) before anything is
-    /// taken; a location of 0 there is made, and its operations are refused.
     pub fn new(cluster: &Cluster, value: u64) -> Result<ScLoc> {
         Self::make(cluster, None, value)
     }
@@ -68,13 +66,7 @@ impl ScLoc {
     }
 
     fn make(cluster: &Cluster, node: Option<NodeId>, value: u64) -> Result<ScLoc> {
-        let node = Object::place(cluster, node)?;
-        if value != 0 {
-            // The value is written to the node's memory: a dead node is refused before the
-            // word and its lock are taken (allocations are never freed).
-            cluster.check_alive(node)?;
-        }
-        let obj = Object::new(cluster, Some(node), 1)?;
+        let obj = Object::new(cluster, node, 1)?;
         if value != 0 {
             cluster.poke(&obj.words, value)?;
         }

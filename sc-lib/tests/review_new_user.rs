@@ -115,35 +115,3 @@ fn objects_of_a_restarted_node_are_refused_with_their_own_reason() {
     c.quiesce().unwrap();
     assert_eq!(y.peek(&c).unwrap(), 4);
 }
-
-/// An object with a nonzero initial value or state made on a dead node (named, or its turn
-/// round-robin): refused with `PeerDead` naming it before its words and its node lock are
-/// taken. They were taken first, and the write of the initial value then failed, stranding
-/// them (allocations are never freed). An object that starts at 0 is made as before (its
-/// operations are refused).
-#[test]
-fn an_object_with_a_value_on_a_dead_node_takes_nothing() {
-    let c = cluster(3);
-    c.kill(N1).unwrap();
-    let free: Vec<u64> = c.node_ids().map(|n| c.free_bytes(n).unwrap()).collect();
-    peer_dead(ScLoc::new_on(&c, N1, 5), N1, "");
-    let mut queue = BoundedQueue::new(2);
-    use loco_sc::Sequential;
-    assert_eq!(
-        queue.apply(loco_sc::QueueOp::Push(7)),
-        loco_sc::QueueRet::Pushed
-    );
-    peer_dead(PortedQueue::new_on(&c, N1, &queue), N1, "");
-    // Round-robin: n0, then n1's turn (dead), then n2.
-    let on0 = ScLoc::new(&c, 1).unwrap();
-    assert_eq!(on0.node(), N0);
-    let taken0 = free[0] - c.free_bytes(N0).unwrap();
-    peer_dead(ScLoc::new(&c, 1), N1, "");
-    assert_eq!(c.free_bytes(N1).unwrap(), free[1], "memory stranded on n1");
-    assert_eq!(ScLoc::new(&c, 1).unwrap().node(), N2);
-    assert_eq!(free[0] - c.free_bytes(N0).unwrap(), taken0);
-    // Starting at 0: made, then refused at use.
-    let zero = ScLoc::new_on(&c, N1, 0).unwrap();
-    let ctx = c.context(N0).unwrap();
-    peer_dead(ctx.read_sc(&zero), N1, "");
-}

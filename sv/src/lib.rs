@@ -117,22 +117,10 @@ impl SharedVar {
 
     /// A shared variable with every copy `value`, written directly to node memory: make it before
     /// the threads that use it start.
-    ///
-    /// A nonzero value is written to every node's copy: a cluster with a dead node is refused
-    /// (`PeerDead` naming it) before any copy is taken.
     pub fn with_value(cluster: &Cluster, value: u64) -> Result<SharedVar> {
-        if value != 0 {
-            // All or nothing, as `new`: the copies taken before a poke failed would be
-            // stranded (allocations are never freed), the live ones written.
-            for n in cluster.node_ids() {
-                cluster.check_alive(n)?;
-            }
-        }
         let s = SharedVar::new(cluster)?;
-        if value != 0 {
-            for c in s.copies.iter() {
-                cluster.poke(c, value)?;
-            }
+        for c in s.copies.iter() {
+            cluster.poke(c, value)?;
         }
         Ok(s)
     }

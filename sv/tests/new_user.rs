@@ -170,26 +170,3 @@ fn a_dead_node() {
         dead(SharedVar::with_value(&c, 1), N2);
     }
 }
-
-/// `SharedVar::with_value` on a cluster with a dead node: refused (`PeerDead` naming it) before
-/// any copy is taken. It took a copy on every node, wrote the live ones, then failed at the dead
-/// one's write, stranding the copies (allocations are never freed). With 0 nothing is written
-/// (the copies start at 0), so it is made as `SharedVar::new` makes it.
-#[test]
-fn with_value_on_a_cluster_with_a_dead_node_takes_nothing() {
-    for s in SCHEDULES {
-        let c = cluster_on(3, s);
-        c.kill(N2).unwrap();
-        let free: Vec<u64> = c.node_ids().map(|n| c.free_bytes(n).unwrap()).collect();
-        dead(SharedVar::with_value(&c, 5), N2);
-        let after: Vec<u64> = c.node_ids().map(|n| c.free_bytes(n).unwrap()).collect();
-        assert_eq!(after, free, "{s:?}: copies stranded");
-        let v = SharedVar::with_value(&c, 0).unwrap();
-        let ctx = c.context(N0).unwrap();
-        assert_eq!(v.load(&ctx).unwrap(), 0);
-        v.store(&ctx, 1).unwrap();
-        v.bcast(&ctx, [N1], WorkId::new(1)).unwrap();
-        ctx.gf([N1]).unwrap();
-        assert_eq!(c.peek(&v.copy(N1).unwrap()).unwrap(), 1);
-    }
-}

@@ -574,8 +574,7 @@ impl<S: Sequential> Ported<S> {
     /// that use them start. In a cluster of several processes, every process makes the same
     /// structures in the same order; a state with nonzero words can only be written by the
     /// process of the structure's node. Fails with [`LayoutError::DoesNotFit`] if `initial` does not fit the
-    /// layout it asks for, and [`LayoutError::Empty`] for a layout of no words. A state with
-    /// nonzero words on a dead node is refused (`PeerDead` naming it) before anything is taken.
+    /// layout it asks for, and [`LayoutError::Empty`] for a layout of no words.
     pub fn new(cluster: &Cluster, initial: &S) -> Result<Self> {
         Self::make(cluster, None, initial)
     }
@@ -597,11 +596,6 @@ impl<S: Sequential> Ported<S> {
         let mut words = vec![0; n];
         initial.encode(&mut words)?;
         S::decode(&words)?; // a layout the structure cannot read back is no layout
-        if words.iter().any(|w| *w != 0) {
-            // Written to the node's memory: a dead node is refused before the layout and its
-            // lock are taken (allocations are never freed).
-            cluster.check_alive(node)?;
-        }
         let obj = Object::new(cluster, Some(node), n)?;
         for (i, w) in words.iter().enumerate() {
             if *w != 0 {
