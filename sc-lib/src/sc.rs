@@ -56,6 +56,9 @@ impl ScLoc {
     /// that use them start. In a cluster of several processes (the verbs backend), every process
     /// makes the same locations in the same order, and a nonzero initial value can only be
     /// written by the process of the location's node (the others fail with a backend error).
+    /// A nonzero value on a dead node fails with `PeerDead` naming it, after the location was
+    /// allocated: allocations are never given back, and this one is kept so that the next
+    /// objects get the same locations as in a process where the call succeeded.
     pub fn new(cluster: &Cluster, value: u64) -> Result<ScLoc> {
         Self::make(cluster, None, value)
     }

@@ -117,6 +117,11 @@ impl SharedVar {
 
     /// A shared variable with every copy `value`, written directly to node memory: make it before
     /// the threads that use it start.
+    ///
+    /// A copy that cannot be written (its node dead) fails the call with `PeerDead` naming the
+    /// node, after the copies were taken: allocations are never given back, and they are kept
+    /// so that the next objects get the same locations as in a process where the call
+    /// succeeded (in a cluster of several processes, layouts agree by order).
     pub fn with_value(cluster: &Cluster, value: u64) -> Result<SharedVar> {
         let s = SharedVar::new(cluster)?;
         for c in s.copies.iter() {

@@ -170,3 +170,20 @@ fn a_dead_node() {
         dead(SharedVar::with_value(&c, 1), N2);
     }
 }
+
+/// `with_value` on a cluster with a dead node fails with `PeerDead` naming it, and keeps the
+/// copies it took: the next allocations get the locations they get where the call succeeded
+/// (in a cluster of several processes, each process's layout follows the order of its calls,
+/// so a process that saw the node dead must not fall out of step with one that did not).
+#[test]
+fn with_value_on_a_dead_node_fails_and_keeps_the_layout() {
+    let a = cluster(3);
+    let b = cluster(3);
+    a.kill(N1).unwrap();
+    dead(SharedVar::with_value(&a, 7), N1);
+    SharedVar::with_value(&b, 7).unwrap();
+    for n in [N0, N1, N2] {
+        let (x, y) = (a.alloc_word(n).unwrap(), b.alloc_word(n).unwrap());
+        assert_eq!((x.node(), x.offset()), (y.node(), y.offset()), "{n}");
+    }
+}
