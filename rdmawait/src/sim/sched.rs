@@ -205,8 +205,11 @@ enum Status {
 struct Thread {
     node: Option<NodeId>,
     status: Status,
-    /// PCT priority (higher runs first).
-    prio: u64,
+    /// PCT priority (higher runs first). Signed: a priority drop takes the next value below
+    /// every other, and a long spin loop (a drop at each pause) takes more than a million of
+    /// them, which went below zero as a `u64` (a panic in debug builds, blamed on the spinning
+    /// thread; in release the wrapped value made it the highest).
+    prio: i64,
     /// Under a profile: the thread's own clock (when its next step happens).
     clock: Duration,
     /// Under a profile: the thread is in a spin loop's pause, moved on to the NIC's next
@@ -242,7 +245,7 @@ struct State {
     /// PCT: the steps at which the running thread's priority drops, ascending.
     changes: Vec<u64>,
     /// PCT: the next low priority to hand out (below every initial one).
-    low: u64,
+    low: i64,
     threads: Vec<Thread>,
     current: usize,
     steps: u64,
@@ -582,7 +585,9 @@ impl Sched {
     /// A new runnable thread on `node` (`None`: the run's main closure).
     pub(super) fn add(&self, node: Option<NodeId>) -> usize {
         let mut st = self.lock();
-        let prio = st.rng.random_range((1 << 21)..(1 << 40));
+        // Drawn as before (a u64), so that seeds keep their schedules; below 2^40, it fits.
+        let prio: u64 = st.rng.random_range((1 << 21)..(1 << 40));
+        let prio = i64::try_from(prio).unwrap_or(i64::MAX);
         let clock = st.now;
         st.threads.push(Thread {
             node,
@@ -858,7 +863,7 @@ impl Sched {
                     st.changes.remove(0);
                 }
                 if (change || yielding) && cur < st.threads.len() {
-                    st.low -= 1;
+                    st.low = st.low.saturating_sub(1);
                     st.threads[cur].prio = st.low;
                 }
                 runnable.iter().copied().max_by_key(|&t| st.threads[t].prio)
