@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use loco_rdmawait::sim::{self, Config, Strategy};
+use loco_rdmawait::sim::{self, At, Config, Fault, Strategy};
 use loco_rdmawait::{clock, Cluster, Ctx, NodeId};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -38,4 +38,64 @@ fn pct_survives_more_than_a_million_pauses() {
     let r = sim::check(config, f).unwrap_or_else(|f| panic!("{}", f.report()));
     assert!(r.steps > 1_200_000, "{r:?}");
     assert_eq!(DONE.load(Ordering::SeqCst), 2);
+}
+
+/// Every line of a failure's trace that shows a value read ("-> v") is a load or a CAS, and
+/// each load and CAS of the run shows one. The value used to go on the trace's last line when
+/// the read was made: after the thread's scheduling point, where other threads may have run,
+/// so it was often shown on another thread's step ("t0 (main)  join t1  -> 0", "t2 (n0)
+/// store w0 := 100  -> 0") while the load itself showed none; a fault injected at the load's
+/// step took it as well.
+#[test]
+fn trace_values_are_on_the_steps_that_read_them() {
+    let f = |c: &Cluster| -> Result<(), BoxError> {
+        let x = c.alloc_word(N0)?;
+        let reader = sim::spawn(c, N0, move |ctx: &Ctx| {
+            for _ in 0..5 {
+                ctx.load(&x)?;
+            }
+            Ok::<(), BoxError>(())
+        });
+        let writer = sim::spawn(c, N0, move |ctx: &Ctx| {
+            for i in 0..5 {
+                ctx.store(&x, 100 + i)?;
+            }
+            ctx.cas(&x, 104, 7)?;
+            Ok::<(), BoxError>(())
+        });
+        reader.join()?;
+        writer.join()?;
+        Err("every run fails, to show its trace".into())
+    };
+    let check = |failure: sim::Failure| {
+        let report = failure.report();
+        let first = failure.trace().first().cloned().unwrap_or_default();
+        assert!(
+            first.starts_with("step       1 "),
+            "the whole run is traced: {report}"
+        );
+        let mut reads = 0;
+        for line in failure.trace() {
+            let reads_a_value = line.contains(" load w") || line.contains(" cas w");
+            assert_eq!(
+                line.contains("  -> "),
+                reads_a_value,
+                "{line:?} in\n{report}"
+            );
+            reads += usize::from(reads_a_value);
+        }
+        assert_eq!(reads, 6, "{report}");
+    };
+    for seed in 0..10 {
+        check(sim::replay(Config::new(1), seed, f).unwrap_err());
+    }
+    // A fault injected at a load's step is traced after it, on the same thread.
+    for step in 1..=20 {
+        let config = Config::new(1).fault(Fault::Partition {
+            node: N0,
+            at: At::Step(step),
+            steps: 1,
+        });
+        check(sim::replay(config, 1, f).unwrap_err());
+    }
 }

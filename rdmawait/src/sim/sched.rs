@@ -60,11 +60,28 @@ pub(crate) fn point_op(op: impl FnOnce() -> Op) {
     }
 }
 
-/// Notes the value a step read, for the trace (simulated threads only).
+/// Notes the value a step read, for the trace (simulated threads only): on the calling
+/// thread's own step (a load or CAS), which need not be the trace's last: other threads may
+/// have run between its scheduling point and the read, and a fault may have been injected at
+/// it.
 pub(crate) fn note_value(v: u64) {
     if let Some(h) = current() {
         let mut st = h.sched.lock();
-        if let Some(e) = st.trace.back_mut() {
+        let Some(step) = st.threads.get(h.me).map(|t| t.last_step) else {
+            return;
+        };
+        // The trace holds the last steps, one event per step, the newest at the back.
+        let len = st.trace.len();
+        let back = usize::try_from(st.steps.saturating_sub(step)).unwrap_or(usize::MAX);
+        let Some(i) = len.checked_sub(1).and_then(|last| last.checked_sub(back)) else {
+            return;
+        };
+        let e = &mut st.trace[i];
+        if e.step == step
+            && e.thread == h.me
+            && e.value.is_none()
+            && matches!(e.op, Op::Load { .. } | Op::Cas { .. })
+        {
             e.value = Some(v);
         }
     }
@@ -235,6 +252,9 @@ struct Thread {
     /// Since when the thread has been polling without finding its completion (its steps
     /// since then are all polls), for [`super::Profile::poll_spin`].
     polling_since: Option<Duration>,
+    /// The step of the thread's last scheduling point (faults injected at it aside), where
+    /// [`note_value`] puts the value the step read.
+    last_step: u64,
 }
 
 /// The scheduler's state.
@@ -603,6 +623,7 @@ impl Sched {
             slice_end: Duration::ZERO,
             queued: false,
             polling_since: None,
+            last_step: 0,
         });
         st.threads.len() - 1
     }
@@ -907,6 +928,11 @@ impl Sched {
         st.steps += 1;
         if st.profile.is_none() {
             st.now = st.now.saturating_add(st.step_time);
+        }
+        if !matches!(op, Op::Fault(_)) {
+            if let Some(t) = st.threads.get_mut(me) {
+                t.last_step = st.steps;
+            }
         }
         let node = st.threads.get(me).and_then(|t| t.node);
         st.hash = mix(mix(st.hash, me as u64), {
