@@ -2,8 +2,10 @@
 //! failed before its fix.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use loco_rdmawait::sim::{self, At, Config, Fault, Strategy};
+use loco_rdmawait::sim::{self, At, Config, Fault, Profile, Strategy};
 use loco_rdmawait::{clock, Cluster, Ctx, NodeId};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -98,4 +100,61 @@ fn trace_values_are_on_the_steps_that_read_them() {
         });
         check(sim::replay(config, 1, f).unwrap_err());
     }
+}
+
+/// An [`clock::Unparker`] of a parked thread of one run, called by a thread of another (here a
+/// `sim::check` nested in the first run's main thread): the unpark took the caller's thread
+/// number as one of the parked thread's run, and with fewer threads there the run of the caller
+/// failed as a panic ("index out of bounds") of the simulator. It now wakes the parked thread
+/// as an unpark from outside its run does.
+#[test]
+fn an_unparker_called_from_another_run() {
+    static WOKEN: AtomicU64 = AtomicU64::new(0);
+    let outer = |c: &Cluster| -> Result<(), BoxError> {
+        let slot: Arc<Mutex<Option<clock::Unparker>>> = Arc::default();
+        let mine = slot.clone();
+        let sleeper = sim::spawn(c, N0, move |_: &Ctx| {
+            *mine.lock().unwrap() = clock::unparker();
+            let start = clock::now();
+            clock::park_timeout(Duration::from_secs(1));
+            if clock::now() - start < Duration::from_secs(1) {
+                WOKEN.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok::<(), BoxError>(())
+        });
+        // The sleeper parks first (this thread's clock is behind its own by then).
+        clock::sleep(Duration::from_micros(1));
+        let unparker = slot
+            .lock()
+            .unwrap()
+            .take()
+            .ok_or("the sleeper has not parked")?;
+        // A run of four threads: the unpark comes from its t3.
+        let inner = move |c: &Cluster| -> Result<(), BoxError> {
+            let mut hs = Vec::new();
+            for t in 1..=3 {
+                let u = unparker.clone();
+                hs.push(sim::spawn(c, N0, move |_: &Ctx| {
+                    if t == 3 {
+                        u.unpark();
+                    }
+                    Ok::<(), BoxError>(())
+                }));
+            }
+            for h in hs {
+                h.join()?;
+            }
+            Ok(())
+        };
+        sim::check(Config::new(1).runs(1), inner)?;
+        sleeper.join()?;
+        Ok(())
+    };
+    let config = Config::new(1).runs(1).profile(Profile::connectx5());
+    sim::check(config, outer).unwrap_or_else(|f| panic!("{}", f.report()));
+    assert_eq!(
+        WOKEN.load(Ordering::SeqCst),
+        1,
+        "the unpark woke the sleeper"
+    );
 }

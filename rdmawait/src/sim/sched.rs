@@ -647,6 +647,8 @@ impl Sched {
         {
             return;
         }
+        // A waker that is no thread of this run is taken as one from outside it.
+        let waker = waker.filter(|&w| w < st.threads.len());
         if !st.threads[target].parked || waker == Some(target) {
             st.threads[target].token = true;
             return;
