@@ -523,8 +523,10 @@ pub struct Failure {
 impl Failure {
     /// The config the failing run ran under (as given to [`check`] or [`replay`]): the one to
     /// [`replay`] its seed with, as [`replay_failure`] does. Compare it with a config of one's
-    /// own to tell whether a replay under that one would run the same schedule (the base seed,
-    /// [`Config::runs`] and [`Config::watchdog`] aside, which a replay does not use).
+    /// own to tell whether a replay under that one would run the same schedule. `==` compares
+    /// every setting, the base seed, [`Config::runs`] and [`Config::watchdog`] too, although a
+    /// replay does not use them: a config that differs from this one only in those replays the
+    /// same schedule, yet is not `==` to it.
     pub fn config(&self) -> &Config {
         &self.config
     }
