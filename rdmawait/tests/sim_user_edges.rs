@@ -158,3 +158,61 @@ fn an_unparker_called_from_another_run() {
         "the unpark woke the sleeper"
     );
 }
+
+/// A wait loop without a spin pause (`while ctx.load(&flag)? == 0 {}`) passes under the random
+/// strategy, but under exhaustive search (and PCT of depth 1) the running thread goes on until
+/// it pauses or blocks, so the first run spins until the step budget. The failure said only "a
+/// livelock, or raise Config::max_steps", which sends the user after a livelock the code does
+/// not have, or a bigger budget; it now says what the strategy needs.
+#[test]
+fn a_wait_loop_without_a_pause_is_named_when_it_exhausts_the_budget() {
+    let spin = |c: &Cluster| -> Result<(), BoxError> {
+        let flag = c.alloc_word(N0)?;
+        let waiter = sim::spawn(c, N0, move |ctx: &Ctx| {
+            while ctx.load(&flag)? == 0 {}
+            Ok::<(), BoxError>(())
+        });
+        let setter = sim::spawn(c, N0, move |ctx: &Ctx| ctx.store(&flag, 1));
+        waiter.join()?;
+        setter.join()?;
+        Ok(())
+    };
+    let config = || Config::new(1).runs(10).max_steps(5_000);
+    sim::check(config(), spin).unwrap_or_else(|f| panic!("{}", f.report()));
+    for strategy in [
+        Strategy::Exhaustive { max_delays: 2 },
+        Strategy::Pct { depth: 1 },
+    ] {
+        let f = sim::check(config().strategy(strategy), spin).unwrap_err();
+        assert_eq!(f.kind(), sim::FailureKind::Budget, "{}", f.report());
+        assert!(
+            f.message()
+                .contains("t1 took each of the last 200 steps, none a spin pause, while t"),
+            "{}",
+            f.report()
+        );
+        assert!(
+            f.message().contains("loco::clock::pause()"),
+            "{}",
+            f.message()
+        );
+    }
+    // A thread that spins alone, with pauses, is a livelock as before.
+    let alone = |c: &Cluster| -> Result<(), BoxError> {
+        let flag = c.alloc_word(N0)?;
+        sim::spawn(c, N0, move |ctx: &Ctx| {
+            while ctx.load(&flag)? == 0 {
+                clock::pause();
+            }
+            Ok::<(), BoxError>(())
+        })
+        .join()?;
+        Ok(())
+    };
+    let f = sim::check(config().strategy(Strategy::Pct { depth: 1 }), alone).unwrap_err();
+    assert!(
+        f.message().ends_with("raise Config::max_steps)"),
+        "{}",
+        f.message()
+    );
+}

@@ -912,6 +912,39 @@ impl Sched {
         self.wait_turn(st, me)
     }
 
+    /// For a budget failure's message: why the run may have spun for ever where the code
+    /// under test does not (empty if not). Under PCT and exhaustive search the running thread
+    /// goes on until it pauses or blocks (or, under PCT, a priority change), so a wait loop
+    /// without a pause never lets the thread it waits for run, where the random strategy
+    /// would; the sign is a trace whose last steps are all `me`'s, none a pause, while another
+    /// thread could have run.
+    fn unpaused_spin(st: &State, me: usize) -> String {
+        if matches!(st.strategy, Strategy::Random) || st.trace.len() < TRACE_KEEP {
+            return String::new();
+        }
+        let unpaused = st.trace.iter().all(|e| {
+            e.thread == me
+                && !matches!(
+                    e.op,
+                    Op::Pause | Op::Yield | Op::Spin { .. } | Op::Sleep { .. } | Op::Park { .. }
+                )
+        });
+        let other = st
+            .threads
+            .iter()
+            .enumerate()
+            .find(|&(t, th)| t != me && th.status == Status::Runnable);
+        match other {
+            Some((t, _)) if unpaused => format!(
+                "; t{me} took each of the last {TRACE_KEEP} steps, none a spin pause, while t{t} \
+                 could run: under Strategy::Pct and Strategy::Exhaustive the running thread goes \
+                 on until it pauses or blocks, so a wait loop must call loco::clock::pause() (or \
+                 clock::yield_now()) to let the thread it waits for run"
+            ),
+            _ => String::new(),
+        }
+    }
+
     /// Who joins whom, for a deadlock's message: "t1 joins t2, t2 joins t1".
     fn joins(st: &State) -> String {
         let blocked: Vec<String> = st
@@ -1075,8 +1108,9 @@ impl Handle {
         }
         if st.steps > st.max_steps {
             let m = format!(
-                "step budget exhausted: {} steps (a livelock, or raise Config::max_steps)",
-                st.max_steps
+                "step budget exhausted: {} steps (a livelock, or raise Config::max_steps){}",
+                st.max_steps,
+                Sched::unpaused_spin(&st, self.me)
             );
             Sched::fail_locked(&mut st, FailureKind::Budget, m);
             self.sched.wake_all(&st);
