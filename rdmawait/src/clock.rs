@@ -70,7 +70,14 @@ impl Unparker {
     pub fn unpark(&self) {
         match &self.0 {
             Parked::Os(t) => t.unpark(),
-            Parked::Sim(h) => h.sched.unpark(sched::current().map(|w| w.me), h.me),
+            Parked::Sim(h) => {
+                // A thread of another run (a check nested in this one, say) is no thread of
+                // this run: its unpark comes from outside.
+                let waker = sched::current()
+                    .filter(|w| std::sync::Arc::ptr_eq(&w.sched, &h.sched))
+                    .map(|w| w.me);
+                h.sched.unpark(waker, h.me)
+            }
         }
     }
 }

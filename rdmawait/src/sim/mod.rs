@@ -152,7 +152,9 @@ pub enum Strategy {
     /// pause (or a sleep) the next runnable thread in turn runs; the NIC takes no step until a
     /// thread polls (then the least work towards the poll's completion: the thread's store
     /// buffer, then the polled queue pair) or pauses (then every enabled step). So writes stay
-    /// pending by default, and weak outcomes need few deviations. A deviation: any
+    /// pending by default, and weak outcomes need few deviations; a wait loop must pause
+    /// ([`crate::clock::pause`]), or the first run spins until [`Config::max_steps`] (the
+    /// [`FailureKind::Budget`] failure says so). A deviation: any
     /// other thread, any NIC step at any call, a poll's steps in another order (delay
     /// bounding, Emmi et al., POPL 2011). Each step of a [`At::Random`] fault is tried too,
     /// at no delay. No RNG is used, so the base seed does not matter; a [`Failure::seed`] is
@@ -523,8 +525,10 @@ pub struct Failure {
 impl Failure {
     /// The config the failing run ran under (as given to [`check`] or [`replay`]): the one to
     /// [`replay`] its seed with, as [`replay_failure`] does. Compare it with a config of one's
-    /// own to tell whether a replay under that one would run the same schedule (the base seed,
-    /// [`Config::runs`] and [`Config::watchdog`] aside, which a replay does not use).
+    /// own to tell whether a replay under that one would run the same schedule. `==` compares
+    /// every setting, the base seed, [`Config::runs`] and [`Config::watchdog`] too, although a
+    /// replay does not use them: a config that differs from this one only in those replays the
+    /// same schedule, yet is not `==` to it.
     pub fn config(&self) -> &Config {
         &self.config
     }

@@ -60,11 +60,28 @@ pub(crate) fn point_op(op: impl FnOnce() -> Op) {
     }
 }
 
-/// Notes the value a step read, for the trace (simulated threads only).
+/// Notes the value a step read, for the trace (simulated threads only): on the calling
+/// thread's own step (a load or CAS), which need not be the trace's last: other threads may
+/// have run between its scheduling point and the read, and a fault may have been injected at
+/// it.
 pub(crate) fn note_value(v: u64) {
     if let Some(h) = current() {
         let mut st = h.sched.lock();
-        if let Some(e) = st.trace.back_mut() {
+        let Some(step) = st.threads.get(h.me).map(|t| t.last_step) else {
+            return;
+        };
+        // The trace holds the last steps, one event per step, the newest at the back.
+        let len = st.trace.len();
+        let back = usize::try_from(st.steps.saturating_sub(step)).unwrap_or(usize::MAX);
+        let Some(i) = len.checked_sub(1).and_then(|last| last.checked_sub(back)) else {
+            return;
+        };
+        let e = &mut st.trace[i];
+        if e.step == step
+            && e.thread == h.me
+            && e.value.is_none()
+            && matches!(e.op, Op::Load { .. } | Op::Cas { .. })
+        {
             e.value = Some(v);
         }
     }
@@ -205,8 +222,11 @@ enum Status {
 struct Thread {
     node: Option<NodeId>,
     status: Status,
-    /// PCT priority (higher runs first).
-    prio: u64,
+    /// PCT priority (higher runs first). Signed: a priority drop takes the next value below
+    /// every other, and a long spin loop (a drop at each pause) takes more than a million of
+    /// them, which went below zero as a `u64` (a panic in debug builds, blamed on the spinning
+    /// thread; in release the wrapped value made it the highest).
+    prio: i64,
     /// Under a profile: the thread's own clock (when its next step happens).
     clock: Duration,
     /// Under a profile: the thread is in a spin loop's pause, moved on to the NIC's next
@@ -232,6 +252,9 @@ struct Thread {
     /// Since when the thread has been polling without finding its completion (its steps
     /// since then are all polls), for [`super::Profile::poll_spin`].
     polling_since: Option<Duration>,
+    /// The step of the thread's last scheduling point (faults injected at it aside), where
+    /// [`note_value`] puts the value the step read.
+    last_step: u64,
 }
 
 /// The scheduler's state.
@@ -242,7 +265,7 @@ struct State {
     /// PCT: the steps at which the running thread's priority drops, ascending.
     changes: Vec<u64>,
     /// PCT: the next low priority to hand out (below every initial one).
-    low: u64,
+    low: i64,
     threads: Vec<Thread>,
     current: usize,
     steps: u64,
@@ -582,7 +605,9 @@ impl Sched {
     /// A new runnable thread on `node` (`None`: the run's main closure).
     pub(super) fn add(&self, node: Option<NodeId>) -> usize {
         let mut st = self.lock();
-        let prio = st.rng.random_range((1 << 21)..(1 << 40));
+        // Drawn as before (a u64), so that seeds keep their schedules; below 2^40, it fits.
+        let prio: u64 = st.rng.random_range((1 << 21)..(1 << 40));
+        let prio = i64::try_from(prio).unwrap_or(i64::MAX);
         let clock = st.now;
         st.threads.push(Thread {
             node,
@@ -598,6 +623,7 @@ impl Sched {
             slice_end: Duration::ZERO,
             queued: false,
             polling_since: None,
+            last_step: 0,
         });
         st.threads.len() - 1
     }
@@ -621,6 +647,8 @@ impl Sched {
         {
             return;
         }
+        // A waker that is no thread of this run is taken as one from outside it.
+        let waker = waker.filter(|&w| w < st.threads.len());
         if !st.threads[target].parked || waker == Some(target) {
             st.threads[target].token = true;
             return;
@@ -868,7 +896,7 @@ impl Sched {
                     st.changes.remove(0);
                 }
                 if (change || yielding) && cur < st.threads.len() {
-                    st.low -= 1;
+                    st.low = st.low.saturating_sub(1);
                     st.threads[cur].prio = st.low;
                 }
                 runnable.iter().copied().max_by_key(|&t| st.threads[t].prio)
@@ -894,6 +922,39 @@ impl Sched {
         self.wait_turn(st, me)
     }
 
+    /// For a budget failure's message: why the run may have spun for ever where the code
+    /// under test does not (empty if not). Under PCT and exhaustive search the running thread
+    /// goes on until it pauses or blocks (or, under PCT, a priority change), so a wait loop
+    /// without a pause never lets the thread it waits for run, where the random strategy
+    /// would; the sign is a trace whose last steps are all `me`'s, none a pause, while another
+    /// thread could have run.
+    fn unpaused_spin(st: &State, me: usize) -> String {
+        if matches!(st.strategy, Strategy::Random) || st.trace.len() < TRACE_KEEP {
+            return String::new();
+        }
+        let unpaused = st.trace.iter().all(|e| {
+            e.thread == me
+                && !matches!(
+                    e.op,
+                    Op::Pause | Op::Yield | Op::Spin { .. } | Op::Sleep { .. } | Op::Park { .. }
+                )
+        });
+        let other = st
+            .threads
+            .iter()
+            .enumerate()
+            .find(|&(t, th)| t != me && th.status == Status::Runnable);
+        match other {
+            Some((t, _)) if unpaused => format!(
+                "; t{me} took each of the last {TRACE_KEEP} steps, none a spin pause, while t{t} \
+                 could run: under Strategy::Pct and Strategy::Exhaustive the running thread goes \
+                 on until it pauses or blocks, so a wait loop must call loco::clock::pause() (or \
+                 clock::yield_now()) to let the thread it waits for run"
+            ),
+            _ => String::new(),
+        }
+    }
+
     /// Who joins whom, for a deadlock's message: "t1 joins t2, t2 joins t1".
     fn joins(st: &State) -> String {
         let blocked: Vec<String> = st
@@ -912,6 +973,11 @@ impl Sched {
         st.steps += 1;
         if st.profile.is_none() {
             st.now = st.now.saturating_add(st.step_time);
+        }
+        if !matches!(op, Op::Fault(_)) {
+            if let Some(t) = st.threads.get_mut(me) {
+                t.last_step = st.steps;
+            }
         }
         let node = st.threads.get(me).and_then(|t| t.node);
         st.hash = mix(mix(st.hash, me as u64), {
@@ -1052,8 +1118,9 @@ impl Handle {
         }
         if st.steps > st.max_steps {
             let m = format!(
-                "step budget exhausted: {} steps (a livelock, or raise Config::max_steps)",
-                st.max_steps
+                "step budget exhausted: {} steps (a livelock, or raise Config::max_steps){}",
+                st.max_steps,
+                Sched::unpaused_spin(&st, self.me)
             );
             Sched::fail_locked(&mut st, FailureKind::Budget, m);
             self.sched.wake_all(&st);
