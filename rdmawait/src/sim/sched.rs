@@ -862,7 +862,7 @@ impl Sched {
 
     /// [`Sched::pick_among`]'s choice among `runnable` (in a timed run, the threads whose
     /// clock is the earliest).
-    fn pick_in(st: &mut State, yielding: bool, runnable: &mut Vec<usize>) -> Option<usize> {
+    fn pick_in(st: &mut State, yielding: bool, runnable: &mut [usize]) -> Option<usize> {
         if runnable.is_empty() {
             return None;
         }
