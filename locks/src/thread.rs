@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::Backoff;
-use loco_rdmawait::{clock, Cluster, Ctx, Loc, NodeId, Settled, WorkId, WORD};
+use loco_rdmawait::{clock, Cluster, Ctx, Loc, MadeOn, NodeId, Settled, WorkId, WORD};
 
 use crate::cohort::Hold;
 use crate::marks::Debts;
@@ -24,18 +24,11 @@ static NEXT_LOCK: AtomicU64 = AtomicU64::new(1);
 /// is refused from then on (a thread that waits or holds across the restart must not write
 /// into the fresh words, where its old ticket means nothing).
 #[derive(Debug)]
-pub(crate) struct Home {
-    node: NodeId,
-    /// 0 until the backend knows the node's incarnation (a verbs peer not joined yet).
-    incarnation: AtomicU64,
-}
+pub(crate) struct Home(MadeOn);
 
 impl Home {
     pub(crate) fn new(cluster: &Cluster, node: NodeId) -> Result<Home> {
-        Ok(Home {
-            node,
-            incarnation: AtomicU64::new(cluster.incarnation(node)?),
-        })
+        Ok(Home(MadeOn::new(cluster, node)?))
     }
 
     /// [`Home::check`] before a release by `me`: if the home restarted, the hold went with its
@@ -46,7 +39,7 @@ impl Home {
     /// attempt `PeerDead`) nor acquire again or leave (`AlreadyHeld`).
     pub(crate) fn check_release(&self, cluster: &Cluster, me: &ThreadLock) -> Result<()> {
         self.check(cluster)
-            .and_then(|()| Ok(cluster.check_alive(self.node)?))
+            .and_then(|()| Ok(cluster.check_alive(self.0.node())?))
             .inspect_err(|_| me.end_hold())
     }
 
@@ -73,25 +66,7 @@ impl Home {
 
     /// `PeerDead` naming the home if it restarted since the lock was made.
     pub(crate) fn check(&self, cluster: &Cluster) -> Result<()> {
-        let now = cluster.incarnation(self.node)?;
-        let made =
-            match self
-                .incarnation
-                .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => now,
-                Err(made) => made,
-            };
-        if now != made {
-            return Err(Error::Rdma(loco_rdmawait::Error::PeerDead {
-                node: self.node,
-                reason: format!(
-                    "restarted since the lock was made (incarnation {made}, now {now}): the \
-                     lock's words are gone; make the lock again"
-                ),
-            }));
-        }
-        Ok(())
+        Ok(self.0.check(cluster, "the lock")?)
     }
 }
 

@@ -74,11 +74,13 @@ where
     R: RawLock + Send + Sync + 'static,
     M: Fn(&Cluster) -> loco_locks::Result<Lock<R>> + Send + Sync + 'static,
 {
-    run_of(THREADS, ROUNDS, make, giving_up, patience)
+    run_over(3, THREADS, ROUNDS, make, giving_up, patience)
 }
 
-/// [`run`] with `threads` threads (round-robin over n0, n1, n2) of `rounds` critical sections.
-fn run_of<R, M>(
+/// [`run`] over `nodes` nodes (the data word on the last) with `threads` threads (round-robin
+/// over the nodes) of `rounds` critical sections.
+fn run_over<R, M>(
+    nodes: usize,
     threads: usize,
     rounds: usize,
     make: M,
@@ -92,10 +94,10 @@ where
     move |cluster: &Cluster| {
         let lock = Arc::new(make(cluster)?);
         let inside = Arc::new(AtomicUsize::new(0));
-        let word = cluster.alloc_word(NodeId(2))?;
+        let word = cluster.alloc_word(NodeId(nodes as u16 - 1))?;
         let mut hs = Vec::new();
         for t in 0..threads {
-            let node = NodeId((t % 3) as u16);
+            let node = NodeId((t % nodes) as u16);
             let scratch = cluster.alloc_word(node)?;
             let impatient = (giving_up && t % 2 == 1).then_some(patience);
             hs.push(sim::spawn(
@@ -360,7 +362,7 @@ fn locks_under_exhaustive_search() {
         R: RawLock + Send + Sync + 'static,
         M: Fn(&Cluster) -> loco_locks::Result<Lock<R>> + Send + Sync + 'static,
     {
-        run_of(2, 1, make, false, Duration::ZERO)
+        run_over(3, 2, 1, make, false, Duration::ZERO)
     }
     // Two deviations for the node lock (36,278 runs); one for the other two, whose runs are
     // longer (a registration, broadcasts: about a hundred times the runs at two).
@@ -532,28 +534,6 @@ fn wlock_waiters_stay_off_the_cpu_in_proportion_to_their_place() {
 fn many_threads_over_many_nodes_get_the_lock_in_time() {
     const THREADS: usize = 32;
     const NODES: usize = 8;
-    fn f<R, M>(make: M) -> impl Fn(&Cluster) -> Result<(), BoxError> + Send + Sync
-    where
-        R: RawLock + Send + Sync + 'static,
-        M: Fn(&Cluster) -> loco_locks::Result<Lock<R>> + Send + Sync + 'static,
-    {
-        move |cluster: &Cluster| {
-            let lock = Arc::new(make(cluster)?);
-            let inside = Arc::new(AtomicUsize::new(0));
-            let word = cluster.alloc_word(NodeId(NODES as u16 - 1))?;
-            let mut hs = Vec::new();
-            for t in 0..THREADS {
-                let node = NodeId((t % NODES) as u16);
-                let scratch = cluster.alloc_word(node)?;
-                let w = worker(4, lock.clone(), inside.clone(), word, scratch, None);
-                hs.push(sim::spawn(cluster, node, w));
-            }
-            for h in hs {
-                h.join()?;
-            }
-            Ok(())
-        }
-    }
     let config = || Config::new(NODES).runs(2);
     let report = |name: &str, r: Result<sim::Report, sim::Failure>| {
         let r = r.unwrap_or_else(|f| panic!("{name}:\n{}", f.report()));
@@ -561,14 +541,44 @@ fn many_threads_over_many_nodes_get_the_lock_in_time() {
     };
     report(
         "nlock",
-        sim::check(config(), f(|c: &Cluster| NLock::new(c, NodeId(0)))),
+        sim::check(
+            config(),
+            run_over(
+                NODES,
+                THREADS,
+                4,
+                |c: &Cluster| NLock::new(c, NodeId(0)),
+                false,
+                Duration::ZERO,
+            ),
+        ),
     );
     report(
         "wlock",
-        sim::check(config(), f(|c: &Cluster| WLock::new(c, NodeId(1), THREADS))),
+        sim::check(
+            config(),
+            run_over(
+                NODES,
+                THREADS,
+                4,
+                |c: &Cluster| WLock::new(c, NodeId(1), THREADS),
+                false,
+                Duration::ZERO,
+            ),
+        ),
     );
     report(
         "slock",
-        sim::check(config(), f(|c: &Cluster| SLock::new(c, NodeId(2), THREADS))),
+        sim::check(
+            config(),
+            run_over(
+                NODES,
+                THREADS,
+                4,
+                |c: &Cluster| SLock::new(c, NodeId(2), THREADS),
+                false,
+                Duration::ZERO,
+            ),
+        ),
     );
 }

@@ -98,7 +98,7 @@ mod types;
 
 pub use backend::soft::{Schedule, SoftBackend, MAX_SOFT_MEMORY};
 pub use backend::WorkRequest;
-pub use cluster::{BackendKind, Cluster, ClusterBuilder, DEFAULT_MEMORY, DEFAULT_TIMEOUT};
+pub use cluster::{BackendKind, Cluster, ClusterBuilder, MadeOn, DEFAULT_MEMORY, DEFAULT_TIMEOUT};
 #[allow(deprecated)]
 pub use ctx::{Ctx, Raw, RdmaTso, Settled, DROP_SETTLE};
 pub use error::{Error, RdmaCause, Result, TimeoutKind};

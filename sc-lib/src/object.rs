@@ -5,10 +5,8 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use loco_rdmawait::Error as RdmaError;
-
 use loco_locks::{NLock, RawNLock};
-use loco_rdmawait::{Cluster, Ctx, Loc, NodeId, WORD};
+use loco_rdmawait::{Cluster, Ctx, Loc, MadeOn, NodeId, WORD};
 
 use crate::{Error, Result};
 
@@ -24,10 +22,9 @@ pub(crate) struct Object {
     /// The object's words (one for an SC location).
     pub(crate) words: Loc,
     pub(crate) lock: NLock,
-    /// The incarnation of the object's node when it was made (0 while the backend does not
-    /// know it yet: a verbs peer not joined, taken at the first check then). A node restarted
-    /// since came back with zeroed memory: the object's words, and its lock's, are gone.
-    incarnation: AtomicU64,
+    /// The incarnation of the object's node when it was made. A node restarted since came back
+    /// with zeroed memory: the object's words, and its lock's, are gone.
+    made_on: MadeOn,
 }
 
 /// The next node of the round-robin default placement, one counter per cluster.
@@ -39,7 +36,7 @@ impl Object {
     pub(crate) fn new(cluster: &Cluster, node: Option<NodeId>, words: usize) -> Result<Object> {
         let node = Self::place(cluster, node)?;
         Self::check_memory(cluster, node, words)?;
-        let incarnation = AtomicU64::new(cluster.incarnation(node)?);
+        let made_on = MadeOn::new(cluster, node)?;
         let lock = NLock::new(cluster, node)?;
         let words = cluster.alloc_words(node, words as u64)?;
         Ok(Object {
@@ -47,7 +44,7 @@ impl Object {
             cluster: cluster.id(),
             words,
             lock,
-            incarnation,
+            made_on,
         })
     }
 
@@ -99,26 +96,9 @@ impl Object {
     /// an inspection would read the zeroed words as the object's state).
     pub(crate) fn check_home(&self, cluster: &Cluster) -> Result<()> {
         self.check_cluster(cluster.id())?;
-        let node = self.node();
-        let now = cluster.incarnation(node)?;
-        let made =
-            match self
-                .incarnation
-                .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => now,
-                Err(made) => made,
-            };
-        if now != made {
-            return Err(Error::Rdma(RdmaError::PeerDead {
-                node,
-                reason: format!(
-                    "restarted since this SC location or ported structure was made (incarnation \
-                     {made}, now {now}): its words came back zeroed; make the object again"
-                ),
-            }));
-        }
-        Ok(())
+        Ok(self
+            .made_on
+            .check(cluster, "this SC location or ported structure")?)
     }
 
     /// The calling thread's scratch words for this object (`words` of them, on the thread's own

@@ -84,7 +84,7 @@ fn objects_of_a_restarted_node_are_refused_with_their_own_reason() {
     assert_eq!(ctx.read_sc(&x).unwrap(), 5);
     c.kill(N1).unwrap();
     c.restart(N1).unwrap();
-    let says = "make the object again";
+    let says = "make this SC location or ported structure again";
     for (k, ctx) in [c.context(N0).unwrap(), c.context(N1).unwrap()]
         .into_iter()
         .enumerate()
