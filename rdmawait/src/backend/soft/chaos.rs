@@ -879,20 +879,23 @@ impl State {
         keep: impl Fn(&ThreadState, Action) -> bool,
     ) -> Option<(Action, Duration)> {
         self.timing.as_ref()?;
-        self.collect_actions();
-        let tm = self.timing.as_ref()?;
         let mut best: Option<(Action, (Duration, Duration))> = None;
-        for &a in &self.actions {
-            let t = match a {
-                Action::Flush(t) | Action::Nic(t, _, _) => t,
-            };
-            let th = self.threads[t].as_ref().expect("action of a live slot");
-            if !keep(th, a) {
+        // Thread by thread, each one's actions weighed while its state is at hand (the same
+        // order as `collect_actions`, so ties go the same way).
+        for t in 0..self.threads.len() {
+            self.actions.clear();
+            self.collect_actions_of(t);
+            let (Some(tm), Some(Some(th))) = (self.timing.as_ref(), self.threads.get(t)) else {
                 continue;
-            }
-            let key = tm.due_key(th, a);
-            if best.is_none_or(|(_, b)| key < b) {
-                best = Some((a, key));
+            };
+            for &a in &self.actions {
+                if !keep(th, a) {
+                    continue;
+                }
+                let key = tm.due_key(th, a);
+                if best.is_none_or(|(_, b)| key < b) {
+                    best = Some((a, key));
+                }
             }
         }
         best.map(|(a, (at, _))| (a, at))
