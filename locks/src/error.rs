@@ -36,7 +36,10 @@ pub enum Error {
     },
     /// More threads use a weak or strong lock at once than it was created for (its `rel[*]`
     /// array is full; slots of dropped contexts come back, see the crate's Failures section).
-    #[error("the lock admits at most {max} threads, and all their slots are taken")]
+    #[error(
+        "the lock admits at most {max} thread{s}, and all their slots are taken",
+        s = if *max == 1 { "" } else { "s" }
+    )]
     TooManyThreads {
         /// The bound chosen at creation.
         max: usize,

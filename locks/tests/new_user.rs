@@ -738,3 +738,13 @@ fn each_protocol_says_its_name() {
     assert_eq!(SLock::new(&c, N1, 2).unwrap().raw().name(), "slock");
     assert_eq!(NLock::new(&c, N2).unwrap().raw().name(), "nlock");
 }
+
+/// The bound's message reads right for a lock of one thread ("at most 1 thread", once "at most
+/// 1 threads").
+#[test]
+fn too_many_threads_says_thread_in_the_singular_for_one() {
+    let one = Error::TooManyThreads { max: 1 }.to_string();
+    assert!(one.contains("at most 1 thread,"), "{one}");
+    let three = Error::TooManyThreads { max: 3 }.to_string();
+    assert!(three.contains("at most 3 threads,"), "{three}");
+}
