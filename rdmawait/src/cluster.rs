@@ -870,6 +870,57 @@ impl Cluster {
     }
 }
 
+/// The incarnation a node had when an object was made on it ([`Cluster::incarnation`]): an
+/// object whose words live on a node that restarted since has lost them (they came back
+/// zeroed), and the layers above refuse it from then on rather than read the zeroes as its
+/// state or write into them.
+#[derive(Debug)]
+pub struct MadeOn {
+    node: NodeId,
+    /// 0 until the backend knows the node's incarnation (a verbs peer not joined yet): then the
+    /// first check fixes it.
+    incarnation: AtomicU64,
+}
+
+impl MadeOn {
+    /// Notes `node`'s incarnation now; [`Error::UnknownNode`] if there is no such node.
+    pub fn new(cluster: &Cluster, node: NodeId) -> Result<MadeOn> {
+        Ok(MadeOn {
+            node,
+            incarnation: AtomicU64::new(cluster.incarnation(node)?),
+        })
+    }
+
+    /// The node.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// [`Error::PeerDead`] naming the node if it restarted since: its reason says that `what`
+    /// (e.g. "the lock") lost its words and that the caller should make it again.
+    pub fn check(&self, cluster: &Cluster, what: &str) -> Result<()> {
+        let now = cluster.incarnation(self.node)?;
+        let made =
+            match self
+                .incarnation
+                .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => now,
+                Err(made) => made,
+            };
+        if now != made {
+            return Err(Error::PeerDead {
+                node: self.node,
+                reason: format!(
+                    "restarted since {what} was made (incarnation {made}, now {now}): its \
+                     words came back zeroed; make {what} again"
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1006,56 +1057,5 @@ mod tests {
         assert!(format!("{b:?}").contains("verbs: Some"));
         let c = b.backend(BackendKind::Soft).unwrap().build().unwrap();
         assert_eq!(c.backend_name(), "soft");
-    }
-}
-
-/// The incarnation a node had when an object was made on it ([`Cluster::incarnation`]): an
-/// object whose words live on a node that restarted since has lost them (they came back
-/// zeroed), and the layers above refuse it from then on rather than read the zeroes as its
-/// state or write into them.
-#[derive(Debug)]
-pub struct MadeOn {
-    node: NodeId,
-    /// 0 until the backend knows the node's incarnation (a verbs peer not joined yet): then the
-    /// first check fixes it.
-    incarnation: AtomicU64,
-}
-
-impl MadeOn {
-    /// Notes `node`'s incarnation now; [`Error::UnknownNode`] if there is no such node.
-    pub fn new(cluster: &Cluster, node: NodeId) -> Result<MadeOn> {
-        Ok(MadeOn {
-            node,
-            incarnation: AtomicU64::new(cluster.incarnation(node)?),
-        })
-    }
-
-    /// The node.
-    pub fn node(&self) -> NodeId {
-        self.node
-    }
-
-    /// [`Error::PeerDead`] naming the node if it restarted since: its reason says that `what`
-    /// (e.g. "the lock") lost its words and that the caller should make it again.
-    pub fn check(&self, cluster: &Cluster, what: &str) -> Result<()> {
-        let now = cluster.incarnation(self.node)?;
-        let made =
-            match self
-                .incarnation
-                .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => now,
-                Err(made) => made,
-            };
-        if now != made {
-            return Err(Error::PeerDead {
-                node: self.node,
-                reason: format!(
-                    "restarted since {what} was made (incarnation {made}, now {now}): its \
-                     words came back zeroed; make {what} again"
-                ),
-            });
-        }
-        Ok(())
     }
 }

@@ -44,8 +44,8 @@
 //! deadlines and back-offs of every layer read this clock ([`crate::clock`]) on simulated
 //! threads, so a lock that gives up after its timeout does so at the same step every time. A
 //! sleep lets virtual time pass: the thread goes on no earlier than its sleep's end, and the
-//! sleeps of several threads overlap rather than add up. With [`Config::profile`], each operation and NIC step costs
-//! what the network profile says instead (docs/simulation.md).
+//! sleeps of several threads overlap rather than add up. With [`Config::profile`], each
+//! operation and NIC step costs what the network profile says instead (docs/simulation.md).
 //!
 //! **Strategies** ([`Strategy`]): uniform random choice at every point, PCT (probabilistic
 //! concurrency testing: random thread priorities, `depth - 1` random points where the running

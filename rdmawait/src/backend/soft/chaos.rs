@@ -66,7 +66,6 @@ impl ThreadState {
     /// Recomputes [`ThreadState::busy`] and forgets the listed steps (after a change to
     /// `qps`).
     fn refresh_busy(&mut self) {
-        self.steps.resize_with(self.qps.len(), || None);
         for &n in &self.busy {
             self.steps[n] = None;
         }
@@ -248,7 +247,6 @@ impl State {
                 .map(|(n, _)| n)),
             "busy queue pairs out of date"
         );
-        th.steps.resize_with(th.qps.len(), || None);
         for &n in &th.busy {
             if self.stalled[th.node] || self.stalled[n] {
                 continue;
@@ -300,18 +298,20 @@ impl State {
             tm.retime(&mut self.rng, th, a, before, at);
         }
         let th = self.threads[t].as_mut().expect("a live slot");
-        th.refresh_busy();
-        if !th.alive {
-            if let Some(n) = n {
+        // A dead owner's notices go as they arrive.
+        let dropped = match n {
+            Some(n) if !th.alive => {
                 th.qps[n].drop_notices();
-                th.refresh_busy();
-                if self.timing.is_some() {
-                    th.times.reconcile(&th.sb, &th.qps);
-                }
+                true
             }
-            if th.settled() {
-                self.threads[t] = None;
-            }
+            _ => false,
+        };
+        th.refresh_busy();
+        if dropped && self.timing.is_some() {
+            th.times.reconcile(&th.sb, &th.qps);
+        }
+        if !th.alive && th.settled() {
+            self.threads[t] = None;
         }
     }
 
@@ -1006,7 +1006,7 @@ impl Chaos {
                 })
                 .collect(),
             busy: Vec::new(),
-            steps: Vec::new(),
+            steps: vec![None; nodes],
             times: if st.timing.is_some() {
                 Times::new(nodes)
             } else {
