@@ -24,8 +24,22 @@ pub enum LayoutError {
     /// An access to a word outside the layout.
     #[error("word {index} is outside the layout of {words} words")]
     OutOfLayout {
-        /// The word asked for.
+        /// The word asked for (of a range, the first one outside the layout).
         index: usize,
+        /// Words the layout has.
+        words: usize,
+    },
+    /// A range of words that starts after it ends, such as `2..1` (an empty range `i..i`
+    /// inside the layout is no error: it reads nothing).
+    #[error(
+        "the word range {start}..{end} is backwards (it starts after it ends): give a range \
+         start..end with start <= end <= {words} (the layout's words); start..start is empty"
+    )]
+    BackwardsRange {
+        /// The range's start.
+        start: usize,
+        /// The range's end, less than its start.
+        end: usize,
         /// Words the layout has.
         words: usize,
     },

@@ -190,17 +190,38 @@ fn words_outside_the_layout_are_refused() {
     let c = common::cluster(2, Schedule::Immediate);
     let map = PortedHashMap::new_on(&c, NodeId(1), &FixedHashMap::with_buckets(2)).unwrap();
     let ctx = c.context(NodeId(0)).unwrap();
+    // The error names the word asked for (of a range, its first word outside the layout).
     let e = map.with(&ctx, |w| w.read(6)).unwrap_err();
     assert!(
         matches!(
             e,
-            Error::Layout(LayoutError::OutOfLayout { index: 7, words: 6 })
+            Error::Layout(LayoutError::OutOfLayout { index: 6, words: 6 })
         ),
         "{e:?}"
     );
+    assert_eq!(e.to_string(), "word 6 is outside the layout of 6 words");
     let e = map.with(&ctx, |w| w.write_range(5, &[1, 2])).unwrap_err();
     assert!(
-        matches!(e, Error::Layout(LayoutError::OutOfLayout { .. })),
+        matches!(
+            e,
+            Error::Layout(LayoutError::OutOfLayout { index: 6, words: 6 })
+        ),
+        "{e:?}"
+    );
+    let e = map.with(&ctx, |w| w.read_range(4..9)).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Layout(LayoutError::OutOfLayout { index: 6, words: 6 })
+        ),
+        "{e:?}"
+    );
+    let e = map.with(&ctx, |w| w.prefetch(8..9)).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Layout(LayoutError::OutOfLayout { index: 8, words: 6 })
+        ),
         "{e:?}"
     );
     // Nothing was written by the failed `with`, and the lock is free again.
@@ -241,4 +262,52 @@ fn a_queue_of_no_slot_is_refused_and_says_so() {
     let c = common::cluster(2, Schedule::Immediate);
     let e = PortedQueue::new(&c, &BoundedQueue::new(0)).unwrap_err();
     assert!(e.to_string().contains("capacity of at least 1"), "{e}");
+}
+
+/// A range of words that starts after it ends (`2..1`) is refused as backwards, not as "outside
+/// the layout" (it is inside it), by every range method; an empty range inside the layout
+/// (`2..2`, and `6..6` at its end) is nothing to do, as with a slice.
+#[test]
+#[allow(clippy::reversed_empty_ranges)]
+fn a_backwards_word_range_is_refused_as_backwards() {
+    let c = common::cluster(2, Schedule::Immediate);
+    let map = PortedHashMap::new_on(&c, NodeId(1), &FixedHashMap::with_buckets(2)).unwrap();
+    let ctx = c.context(NodeId(0)).unwrap();
+    let backwards = |e: Error| {
+        assert!(
+            matches!(
+                e,
+                Error::Layout(LayoutError::BackwardsRange {
+                    start: 2,
+                    end: 1,
+                    words: 6
+                })
+            ),
+            "{e:?}"
+        );
+        let m = e.to_string();
+        assert!(m.contains("2..1 is backwards"), "{m}");
+        assert!(!m.contains("outside the layout"), "{m}");
+        assert!(m.contains("start <= end <= 6"), "{m}");
+    };
+    backwards(map.with(&ctx, |w| w.read_range(2..1)).unwrap_err());
+    backwards(map.with(&ctx, |w| w.prefetch(2..1)).unwrap_err());
+    backwards(
+        map.with(&ctx, |w| w.prefetch_all(&[0..1, 2..1]))
+            .unwrap_err(),
+    );
+    map.with(&ctx, |w| {
+        assert_eq!(w.read_range(2..2)?, Vec::<u64>::new());
+        assert_eq!(w.read_range(6..6)?, Vec::<u64>::new());
+        w.prefetch(2..2)?;
+        w.prefetch_all(&[2..2, 6..6])?;
+        w.write_range(6, &[])?;
+        assert_eq!(w.round_trips(), 0, "an empty range fetches nothing");
+        Ok(())
+    })
+    .unwrap();
+    // Nothing was written, and the lock is free again.
+    let _ = map.apply(&ctx, MapOp::Len).unwrap();
+    c.quiesce().unwrap();
+    assert!(map.peek(&c).unwrap().is_empty());
 }

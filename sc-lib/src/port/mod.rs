@@ -320,24 +320,39 @@ impl<'a> Words<'a> {
         self.round_trips
     }
 
+    /// `range` as the range methods take it: like a slice's, an empty range inside the layout
+    /// (`i..i`, `i <= len`) is nothing to do, one that starts after it ends is
+    /// [`LayoutError::BackwardsRange`], and one that reaches past the layout is
+    /// [`LayoutError::OutOfLayout`] naming its first word outside the layout.
     fn check(&self, range: &Range<usize>) -> Result<(), LayoutError> {
-        if range.start > range.end || range.end > self.len() {
+        let words = self.len();
+        if range.start > range.end {
+            return Err(LayoutError::BackwardsRange {
+                start: range.start,
+                end: range.end,
+                words,
+            });
+        }
+        if range.end > words {
             return Err(LayoutError::OutOfLayout {
-                index: range.end.max(range.start),
-                words: self.len(),
+                index: range.start.max(words),
+                words,
             });
         }
         Ok(())
     }
 
     /// Fetches the words of `range` not fetched or written yet, with one get (one round trip),
-    /// or none if there are none.
+    /// or none if there are none. An empty range inside the layout (`i..i`, `i <= len`) fetches
+    /// nothing; a range that starts after it ends (`2..1`) is [`LayoutError::BackwardsRange`],
+    /// one that reaches past the layout [`LayoutError::OutOfLayout`].
     pub fn prefetch(&mut self, range: Range<usize>) -> Result<()> {
         self.prefetch_all(&[range])
     }
 
     /// Fetches the words of several ranges not fetched or written yet: one get per range, all
-    /// posted before one wait, so one round trip in all (none if nothing is missing).
+    /// posted before one wait, so one round trip in all (none if nothing is missing). Each range
+    /// is checked as by [`Words::prefetch`], all before anything is fetched.
     pub fn prefetch_all(&mut self, ranges: &[Range<usize>]) -> Result<()> {
         let mut spans = Vec::with_capacity(ranges.len());
         for range in ranges {
@@ -388,7 +403,10 @@ impl<'a> Words<'a> {
         Ok(self.known.get(i).expect("fetched"))
     }
 
-    /// The words of `range` (those not fetched yet in one get: one round trip).
+    /// The words of `range` (those not fetched yet in one get: one round trip). As with a
+    /// slice, an empty range inside the layout (`i..i`, `i <= len`) gives an empty `Vec`; a
+    /// range that starts after it ends (`2..1`) is [`LayoutError::BackwardsRange`], one that
+    /// reaches past the layout [`LayoutError::OutOfLayout`].
     pub fn read_range(&mut self, range: Range<usize>) -> Result<Vec<u64>> {
         self.prefetch(range.clone())?;
         Ok(range.map(|i| self.known.get(i).expect("fetched")).collect())
@@ -402,7 +420,9 @@ impl<'a> Words<'a> {
         Ok(())
     }
 
-    /// Sets the words from `start` on to `values`.
+    /// Sets the words from `start` on to `values` (none for an empty `values` and a `start` at
+    /// most the layout's length); [`LayoutError::OutOfLayout`] if they reach past the layout,
+    /// and then nothing is written.
     pub fn write_range(&mut self, start: usize, values: &[u64]) -> Result<()> {
         self.check(&(start..start.saturating_add(values.len())))?;
         self.known.reserve(values.len(), self.len);
