@@ -1,7 +1,7 @@
 //! A new user's tries at the simulator (`loco_rdmawait::sim`) that found defects: each test
 //! failed before its fix.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -215,4 +215,109 @@ fn a_wait_loop_without_a_pause_is_named_when_it_exhausts_the_budget() {
         "{}",
         f.message()
     );
+}
+
+/// A profile's `jitter` or `spin_share` of NaN ran as if it were 0, and made the run's config
+/// unequal to itself (`Config: PartialEq`), so that comparing a `Failure::config` with the
+/// config given, as its docs suggest, said they differ. A NaN or infinite value of either is
+/// now refused before the run starts (`Setup`, naming the field), by `check` and `replay`;
+/// finite values out of 0 to 1 still run, taken as documented (the nearest of 0 and 1).
+#[test]
+fn a_profile_with_a_nan_or_infinite_fraction_is_refused() {
+    static RAN: AtomicBool = AtomicBool::new(false);
+    let f = |_: &Cluster| -> Result<(), BoxError> {
+        RAN.store(true, Ordering::SeqCst);
+        Ok(())
+    };
+    let bad = [
+        (
+            "jitter",
+            Profile {
+                jitter: f64::NAN,
+                ..Profile::rxe()
+            },
+        ),
+        (
+            "jitter",
+            Profile {
+                jitter: f64::INFINITY,
+                ..Profile::connectx5()
+            },
+        ),
+        (
+            "jitter",
+            Profile {
+                jitter: f64::NEG_INFINITY,
+                ..Profile::rxe()
+            },
+        ),
+        (
+            "spin_share",
+            Profile {
+                spin_share: f64::NAN,
+                ..Profile::rxe()
+            },
+        ),
+        (
+            "spin_share",
+            Profile {
+                spin_share: f64::INFINITY,
+                ..Profile::rxe()
+            },
+        ),
+        (
+            "spin_share",
+            Profile {
+                spin_share: -f64::NAN,
+                ..Profile::connectx5()
+            },
+        ),
+    ];
+    for (field, p) in bad {
+        let config = Config::new(2).runs(2).profile(p.clone());
+        for fail in [
+            sim::check(config.clone(), f).unwrap_err(),
+            sim::replay(config.clone(), 7, f).unwrap_err(),
+        ] {
+            assert_eq!(fail.kind(), sim::FailureKind::Setup, "{p:?}: {fail}");
+            let m = fail.message();
+            assert!(
+                m.starts_with(&format!("Profile::{field} of the profile")),
+                "{m}"
+            );
+            assert!(m.contains("give a finite value from 0 to 1"), "{m}");
+            assert!(
+                fail.to_string()
+                    .starts_with("simulation not started (Setup)"),
+                "{fail}"
+            );
+        }
+    }
+    assert!(
+        !RAN.load(Ordering::SeqCst),
+        "a refused config ran the closure"
+    );
+    // Finite values outside 0 to 1 are taken as the nearest, and run.
+    for p in [
+        Profile {
+            jitter: -0.5,
+            ..Profile::rxe()
+        },
+        Profile {
+            jitter: 7.0,
+            ..Profile::rxe()
+        },
+        Profile {
+            spin_share: -1.0,
+            ..Profile::rxe()
+        },
+        Profile {
+            spin_share: 1e300,
+            ..Profile::rxe()
+        },
+    ] {
+        let config = Config::new(2).runs(2).profile(p.clone());
+        let r = sim::check(config, f).unwrap_or_else(|e| panic!("{p:?}: {}", e.report()));
+        assert_eq!(r.runs, 2);
+    }
 }

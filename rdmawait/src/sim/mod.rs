@@ -325,6 +325,8 @@ impl Config {
     /// each NIC step cost what the profile says, threads run in the order of their clocks, and
     /// NIC steps are taken when due instead of at random ([`Config::step_time`] no longer
     /// applies). What to use to measure: [`now`] in the code under test reads the clock.
+    /// A profile whose [`Profile::jitter`] or [`Profile::spin_share`] is NaN or infinite is
+    /// refused by [`check`] and [`replay`] as [`FailureKind::Setup`].
     pub fn profile(mut self, profile: Profile) -> Self {
         self.profile = Some(profile);
         self
@@ -1111,6 +1113,31 @@ fn refused(config: &Config) -> Option<String> {
              give the real time a run may go without a scheduling point (default 60 s)"
                 .into(),
         );
+    }
+    if let Some(p) = &config.profile {
+        // A NaN would also make the config unequal to itself, so that `Failure::config` could
+        // not be compared with the config it was given.
+        let fractions = [
+            (
+                "jitter",
+                p.jitter,
+                "0 for none; connectx5 and rxe have 0.05",
+            ),
+            (
+                "spin_share",
+                p.spin_share,
+                "0 for a hardware NIC, 1 for a software one on the threads' CPUs (rxe)",
+            ),
+        ];
+        for (field, value, hint) in fractions {
+            if !value.is_finite() {
+                return Some(format!(
+                    "Profile::{field} of the profile {:?} is {value}, which is no fraction: \
+                     give a finite value from 0 to 1 ({hint})",
+                    p.name
+                ));
+            }
+        }
     }
     if config.step_time.is_zero() && config.profile.is_none() {
         return Some(

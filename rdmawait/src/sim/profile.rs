@@ -86,7 +86,10 @@ pub struct Profile {
     /// where the emulator leaves its translated code at each `PAUSE`, on a day the profile's
     /// fitted scale was 0.2-0.27).
     pub spin_hint: Duration,
-    /// Each NIC delay is multiplied by a factor drawn uniformly from `1 ± jitter`.
+    /// Each NIC delay is multiplied by a factor drawn uniformly from `1 ± jitter`: a fraction,
+    /// 0 to 1 (a negative value is taken as 0, no jitter; one above 1 as 1). A NaN or infinite
+    /// value is refused: a run under it fails as
+    /// [`FailureKind::Setup`](super::FailureKind::Setup).
     pub jitter: f64,
     /// One device doing every node's NIC work, [`Profile::device_lanes`] requests at a time:
     /// a request leaves its store buffer only once a lane is free and the same thread's
@@ -106,13 +109,14 @@ pub struct Profile {
     /// taken as the nearest).
     pub device_lanes: usize,
     /// The share of a device lane that a thread spinning on local memory, or waiting for a
-    /// CPU ([`Profile::cpus`]), takes (0 to 1; other values are taken as the nearest). Where
-    /// the NIC is software on the same CPUs as the threads (rxe in a VM: its lanes are the
-    /// VM's vCPUs), a waiter spinning on its node's memory (a weak or strong lock's waiter)
-    /// occupies a CPU the device needs, where one waiting in remote reads or CASes (a node
-    /// lock's, a spinlock's) runs device work itself; and a thread ready to run but without a
-    /// CPU competes with the kernel's NIC work for one. With `s` such threads when a request
-    /// starts, the device has
+    /// CPU ([`Profile::cpus`]), takes (0 to 1; other finite values are taken as the nearest,
+    /// and a NaN or infinite one fails a run as
+    /// [`FailureKind::Setup`](super::FailureKind::Setup)). Where the NIC is software on the
+    /// same CPUs as the threads (rxe in a VM: its lanes are the VM's vCPUs), a waiter spinning
+    /// on its node's memory (a weak or strong lock's waiter) occupies a CPU the device needs,
+    /// where one waiting in remote reads or CASes (a node lock's, a spinlock's) runs device
+    /// work itself; and a thread ready to run but without a CPU competes with the kernel's NIC
+    /// work for one. With `s` such threads when a request starts, the device has
     /// `max(1, lanes - spin_share × s)` lanes' worth of time, and the request holds it
     /// `lanes / that` times longer. `rxe`: 1 (a spinning thread takes a whole vCPU;
     /// docs/simulation.md §3 has the figures); 0 (no effect) for hardware NICs.
