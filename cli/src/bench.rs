@@ -153,11 +153,19 @@ impl ProfileArg {
 
 /// `--profile-scale`: a factor from 0.1 to 100. Smaller ones round a profile's spin-loop costs
 /// to zero, and the benchmark's simulated time would stop moving; larger ones make a request
-/// take longer than the benchmark's timeouts.
+/// take longer than the benchmark's timeouts. NaN and infinities (which `f64` parses) are no
+/// factor: refused, with the rest.
 pub(crate) fn profile_scale(s: &str) -> Result<f64, String> {
+    const GIVE: &str = "give a factor from 0.1 to 100 that multiplies every cost of the \
+                        profile, e.g. 0.25 for a host four times as fast";
     match s.parse::<f64>() {
         Ok(x) if (0.1..=100.0).contains(&x) => Ok(x),
-        _ => Err("expected a factor from 0.1 to 100".to_string()),
+        Ok(x) if x.is_nan() => Err(format!("NaN is not a number: {GIVE}")),
+        Ok(x) if x.is_infinite() => Err(format!(
+            "an infinite factor would make every cost infinite: {GIVE}"
+        )),
+        Ok(_) => Err(format!("the factor is out of range: {GIVE}")),
+        Err(_) => Err(format!("not a number: {GIVE}")),
     }
 }
 
@@ -1651,6 +1659,31 @@ fn join_all(handles: Vec<thread::JoinHandle<Result<Done, String>>>) -> Result<Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--profile-scale nan` (`f64` parses it) is refused with what to give, not taken as a
+    /// factor; so are infinities, values out of 0.1 to 100 and words.
+    #[test]
+    fn a_profile_scale_must_be_a_finite_factor_from_a_tenth_to_a_hundred() {
+        for ok in ["0.1", "1", "2.5", "100"] {
+            assert!(profile_scale(ok).is_ok(), "{ok}");
+        }
+        for (bad, says) in [
+            ("nan", "NaN is not a number"),
+            ("NaN", "NaN is not a number"),
+            ("-nan", "NaN is not a number"),
+            ("inf", "infinite"),
+            ("-infinity", "infinite"),
+            ("0.05", "out of range"),
+            ("101", "out of range"),
+            ("-1", "out of range"),
+            ("fast", "not a number"),
+            ("", "not a number"),
+        ] {
+            let e = profile_scale(bad).unwrap_err();
+            assert!(e.contains(says), "{bad:?}: {e}");
+            assert!(e.contains("give a factor from 0.1 to 100"), "{bad:?}: {e}");
+        }
+    }
 
     /// An acquire of 5 s (an oversubscribed host's) is reported as 5 s, by the row and by the
     /// histogram of a cluster of processes: latencies were kept as u32 ns and the histogram

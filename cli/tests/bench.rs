@@ -117,6 +117,32 @@ fn bench_locks_refuses_bad_options() {
     }
 }
 
+/// `--profile-scale nan` (which `f64` parses) is a command-line error that says what to give,
+/// for `bench locks` and `bench ops`, and nothing is measured.
+#[test]
+fn a_nan_profile_scale_is_refused_with_what_to_give() {
+    for cmd in ["locks", "ops"] {
+        for scale in ["nan", "NaN", "inf"] {
+            let out = loco(&[
+                "bench",
+                cmd,
+                "--backend",
+                "sim",
+                "--profile-scale",
+                scale,
+                "--no-plot",
+            ]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{cmd} {scale}: {err}");
+            assert!(
+                err.contains("--profile-scale") && err.contains("give a factor from 0.1 to 100"),
+                "{cmd} {scale}: {err}"
+            );
+            assert!(out.stdout.is_empty(), "{cmd} {scale}");
+        }
+    }
+}
+
 /// `--backend sim`: figures in simulated time under a profile, the same on every run (they do
 /// not depend on the host), and the profile named in the JSON.
 #[test]
