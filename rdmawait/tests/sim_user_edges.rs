@@ -321,3 +321,63 @@ fn a_profile_with_a_nan_or_infinite_fraction_is_refused() {
         assert_eq!(r.runs, 2);
     }
 }
+
+/// `Failure::steps`: the steps of the failing run, which users could only read out of its
+/// `Display` ("failed after N steps"). It is that number, the step of the trace's last line
+/// and the same on a replay; 0 for a config refused before the run; one past the budget for a
+/// run that exhausted it.
+#[test]
+fn a_failure_tells_its_steps() {
+    let f = |c: &Cluster| -> Result<(), BoxError> {
+        let x = c.alloc_word(N0)?;
+        sim::spawn(c, N0, move |ctx: &Ctx| {
+            for i in 0..10 {
+                ctx.store(&x, i)?;
+            }
+            Ok::<(), BoxError>(())
+        })
+        .join()?;
+        Err("fails after its stores".into())
+    };
+    let fail = sim::check(Config::new(1).runs(3), f).unwrap_err();
+    assert_eq!(fail.kind(), sim::FailureKind::Error, "{}", fail.report());
+    let n = fail.steps();
+    assert!(n >= 10, "ten stores at least: {n}");
+    assert!(
+        fail.to_string()
+            .contains(&format!("failed after {n} steps")),
+        "{fail}"
+    );
+    let last = fail.trace().last().cloned().unwrap_or_default();
+    assert!(
+        last.starts_with(&format!("step {n:>7} ")),
+        "last line {last:?} is not step {n}"
+    );
+    assert_eq!(sim::replay_failure(&fail, f).unwrap_err().steps(), n);
+
+    // Refused before the run: no step.
+    let refused = sim::check(Config::new(1).max_steps(0), f).unwrap_err();
+    assert_eq!(refused.kind(), sim::FailureKind::Setup);
+    assert_eq!(refused.steps(), 0);
+
+    // Out of budget: the step that went past it.
+    let spin = |c: &Cluster| -> Result<(), BoxError> {
+        let flag = c.alloc_word(N0)?;
+        sim::spawn(c, N0, move |ctx: &Ctx| {
+            while ctx.load(&flag)? == 0 {
+                clock::pause();
+            }
+            Ok::<(), BoxError>(())
+        })
+        .join()?;
+        Ok(())
+    };
+    let budget = sim::check(Config::new(1).runs(1).max_steps(500), spin).unwrap_err();
+    assert_eq!(
+        budget.kind(),
+        sim::FailureKind::Budget,
+        "{}",
+        budget.report()
+    );
+    assert_eq!(budget.steps(), 501);
+}

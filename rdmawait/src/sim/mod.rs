@@ -83,8 +83,9 @@
 //! spawned thread, a deadlock (every thread blocked in a join), a run longer than
 //! [`Config::max_steps`] (a livelock), or a thread that reaches no scheduling point for
 //! [`Config::watchdog`] of real time (it blocks outside the simulator: a `std` lock, a sleep;
-//! the run's threads are then abandoned). The [`Failure`] has the seed, the message and the
-//! last steps of the trace (thread, node, operation, value read).
+//! the run's threads are then abandoned). The [`Failure`] has the seed, the message, the
+//! number of steps the run took ([`Failure::steps`]) and the last steps of the trace (thread,
+//! node, operation, value read).
 //!
 //! # Why not shuttle
 //! `shuttle` (random, PCT, DFS and replay schedulers for shared-memory Rust) schedules code
@@ -548,6 +549,27 @@ impl Failure {
     /// The panic or error message.
     pub fn message(&self) -> &str {
         &self.message
+    }
+
+    /// The steps the failing run took before it stopped, counted as [`Run::steps`] and
+    /// [`Report::steps`] count them (the number its [`Display`](fmt::Display) says, "failed
+    /// after N steps"; the last line of its [`trace`](Self::trace) is step N). 0 for a
+    /// [`FailureKind::Setup`] failure refused before the run started; one more than
+    /// [`Config::max_steps`] for a [`FailureKind::Budget`] one. A replay of the failure
+    /// ([`replay_failure`]) takes as many.
+    ///
+    /// ```
+    /// use loco_rdmawait::sim::{self, Config};
+    /// use loco_rdmawait::Cluster;
+    ///
+    /// let f = |_: &Cluster| Err::<(), _>("always");
+    /// let failure = sim::check(Config::new(2).runs(5), f).unwrap_err();
+    /// assert!(failure.steps() > 0);
+    /// let again = sim::replay_failure(&failure, f).unwrap_err();
+    /// assert_eq!(again.steps(), failure.steps());
+    /// ```
+    pub fn steps(&self) -> u64 {
+        self.steps
     }
 
     /// The last steps of the run (up to 200), one line each: step number, virtual time,
