@@ -53,7 +53,7 @@ impl Explorer {
     }
 
     /// One of `n` alternatives, the default being 0. Taking another costs a delay, unless
-    /// `free` (a fault's step, which is not a scheduling decision).
+    /// `free` (whether a random fault strikes here, which is not a scheduling decision).
     pub(crate) fn choose(&self, n: usize, free: bool) -> usize {
         let mut p = self.path();
         if n <= 1 || p.closed {

@@ -157,8 +157,9 @@ pub enum Strategy {
     /// ([`crate::clock::pause`]), or the first run spins until [`Config::max_steps`] (the
     /// [`FailureKind::Budget`] failure says so). A deviation: any
     /// other thread, any NIC step at any call, a poll's steps in another order (delay
-    /// bounding, Emmi et al., POPL 2011). Each step of a [`At::Random`] fault is tried too,
-    /// at no delay. No RNG is used, so the base seed does not matter; a [`Failure::seed`] is
+    /// bounding, Emmi et al., POPL 2011). An [`At::Random`] fault is tried at each scheduling
+    /// point the run reaches within its window, and once not at all if the run ends first, at
+    /// no delay. No RNG is used, so the base seed does not matter; a [`Failure::seed`] is
     /// the failing run's number in the search, which [`replay`] reaches by running the search
     /// again up to it. Not with a [`Config::profile`] (a timed run's order is its clocks').
     Exhaustive {
@@ -219,6 +220,14 @@ pub enum At {
     Step(u64),
     /// At a step drawn from the run's seed, uniformly in `1..=within` (a run that ends sooner
     /// does not see it). `within: 0` is refused as [`FailureKind::Setup`].
+    ///
+    /// Under [`Strategy::Exhaustive`] nothing is drawn: the fault is decided as the run goes,
+    /// at each scheduling point before step `within` a branch of the search, "here" or "not
+    /// yet" (at no delay), and it strikes at the first point at or past step `within` if not
+    /// before. So the search tries it at each scheduling point the run reaches within the
+    /// window, plus once not at all if the run ends first: a window far longer than the run
+    /// (say `within: 1_000_000` for "anywhere in the run") costs no more runs than one as long
+    /// as the run, and the search can still be [`Search::Complete`].
     Random {
         /// The last step it may strike at (at least 1).
         within: u64,

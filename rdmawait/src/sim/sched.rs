@@ -144,6 +144,19 @@ pub(crate) enum Inject {
     Stall(NodeId, bool),
 }
 
+/// What `fault` injects when it strikes at step `at`: a crash, or a partition's start and its
+/// end.
+fn injections(fault: &super::Fault, at: u64) -> impl Iterator<Item = (u64, Inject)> {
+    let (first, then) = match *fault {
+        super::Fault::Crash { node, .. } => ((at, Inject::Kill(node)), None),
+        super::Fault::Partition { node, steps, .. } => (
+            (at, Inject::Stall(node, true)),
+            Some((at.saturating_add(steps.max(1)), Inject::Stall(node, false))),
+        ),
+    };
+    std::iter::once(first).chain(then)
+}
+
 impl fmt::Display for Inject {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
@@ -281,6 +294,10 @@ struct State {
     aborted: Option<Instant>,
     /// Faults still to inject, by step (ascending).
     plan: VecDeque<(u64, Inject)>,
+    /// Under exhaustive search: the [`super::At::Random`] faults whose step is not decided
+    /// yet, each with the last step of its window, in the plan's order
+    /// ([`Sched::decide_faults`]).
+    undecided: Vec<(u64, super::Fault)>,
     /// A timed run's profile: each thread has its own clock, advanced by its operations'
     /// costs, and the thread with the earliest clock runs next.
     profile: Option<super::Profile>,
@@ -515,6 +532,7 @@ impl Sched {
                 failure: None,
                 aborted: None,
                 plan: VecDeque::new(),
+                undecided: Vec::new(),
                 profile,
                 explore,
                 runnable: Vec::new(),
@@ -532,34 +550,60 @@ impl Sched {
     }
 
     /// The faults to inject (resolved to steps with the run's RNG), and who injects them.
+    /// Under exhaustive search a random fault's step is not drawn: it is decided as the run
+    /// goes ([`Sched::decide_faults`]).
     pub(super) fn plan(&self, faults: &[super::Fault], injector: Injector) {
         let mut st = self.lock();
         let mut plan = Vec::new();
+        let mut undecided = Vec::new();
         for f in faults {
-            let mut at = |a: super::At| match a {
+            let (super::Fault::Crash { at, .. } | super::Fault::Partition { at, .. }) = *f;
+            let step = match at {
                 super::At::Step(s) => s.max(1),
-                // Under exhaustive search every step is tried (not a scheduling decision, so
-                // it costs no delay).
-                super::At::Random { within } => match &st.explore {
-                    Some(e) => {
-                        let n = usize::try_from(within.max(1)).unwrap_or(usize::MAX);
-                        1 + e.choose(n, true) as u64
-                    }
-                    None => st.rng.random_range(1..=within.max(1)),
-                },
-            };
-            match *f {
-                super::Fault::Crash { node, at: a } => plan.push((at(a), Inject::Kill(node))),
-                super::Fault::Partition { node, at: a, steps } => {
-                    let s = at(a);
-                    plan.push((s, Inject::Stall(node, true)));
-                    plan.push((s.saturating_add(steps.max(1)), Inject::Stall(node, false)));
+                super::At::Random { within } if st.explore.is_some() => {
+                    undecided.push((within.max(1), *f));
+                    continue;
                 }
-            }
+                super::At::Random { within } => st.rng.random_range(1..=within.max(1)),
+            };
+            plan.extend(injections(f, step));
         }
         plan.sort_by_key(|p| p.0);
         st.plan = plan.into();
+        st.undecided = undecided;
         *self.injector.lock().unwrap_or_else(|p| p.into_inner()) = Some(injector);
+    }
+
+    /// Under exhaustive search, at a scheduling point: which of the random faults still to
+    /// come strike at it. One whose window ends at this step or has ended strikes now; any
+    /// other is a branch of the search, "now" or "not yet" (the default), at no delay (not a
+    /// scheduling decision). So the search tries each random fault at each scheduling point
+    /// the run reaches within the window, and once not at all when the run ends first, rather
+    /// than every step of the window whether the run reaches it or not. Faults that strike
+    /// join the plan, due now, in the plan's order.
+    fn decide_faults(st: &mut State) {
+        let State {
+            undecided,
+            explore,
+            plan,
+            steps,
+            ..
+        } = st;
+        let Some(e) = explore else { return };
+        let now = *steps;
+        let mut i = 0;
+        while i < undecided.len() {
+            let (within, f) = undecided[i];
+            if now >= within || e.choose(2, true) == 1 {
+                undecided.remove(i);
+                for (at, inject) in injections(&f, now) {
+                    let pos = plan.partition_point(|p| p.0 <= at);
+                    plan.insert(pos, (at, inject));
+                }
+            } else {
+                i += 1;
+            }
+        }
     }
 
     /// Injects the faults due by now (the caller holds the baton, not the state's lock).
@@ -1110,6 +1154,9 @@ impl Handle {
                 _ => false,
             };
             st.set_local_spin(self.me, spin);
+        }
+        if !st.undecided.is_empty() {
+            Sched::decide_faults(&mut st);
         }
         if st.plan.front().is_some_and(|&(at, _)| at <= st.steps) {
             drop(st);
