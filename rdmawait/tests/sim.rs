@@ -816,9 +816,10 @@ fn a_one_at_a_time_device_serialises_requests() {
     assert!(elapsed(none, 2) > Duration::ZERO);
 }
 
-/// Under a profile whose device runs on the threads' CPUs (`spin_share`, rxe), a thread
-/// spinning on local memory slows other threads' requests: it holds a lane. Without the share
-/// (hardware NICs), it does not. Simulated time, no jitter: exact comparisons.
+/// Under a profile whose device has lanes of its own that spinning threads take a share of
+/// (`spin_share`, `device_on_cpu` off), a thread spinning on local memory slows other
+/// threads' requests: it holds a lane. Without the share (hardware NICs), it does not.
+/// Simulated time, no jitter: exact comparisons.
 #[test]
 fn a_thread_spinning_on_local_memory_takes_device_time_under_spin_share() {
     use std::sync::{Arc, Mutex};
@@ -826,6 +827,8 @@ fn a_thread_spinning_on_local_memory_takes_device_time_under_spin_share() {
         let p = sim::Profile {
             jitter: 0.0,
             spin_share,
+            device_on_cpu: false,
+            cpus: 0,
             ..sim::Profile::rxe()
         };
         let out = Arc::new(Mutex::new(Duration::ZERO));
@@ -1347,4 +1350,85 @@ fn exhaustive_search_finds_a_bug_only_a_fault_at_one_step_reveals() {
     assert_eq!((again.message(), again.trace()), (f.message(), f.trace()));
     let r = sim::check(config(), writes(true)).unwrap();
     assert_eq!(r.search, Search::Complete, "{r:?}");
+}
+
+/// Under `device_on_cpu` (rxe: the post's system call does the request's work), a post returns
+/// only once its device time is over, whether or not the request is waited for, and the
+/// thread holds its CPU meanwhile: two threads sharing one CPU post one after the other, where
+/// a device of its own with two lanes lets their requests overlap. Simulated time, no jitter.
+#[test]
+fn a_post_holds_its_cpu_for_the_device_time_under_device_on_cpu() {
+    use std::sync::{Arc, Mutex};
+    let rxe = sim::Profile {
+        jitter: 0.0,
+        ..sim::Profile::rxe()
+    };
+    // One put, not waited for: the post alone takes the CPU's post and the device time.
+    let took = Arc::new(Mutex::new(Duration::ZERO));
+    let t = took.clone();
+    let p = rxe.clone();
+    sim::replay(Config::new(2).profile(p), 1, move |c: &Cluster| {
+        let (src, dst) = (c.alloc_word(NodeId(0))?, c.alloc_word(NodeId(1))?);
+        let t = t.clone();
+        sim::spawn(c, NodeId(0), move |ctx: &Ctx| -> Result<(), BoxError> {
+            let t0 = sim::now();
+            ctx.put(&dst, &src, WorkId::new(1))?;
+            *t.lock().unwrap() = sim::now() - t0;
+            ctx.wait(WorkId::new(1))?;
+            Ok(())
+        })
+        .join()?;
+        Ok::<(), BoxError>(())
+    })
+    .unwrap_or_else(|f| panic!("{}", f.report()));
+    assert_eq!(*took.lock().unwrap(), rxe.post + rxe.device_put);
+
+    // Two threads of ten put + wait each, on one CPU or on a device of their own.
+    let both = |p: sim::Profile| -> Duration {
+        let out = Arc::new(Mutex::new(Duration::ZERO));
+        let o = out.clone();
+        sim::replay(Config::new(3).profile(p), 1, move |c: &Cluster| {
+            let mut hs = Vec::new();
+            for n in [0, 1] {
+                let (src, dst) = (c.alloc_word(NodeId(n))?, c.alloc_word(NodeId(2))?);
+                hs.push(sim::spawn(
+                    c,
+                    NodeId(n),
+                    move |ctx: &Ctx| -> Result<(), BoxError> {
+                        for _ in 0..10 {
+                            ctx.put(&dst, &src, WorkId::new(1))?;
+                            ctx.wait(WorkId::new(1))?;
+                        }
+                        Ok(())
+                    },
+                ));
+            }
+            for h in hs {
+                h.join()?;
+            }
+            *o.lock().unwrap() = sim::now();
+            Ok::<(), BoxError>(())
+        })
+        .unwrap_or_else(|f| panic!("{}", f.report()));
+        let t = *out.lock().unwrap();
+        t
+    };
+    let one_cpu = both(sim::Profile {
+        cpus: 1,
+        ..rxe.clone()
+    });
+    assert!(
+        one_cpu >= rxe.device_put * 20,
+        "one CPU: the 20 posts' device work is serialised ({one_cpu:?})"
+    );
+    let own_device = both(sim::Profile {
+        cpus: 0,
+        device_on_cpu: false,
+        device_lanes: 2,
+        ..rxe.clone()
+    });
+    assert!(
+        own_device < rxe.device_put * 12,
+        "a device of its own with two lanes overlaps the two threads ({own_device:?})"
+    );
 }

@@ -117,6 +117,11 @@ pub(crate) enum Op {
     Spin {
         nanos: u64,
     },
+    /// A request's device work done by its post on the posting thread's CPU
+    /// ([`super::Profile::device_on_cpu`]), taking `nanos`.
+    Device {
+        nanos: u64,
+    },
     Sleep {
         nanos: u64,
     },
@@ -183,6 +188,7 @@ impl fmt::Display for Op {
             Op::Pause => write!(f, "spin pause"),
             Op::Yield => write!(f, "yield"),
             Op::Spin { nanos } => write!(f, "spin hints ({nanos} ns)"),
+            Op::Device { nanos } => write!(f, "the post's device work ({nanos} ns)"),
             Op::Sleep { nanos } => write!(f, "sleep {nanos} ns"),
             Op::Park { nanos } => write!(f, "park (at most {nanos} ns)"),
             Op::Spawn { thread } => write!(f, "spawn t{thread}"),
@@ -478,7 +484,7 @@ fn cost(p: &super::Profile, op: Op) -> Duration {
         Op::Post { .. } => p.post,
         Op::Poll { .. } => p.poll,
         Op::Pause | Op::Yield => p.pause,
-        Op::Spin { nanos } => Duration::from_nanos(nanos),
+        Op::Spin { nanos } | Op::Device { nanos } => Duration::from_nanos(nanos),
         Op::Sleep { .. }
         | Op::Park { .. }
         | Op::Spawn { .. }
@@ -1218,6 +1224,14 @@ impl Handle {
             }
         };
         self.point_until(Op::Spin { nanos }, true, None);
+    }
+
+    /// A post's device work on this thread's CPU, `busy` long
+    /// ([`super::Profile::device_on_cpu`]): the thread keeps its CPU meanwhile, as it does in
+    /// the system call of a post to Soft-RoCE.
+    pub(crate) fn device_work(&self, busy: Duration) {
+        let nanos = u64::try_from(busy.as_nanos()).unwrap_or(u64::MAX);
+        self.point_until(Op::Device { nanos }, true, None);
     }
 
     /// [`Handle::point`] or [`Handle::yield_now`], as `op` says.

@@ -656,6 +656,26 @@ impl Timing {
         jitter(self.profile.jitter, rng, d)
     }
 
+    /// Under [`Profile::device_on_cpu`]: the device time of `wr`, which its post spends on the
+    /// posting thread's CPU (`None`: the profile's device works on its own, or takes no time).
+    fn on_cpu(&self, wr: &WorkRequest) -> Option<Duration> {
+        if !self.profile.device_on_cpu {
+            return None;
+        }
+        Some(self.device_time(wr)).filter(|d| !d.is_zero())
+    }
+
+    /// How long request `wr` holds the device ([`Profile::device_put`] and its siblings).
+    fn device_time(&self, wr: &WorkRequest) -> Duration {
+        let p = &self.profile;
+        match wr {
+            WorkRequest::Write { .. } => p.device_put,
+            WorkRequest::Fence => Duration::ZERO,
+            WorkRequest::Read { .. } => p.device_get,
+            WorkRequest::CompareSwap { .. } | WorkRequest::FetchAdd { .. } => p.device_rmw,
+        }
+    }
+
     /// The device's lane that is free first, and from when.
     fn device_lane(&self) -> (usize, Duration) {
         self.device_free
@@ -751,13 +771,12 @@ impl Timing {
             (Action::Flush(_), Before::Post(n, wr)) => {
                 th.times.sb.pop_front();
                 self.outbound_free[me] = at.saturating_add(p.outbound_gap);
-                let busy = match wr {
-                    WorkRequest::Write { .. } => p.device_put,
-                    WorkRequest::Fence => Duration::ZERO,
-                    WorkRequest::Read { .. } => p.device_get,
-                    WorkRequest::CompareSwap { .. } | WorkRequest::FetchAdd { .. } => p.device_rmw,
+                // A device on the CPUs has no lanes of its own: the post took its time.
+                let busy = if p.device_on_cpu {
+                    Duration::ZERO
+                } else {
+                    self.stretched(self.device_time(&wr))
                 };
-                let busy = self.stretched(busy);
                 if !busy.is_zero() {
                     let (lane, _) = self.device_lane();
                     self.device_free[lane] = at.saturating_add(busy);
@@ -1142,15 +1161,24 @@ impl ThreadNic for ChaosNic {
         });
         let (id, node) = (self.id, self.node);
         self.chaos.fabric.check_post(node, target, &wr)?;
-        self.chaos.call(|st, fabric| {
-            // Again under the lock: a kill since the first check has been applied by now, and a
-            // later one will discard this request.
-            fabric.check_alive(node)?;
-            fabric.check_alive(target.index())?;
-            // Tag 0: this NIC completes by poll order, not by tag.
-            st.push_post(id, Post { target, wr, tag: 0 });
-            Ok(())
-        })
+        self.chaos
+            .call(|st, fabric| {
+                // Again under the lock: a kill since the first check has been applied by now, and a
+                // later one will discard this request.
+                fabric.check_alive(node)?;
+                fabric.check_alive(target.index())?;
+                let on_cpu = st.timing.as_ref().map(|tm| tm.on_cpu(&wr));
+                // Tag 0: this NIC completes by poll order, not by tag.
+                st.push_post(id, Post { target, wr, tag: 0 });
+                Ok(on_cpu)
+            })
+            .map(|on_cpu| {
+                // Soft-RoCE does the request's work inside the post: the thread keeps its CPU that
+                // long, while the request's steps fall due from the post on.
+                if let (Some(busy), Some(h)) = (on_cpu.flatten(), crate::sim::sched::current()) {
+                    h.device_work(busy);
+                }
+            })
     }
 
     fn poll(&mut self, target: NodeId, timeout: Duration) -> Result<()> {
