@@ -8,7 +8,7 @@
 //!
 //! | step of the model | due (after the step before it) |
 //! |---|---|
-//! | a post leaves the store buffer for its queue pair | `doorbell` (WQE write and doorbell, until the NIC has the request), then the NIC's outbound rate, then a free lane of a one-at-a-time device ([`Profile::device_put`]; rxe only) |
+//! | a post leaves the store buffer for its queue pair | `doorbell` (WQE write and doorbell, until the NIC has the request), then the NIC's outbound rate, then a free lane of a one-at-a-time device ([`Profile::device_put`]), or under [`Profile::device_on_cpu`] (rxe) the post itself takes the device time on the thread's CPU |
 //! | a put reads its source (nLR) | `pcie_read` |
 //! | the put's data is sent | `nic` |
 //! | the remote write lands (nRW commit) | `wire` + `nic`, then the target's inbound rate |
@@ -117,8 +117,8 @@ pub struct Profile {
     /// on their own).
     pub device_on_cpu: bool,
     /// How many requests the device of [`Profile::device_put`] works on at once, each
-    /// thread's one after the other (the VM's CPUs, for rxe); 1 to 1024 (other values are
-    /// taken as the nearest).
+    /// thread's one after the other; 1 to 1024 (other values are taken as the nearest).
+    /// Unused under [`Profile::device_on_cpu`], where the CPUs are the lanes.
     pub device_lanes: usize,
     /// The share of a device lane that a thread spinning on local memory, or waiting for a
     /// CPU ([`Profile::cpus`]), takes (0 to 1; other finite values are taken as the nearest,
@@ -130,8 +130,10 @@ pub struct Profile {
     /// work itself; and a thread ready to run but without a CPU competes with the kernel's NIC
     /// work for one. With `s` such threads when a request starts, the device has
     /// `max(1, lanes - spin_share × s)` lanes' worth of time, and the request holds it
-    /// `lanes / that` times longer. `rxe`: 1 (a spinning thread takes a whole vCPU;
-    /// docs/simulation.md §3 has the figures); 0 (no effect) for hardware NICs.
+    /// `lanes / that` times longer; 0 (no effect) for hardware NICs. Unused under
+    /// [`Profile::device_on_cpu`], where spinning and waiting threads take device time by
+    /// holding or wanting a CPU (`rxe` keeps 1, a spinning thread taking a whole vCPU, for a
+    /// profile built from it with the device off the CPUs; docs/simulation.md §3).
     pub spin_share: f64,
     /// From an unpark until the parked thread runs again (the OS's wake-up: the futex, the
     /// scheduler, a context switch). A thread parks where it waits for a thread of its own node
@@ -146,7 +148,10 @@ pub struct Profile {
     /// (docs/simulation.md §3).
     pub wake: Duration,
     /// What unparking a parked thread costs the thread that unparks it (the system call; an
-    /// unpark of a thread that is not parked costs nothing). `rxe`: 100 µs, `connectx5`: 1 µs.
+    /// unpark of a thread that is not parked costs nothing). `rxe`: 400 µs, fitted to the lock
+    /// benchmark on the VM (the futex call alone measured 35-110 µs in the profile's units: the
+    /// fit also charges what the woken thread's return costs the VM's CPUs; docs/simulation.md
+    /// §3, "The device on the CPUs"); `connectx5`: 1 µs.
     pub unpark: Duration,
     /// The host's CPUs that the simulated threads share; 0: every thread has a CPU of its own
     /// (`connectx5`: a host with a core per thread). With fewer CPUs than threads ready to
