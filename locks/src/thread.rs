@@ -682,6 +682,26 @@ impl Drop for ThreadLock {
 #[derive(Debug, Default)]
 struct Registry {
     locks: RefCell<HashMap<u64, Rc<ThreadLock>>>,
+    /// A weak or strong lock's `rel` slot claim (its remote FAA on `slots`, into the state's
+    /// word) whose wait ran out of time, by lock id: the next call waits for that FAA rather
+    /// than posting another, which would take a second slot and lose the first.
+    claims: RefCell<HashMap<u64, ThreadLock>>,
+}
+
+/// The calling thread's `rel` slot claim for lock `id` that a call before gave up waiting for
+/// ([`keep_claim`]), taken out of the context.
+pub(crate) fn take_claim(ctx: &Ctx, cluster: u32, id: u64) -> Result<Option<ThreadLock>> {
+    Ok(registry(ctx, cluster)?.claims.borrow_mut().remove(&id))
+}
+
+/// Keeps `claim`, a `rel` slot claim for lock `id` still in flight, for the calling thread's
+/// next call ([`take_claim`]).
+pub(crate) fn keep_claim(ctx: &Ctx, cluster: u32, id: u64, claim: ThreadLock) -> Result<()> {
+    registry(ctx, cluster)?
+        .claims
+        .borrow_mut()
+        .insert(id, claim);
+    Ok(())
 }
 
 /// The calling thread's state for lock `id` of cluster `cluster`, registered with `init` on first

@@ -23,8 +23,8 @@ use crate::marks::{self, MARKS, POISON};
 use crate::protocol::{self, NONE, WL_ACQ, WL_REL};
 use crate::run::{Run, Spinner};
 use crate::thread::{
-    next_lock_id, registered, thread_lock, Deadline, Home, OnDrop, Pace, Spin, ThreadLock,
-    WaitSlots, WAIT_SLOTS,
+    keep_claim, next_lock_id, registered, take_claim, thread_lock, Deadline, Home, OnDrop, Pace,
+    Spin, ThreadLock, WaitSlots, WAIT_SLOTS,
 };
 use crate::{Error, RawLock, Result};
 
@@ -149,12 +149,17 @@ impl RawWLock {
     /// [`Self::me`], registering (on first use) within the caller's deadline `d`.
     fn me_by(&self, ctx: &Ctx, d: &Deadline) -> Result<Rc<ThreadLock>> {
         thread_lock(ctx, self.cluster.id(), self.id, |ctx| {
-            let recycled = self
-                .pool
-                .free
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .pop();
+            // A claim this thread gave up waiting for is waited for again, not made anew.
+            let kept = take_claim(ctx, self.cluster.id(), self.id)?;
+            let recycled = match kept {
+                Some(_) => None,
+                None => self
+                    .pool
+                    .free
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .pop(),
+            };
             let on_drop: Arc<dyn OnDrop> = self.pool.clone();
             let recycled = match recycled {
                 Some((slot, last)) => match self.check_landed(ctx, slot, last, d) {
@@ -177,12 +182,23 @@ impl RawWLock {
             let (slot, last) = match recycled {
                 Some(r) => r,
                 None => {
-                    let tmp = ThreadLock::new(ctx, usize::MAX, Vec::new(), None)?;
-                    ctx.rfaa(&self.slots, 1, &tmp.word, WL_ACQ)?;
+                    let tmp = match kept {
+                        Some(tmp) => tmp,
+                        None => {
+                            let tmp = ThreadLock::new(ctx, usize::MAX, Vec::new(), None)?;
+                            ctx.rfaa(&self.slots, 1, &tmp.word, WL_ACQ)?;
+                            tmp
+                        }
+                    };
                     if let Err(e) = d.wait(ctx, WL_ACQ) {
                         tmp.dirty.set(true);
+                        if matches!(e, Error::Timeout { .. }) {
+                            // The FAA still takes a slot: the next call waits for it.
+                            keep_claim(ctx, self.cluster.id(), self.id, tmp)?;
+                        }
                         return Err(e);
                     }
+                    tmp.dirty.set(false);
                     let slot = ctx.load(&tmp.word)? as usize;
                     if slot >= self.rel.len() {
                         return Err(Error::TooManyThreads {

@@ -582,3 +582,53 @@ fn many_threads_over_many_nodes_get_the_lock_in_time() {
         ),
     );
 }
+
+/// A weak or strong lock's first acquire by a thread claims a `rel` slot with a remote FAA.
+/// With a zero time limit that FAA cannot complete in time (it takes a round trip of simulated
+/// time): the call times out, and the next call must wait for the same FAA rather than post
+/// another, which would take a second slot and lose the first. Forty zero-limit tries of one
+/// thread on a lock for 3 threads, then two more threads: none is refused for lack of a slot.
+#[test]
+fn a_timed_out_slot_claim_is_kept_for_the_next_call_not_leaked() {
+    fn tries<R: RawLock + 'static>(make: fn(&Cluster) -> loco_locks::Result<Lock<R>>) {
+        let f = move |c: &Cluster| -> Result<(), BoxError> {
+            let lock = Arc::new(make(c)?);
+            let l = lock.clone();
+            let timed_out = Arc::new(AtomicUsize::new(0));
+            let t = timed_out.clone();
+            sim::spawn(c, NodeId(1), move |ctx: &Ctx| -> Result<(), BoxError> {
+                for i in 0..40 {
+                    let r = if i % 2 == 0 {
+                        l.try_acquire_for(ctx, Duration::ZERO)
+                    } else {
+                        l.acquire_timeout(ctx, Duration::ZERO)
+                    };
+                    match r {
+                        Ok(g) => LockGuard::release(g)?,
+                        Err(Error::Timeout { .. }) => {
+                            t.fetch_add(1, SeqCst);
+                        }
+                        Err(e) => return Err(format!("try {i}: {e}").into()),
+                    }
+                }
+                Ok(())
+            })
+            .join()?;
+            // Else the test would not test the kept claim.
+            assert!(timed_out.load(SeqCst) > 0, "no try timed out");
+            for n in [0, 1] {
+                let l = lock.clone();
+                sim::spawn(c, NodeId(n), move |ctx: &Ctx| -> Result<(), BoxError> {
+                    LockGuard::release(l.acquire(ctx)?)?;
+                    Ok(())
+                })
+                .join()?;
+            }
+            Ok(())
+        };
+        let config = Config::new(2).profile(sim::Profile::connectx5());
+        sim::replay(config, 1, f).unwrap_or_else(|f| panic!("{}", f.report()));
+    }
+    tries(|c| WLock::new(c, NodeId(0), 3));
+    tries(|c| SLock::new(c, NodeId(0), 3));
+}
