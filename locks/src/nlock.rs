@@ -105,6 +105,7 @@ impl RawNLock {
             ab: self.ab,
             loc: me.word,
             scratch: me.scratch,
+            tag: me.tag(),
         })
     }
 
@@ -270,7 +271,7 @@ impl RawNLock {
                 // A waiter announces its ticket as soon as it has to wait (not waited for): if
                 // it dies from then on, the others can skip its ticket.
                 let w = me.waiting_word(&self.waiting)?;
-                me.put_slot(ctx, &w, t + 1, NL_REL)?;
+                me.announce(ctx, &w, t, NL_REL)?;
                 me.unreaped.set(true);
                 announced = true;
             }

@@ -305,6 +305,7 @@ impl RawWLock {
             ab: self.ab,
             turn: me.word,
             scratch: me.scratch,
+            tag: me.tag(),
         })
     }
 
@@ -435,7 +436,7 @@ impl RawWLock {
                         // A waiter announces its ticket as soon as it has to wait (not waited
                         // for): if it dies from then on, the others can skip its ticket.
                         let w = me.waiting_word(&self.waiting)?;
-                        me.put_slot(ctx, &w, t + 1, WL_REL)?;
+                        me.announce(ctx, &w, t, WL_REL)?;
                         me.unreaped.set(true);
                         announced = true;
                     }
