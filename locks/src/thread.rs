@@ -588,15 +588,16 @@ impl ThreadLock {
     /// [`WAIT_SLOTS`] words per node into a buffer, then `wait`, the lock's wait for `wid`
     /// that keeps `dirty`):
     /// - [`Claim::Dead`]: a node reported dead announced waiting for `r` or holding it;
-    /// - [`Claim::Live`]: a live node's slot reads [`TAKING`] or names `r`, or a live node has
-    ///   used its shared slot (whose claims other contexts overwrite): `r` may be a live
-    ///   thread's;
+    /// - [`Claim::Live`]: a live node's slot, tagged with the node's current incarnation
+    ///   ([`tag`]), reads [`TAKING`] or names `r`, or is its shared slot and has been used
+    ///   (whose claims other contexts overwrite): `r` may be a live thread's;
     /// - [`Claim::Nobody`]: neither. Then `r`'s thread is not live: every thread claims its
     ///   slot before taking a ticket, and its slot reads `TAKING` or names that ticket until its
     ///   next claim, which comes after its release; a slot goes back to the pool only with no
     ///   hold and once its owner's writes are known to have landed
     ///   ([`ThreadLock::land_slot`]); a ticket a dropped context left is owed as a mark, or
-    ///   cleared from its slot as nobody's. The ticket was taken before the caller's own (which
+    ///   cleared from its slot as nobody's; a slot tagged otherwise was written by an earlier
+    ///   incarnation of its node, which is dead. The ticket was taken before the caller's own (which
     ///   it precedes), so its claim landed before the caller's FAA and this get sees it or a
     ///   later value of that slot.
     pub(crate) fn claims(
