@@ -1548,6 +1548,8 @@ impl Lowering<'_> {
             }),
             turn,
             scratch: scratch[t].map_or(turn, |w| word(me, w)),
+            // No incarnations here: the announcement is `t + 1`, as before the tag.
+            tag: 0,
         };
         let copies: Vec<Word> = rel
             .iter()
@@ -1663,6 +1665,8 @@ fn node_lock(lock: &LockWords, t: usize, me: usize) -> locks::NLockWords<Word> {
                 }),
                 loc,
                 scratch: scratch[t].map_or(loc, |w| word(me, w)),
+                // No incarnations here: the announcement is `t + 1`, as before the tag.
+                tag: 0,
             }
         }
         LockWords::Ticket { .. } => unreachable!("a node lock's words"),

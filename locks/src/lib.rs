@@ -232,6 +232,7 @@
 //! | the holder's node dies | a waiter that finds the lock released to a ticket entered by a node reported dead ([`Cluster::check_alive`]) skips that ticket; the next holder is told ([`LockGuard::was_poisoned`]) |
 //! | a waiter's node dies | the same, for a ticket its node announced waiting for (a put sent as soon as the waiter has to wait); the next holder is told, conservatively |
 //! | a thread dies after taking its ticket, before naming it (between its FAA and its announcement landing) | a waiter that finds the lock released to that ticket for 4 ms, unmarked, and claimed by no live thread (below) skips it; the next holder is told, conservatively |
+//! | the holder's node dies and restarts before any waiter has looked (the node is seen alive again) | the dead incarnation's slot still names the ticket, but tagged with that incarnation, which is not the node's any more: it claims nothing, so a waiter that finds the lock released to that ticket for 4 ms skips it as claimed by no live thread; the next holder is told |
 //! | the calling thread's own node is reported dead | its waiting acquire stops with `PeerDead` naming that node, writing nothing; so does every later acquire, release or leave of its context (an acquire while it held too: not [`Error::AlreadyHeld`]), and so do [`Lock::is_held`] and [`RawLock::held`] (also while it held: the others skip that hold, so it is not reported held; a context of the dead incarnation keeps saying so after the node restarts) |
 //! | the lock's own node dies (the node lock's node, the weak or strong lock's ticket node) | every acquire fails with [`PeerDead`](loco_rdmawait::Error::PeerDead) naming it, also one by a thread that held the lock when it died; such a thread's release (or local handover) fails the same way and writes nothing: its hold ends there (nobody can take the lock again, so nobody waits for the release) |
 //! | the lock's own node restarts ([`Cluster::incarnation`] changes) | its words are gone: the lock is refused from then on (`PeerDead` naming it, in acquire, in a wait, and in a release, which writes nothing: a hold from before the restart ends there); make the lock again |
@@ -255,10 +256,18 @@
 //! `TAKING`, on the same queue pair as the FAA (or `try_acquire`'s CAS), so it lands first
 //! (docs/model.md §3.3). Its slot then reads `TAKING` or names its ticket (its waiting
 //! announcement, then its hold announcement) until its next claim, which comes after its
-//! release. So a ticket the lock has been released to that no live node's slot claims (no
-//! `TAKING`, no slot naming it) is not a live thread's: its thread died before naming it, or its
-//! context was dropped. A waiter skips it as it skips a dead holder (poisoned, since the
-//! thread may have entered). Costs: one put per acquire (not waited for: the FAA behind it is),
+//! release. What a context writes into its slot (`TAKING`, its waiting and hold announcements)
+//! carries a tag, its node's [`Cluster::incarnation`] modulo 256 (bits 54-61; tickets stay
+//! below 2^54); a slot of a live node whose tag is not the node's current incarnation's was
+//! written by an earlier incarnation, which died (a node restarts only once its previous
+//! incarnation is declared dead, and a process learns of a new incarnation before that one
+//! has a context: on verbs it joins only once every peer has admitted it), and claims
+//! nothing. So a ticket the lock has been released to that no live node's slot claims (no
+//! `TAKING`, no slot naming it, with the node's current tag) is not a live thread's: its thread
+//! died before naming it, or with an earlier incarnation of its node, or its context was
+//! dropped. A waiter skips it as it skips a dead holder (poisoned, since the
+//! thread may have entered). Two incarnations 256 restarts apart share a tag: the older one's
+//! slots then count as claims, which only holds waiters up. Costs: one put per acquire (not waited for: the FAA behind it is),
 //! and the claim check only after a 4 ms stall. The simulator crashes a node at every step of
 //! its threads' acquires (`locks/tests/sim.rs`): no survivor's acquire times out.
 //!
@@ -277,9 +286,10 @@
 //!   after 15 such contexts of one node on one lock, that node's contexts share the last slot,
 //!   and the claim check is off for that node (see the first point).
 //! - After a node restarts, what its dead incarnation's threads claimed stays in their slots,
-//!   read as the (live) node's claims, until the new process's contexts reuse those slots.
-//! - A holder's ticket is skipped only while its node is seen dead: if the node restarts and
-//!   rejoins before a waiter has looked, that ticket blocks (waiters time out).
+//!   tagged with that incarnation, so it claims nothing, except after a multiple of 256
+//!   restarts, when the tags agree again: then it reads as the live node's claims (a dead
+//!   holder's ticket blocks, waiters time out) until the new process's contexts reuse those
+//!   slots.
 //! - After another node restarts, a weak or strong lock's copies there read 0 until the next
 //!   release reaches it: a thread of that node may time out (its ticket is then passed on).
 //!   The `rel` slots of the dead incarnation's threads are not handed back.
@@ -413,7 +423,8 @@ pub use wlock::{RawSLock, RawWLock};
 /// Dead threads: on the ticket node, 16 `waiting[k][i]` slots per node k. A thread claims its
 /// slot (`TAKING`) before its FAA, announces its ticket there as soon as it has to wait, and
 /// announces entering with ticket t with `put(slot, turn)` (`turn` = t+1), not waited for until
-/// its release. A stalled waiter that finds the lock released to r, r not marked, and a slot of
+/// its release; each of these carries its node's incarnation tag (see
+/// [Tickets nobody names](crate#failures)). A stalled waiter that finds the lock released to r, r not marked, and a slot of
 /// a node k reported dead = r+1, or (after 4 ms) no live node's slot claiming r, forwards as
 /// above with the poison bit set, once its copies still stop at r; a thread whose own node is reported
 /// dead stops waiting and never enters, so a skipped ticket is never entered (see the crate's
@@ -488,7 +499,8 @@ pub type SLock = Lock<RawSLock>;
 /// abandon marks
 /// `ab[K]`. `rel` holds the ticket the lock is released to, plus a poison bit.
 /// - A thread claims its slot of `waiting[me]` (`TAKING`) before it takes a ticket. It
-///   announces entering with ticket t there: `put(slot, loc)` (`loc` = t+1), not waited for; it
+///   announces entering with ticket t there: `put(slot, loc)` (`loc` = t+1, with its node's
+///   incarnation tag in bits 54-61, as every value the thread writes there), not waited for; it
 ///   lands before its release's `rcas(rel, t, t+1)` (same queue pair, in order). A thread that
 ///   has to wait announces its ticket the same way (on its first failed read).
 /// - A thread that gives ticket u up (timeout, error) writes `ab[u mod K] = u+1` with a remote
@@ -496,7 +508,8 @@ pub type SLock = Lock<RawSLock>;
 ///   `rcas(rel, u, u+1)`.
 /// - A waiter that reads `rel = r` (not its ticket) and finds `ab[r mod K] = r+1`, or finds a
 ///   node k reported dead with a slot of `waiting[k]` = r+1, or (after 4 ms at r) no live
-///   node's slot claiming r, does `rcas(rel, r, r+1)` (setting the poison bit for a ticket
+///   node's slot claiming r (a slot tagged with an earlier incarnation of its node claims
+///   nothing), does `rcas(rel, r, r+1)` (setting the poison bit for a ticket
 ///   that was not given up) and reads again; `try_acquire` does the
 ///   same before giving up. A thread whose own node is reported dead stops waiting at once and
 ///   writes nothing more, so a ticket skipped as dead is never entered.

@@ -5,9 +5,9 @@
 //! |---|---|---|---|
 //! | `tkt` | node n | remote FAA (acquire), remote CAS (`try_acquire`) | remote FAA/CAS |
 //! | `rel` | node n | put of the releaser's `loc` (= its ticket + 1, maybe with the poison bit); remote CAS of a thread passing an abandoned or dead ticket on | gets of the waiting threads; that CAS |
-//! | `waiting[k][i]`, 16 slots per node | node n | puts of a thread of node k, in its context's own slot: `TAKING` before its FAA or CAS on `tkt` (same queue pair, so it lands first), its ticket + 1 when it first has to wait, and `loc` (ticket + 1) when it enters | a waiter stalled at a ticket, when a node is dead or the stall lasts (one get of every slot) |
+//! | `waiting[k][i]`, 16 slots per node | node n | puts of a thread of node k, in its context's own slot: `TAKING` before its FAA or CAS on `tkt` (same queue pair, so it lands first), its ticket + 1 when it first has to wait, and `loc` (ticket + 1) when it enters, each with its node's incarnation tag (bits 54-61) | a waiter stalled at a ticket, when a node is dead or the stall lasts (one get of every slot) |
 //! | `ab[K]` | node n | remote CAS of a thread that gave its ticket up | gets of the waiting threads |
-//! | `loc` | per thread, its own node | the FAA's / gets' local writes, then `store(loc, t+1)` | the thread; the release and hold puts |
+//! | `loc` | per thread, its own node | the FAA's / gets' local writes, then `store(loc, (t+1) | tag)` | the thread; the release and hold puts |
 
 use std::rc::Rc;
 use std::sync::Arc;
@@ -105,6 +105,7 @@ impl RawNLock {
             ab: self.ab,
             loc: me.word,
             scratch: me.scratch,
+            tag: me.tag(),
         })
     }
 
@@ -270,7 +271,7 @@ impl RawNLock {
                 // A waiter announces its ticket as soon as it has to wait (not waited for): if
                 // it dies from then on, the others can skip its ticket.
                 let w = me.waiting_word(&self.waiting)?;
-                me.put_slot(ctx, &w, t + 1, NL_REL)?;
+                me.announce(ctx, &w, t, NL_REL)?;
                 me.unreaped.set(true);
                 announced = true;
             }

@@ -104,6 +104,10 @@ pub struct WLockWords<W> {
     pub turn: W,
     /// The thread's scratch word, on its node: the give-up and pass-on steps read into it.
     pub scratch: W,
+    /// Bits or-ed into the hold's announcement ([`wlock_enter`]), which no protocol step reads:
+    /// the crate's tag of the thread's node's incarnation (bits 54-61), so that a waiter can
+    /// tell an announcement of a dead incarnation; 0 in the explorer (then nothing is or-ed).
+    pub tag: u64,
 }
 
 /// Where a weak-lock thread publishes a release: `mine(n)` is the copy on node n of its own
@@ -268,15 +272,25 @@ pub fn wlock_give_up<M: RmwMachine>(
     )
 }
 
-/// Entering the weak lock with ticket `t`: `store(turn, t+1); put(held, turn)`, the hold's
-/// announcement for waiters that find this node dead (beyond the paper; not waited for here:
-/// the release's `wait(WL_REL)` retires it).
+/// The announcement of a hold of ticket `t`: `t + 1`, with `tag` (nothing or-ed if 0).
+fn announced<M: Machine>(m: &mut M, t: M::Val, tag: u64) -> M::Val {
+    let v = m.plus(t, 1);
+    if tag == 0 {
+        v
+    } else {
+        m.or(v, tag)
+    }
+}
+
+/// Entering the weak lock with ticket `t`: `store(turn, (t+1) | tag); put(held, turn)`, the
+/// hold's announcement for waiters that find this node dead (beyond the paper; not waited for
+/// here: the release's `wait(WL_REL)` retires it).
 pub fn wlock_enter<M: Machine>(
     m: &mut M,
     w: &WLockWords<M::Word>,
     t: M::Val,
 ) -> Result<(), M::Error> {
-    let v = m.plus(t, 1);
+    let v = announced(m, t, w.tag);
     m.store(w.turn, v)?;
     m.put(w.held, w.turn, WL_REL)
 }
@@ -388,6 +402,8 @@ pub struct NLockWords<W> {
     pub loc: W,
     /// The thread's scratch word, on its node: the give-up and pass-on steps read into it.
     pub scratch: W,
+    /// Bits or-ed into the hold's announcement ([`nlock_enter`]), as [`WLockWords::tag`].
+    pub tag: u64,
 }
 
 /// The node lock's acquire (docs/model.md §5.5, Fig. 13): take a ticket `t` and read `rel` in
@@ -433,14 +449,14 @@ pub fn nlock_take<M: RmwMachine>(
     Ok((t, first))
 }
 
-/// Entering the node lock with ticket `t`: `store(loc, t+1)` (the announcement's source) and
-/// `put(held, loc)` (the hold's announcement; not waited for).
+/// Entering the node lock with ticket `t`: `store(loc, (t+1) | tag)` (the announcement's
+/// source) and `put(held, loc)` (the hold's announcement; not waited for).
 pub fn nlock_enter<M: Machine>(
     m: &mut M,
     w: &NLockWords<M::Word>,
     t: M::Val,
 ) -> Result<(), M::Error> {
-    let v = m.plus(t, 1);
+    let v = announced(m, t, w.tag);
     m.store(w.loc, v)?;
     m.put(w.held, w.loc, NL_REL)
 }

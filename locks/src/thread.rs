@@ -81,12 +81,33 @@ pub(crate) fn next_lock_id() -> u64 {
 /// is kept there).
 pub(crate) const WAIT_SLOTS: u64 = 16;
 
-/// A `waiting` slot's value while its thread takes a ticket (see [`ThreadLock::claim`]); never
-/// a ticket + 1 (tickets stay below 2^62).
+/// A `waiting` slot's value while its thread takes a ticket (see [`ThreadLock::claim`]), with
+/// its [`tag`]; never a ticket + 1 (tickets stay below 2^54).
 pub(crate) const TAKING: u64 = 1 << 62;
 
-/// A private `waiting` slot's value after a `try_acquire` that took no ticket.
+/// A private `waiting` slot's value after a `try_acquire` that took no ticket, or once its
+/// context is gone: claims nothing (untagged).
 pub(crate) const IDLE: u64 = 0;
+
+/// The bits of a `waiting` slot's value that name a ticket (ticket + 1): tickets stay below
+/// 2^54 (57 years at 10 M acquires per second).
+pub(crate) const SLOT_TICKET: u64 = (1 << TAG_SHIFT) - 1;
+
+/// Where a `waiting` slot's value carries its writer's [`tag`].
+const TAG_SHIFT: u32 = 54;
+
+/// The bits of a `waiting` slot's value that carry its writer's [`tag`] (bits 54-61: below
+/// [`TAKING`], bit 62, and the poison bit, 63).
+pub(crate) const SLOT_TAG: u64 = 0xff << TAG_SHIFT;
+
+/// The tag a context of `node`'s incarnation `incarnation` ([`Cluster::incarnation`]) puts
+/// into what it writes into its `waiting` slot (its claim, its ticket's announcements): the
+/// incarnation modulo 256, in bits [`SLOT_TAG`]. A slot of a live node whose tag is not the
+/// node's current incarnation's was written by an earlier, dead incarnation, and claims
+/// nothing ([`ThreadLock::claims`]).
+pub(crate) fn tag(incarnation: u64) -> u64 {
+    (incarnation & 0xff) << TAG_SHIFT
+}
 
 /// How long the lock must stay released to one ticket before a waiter asks whether anyone
 /// claims it ([`ThreadLock::claims`]): the claim check reads every node's slots, so it is kept
@@ -264,6 +285,10 @@ pub(crate) struct ThreadLock {
     wait_slot: Cell<Option<u64>>,
     /// The slot's word, once taken.
     slot_word: Cell<Option<Loc>>,
+    /// The [`tag`] of the thread's node's incarnation when the state was made (the context's
+    /// own: a context never outlives its incarnation's calls), or-ed into every claim and
+    /// ticket announcement the thread writes into its slot.
+    tag: u64,
     /// Whether every write of this thread into its slot is known to have landed (a get of the
     /// slot completed after it): only then does the slot go back to the pool, so that no late
     /// write of this thread can overwrite its next owner's claim (a put's completion says that
@@ -312,6 +337,10 @@ impl ThreadLock {
         ctx.store(&word, 0)?;
         ctx.store(&scratch, 0)?;
         ctx.store(&note, 0)?;
+        // Read after the context's stores succeeded: the incarnation it belongs to or, had the
+        // node restarted meanwhile, a later one (a dead context's claims then read as live,
+        // which only holds waiters up; never the reverse).
+        let tag = tag(c.incarnation(ctx.node())?);
         Ok(ThreadLock {
             word,
             scratch,
@@ -330,6 +359,7 @@ impl ThreadLock {
             debts: None,
             wait_slot: Cell::new(None),
             slot_word: Cell::new(None),
+            tag,
             slot_landed: Cell::new(true),
             wait_slots: None,
             scan: Cell::new(None),
@@ -412,6 +442,16 @@ impl ThreadLock {
         let w = waiting.word(node.index() as u64 * WAIT_SLOTS + slot)?;
         self.slot_word.set(Some(w));
         Ok(w)
+    }
+
+    /// The [`tag`] of the thread's incarnation, for what it writes into its slot.
+    pub(crate) fn tag(&self) -> u64 {
+        self.tag
+    }
+
+    /// `put_slot(w, (t + 1) | tag)`: the thread announces that it waits for ticket `t`.
+    pub(crate) fn announce(&self, ctx: &Ctx, w: &Loc, t: u64, wid: WorkId) -> Result<()> {
+        self.put_slot(ctx, w, t.wrapping_add(1) | self.tag, wid)
     }
 
     /// `store(note, v); put(w, note, wid)`: the thread writes `v` into its slot `w` (see
@@ -501,7 +541,7 @@ impl ThreadLock {
         }
         *self.pin.borrow_mut() = None;
         let w = self.waiting_word(waiting)?;
-        self.put_slot(ctx, &w, TAKING, wid)?;
+        self.put_slot(ctx, &w, TAKING | self.tag, wid)?;
         // In flight until the ticket's wait: the slot and words are not recycled before.
         self.dirty.set(true);
         Ok(())
@@ -548,15 +588,16 @@ impl ThreadLock {
     /// [`WAIT_SLOTS`] words per node into a buffer, then `wait`, the lock's wait for `wid`
     /// that keeps `dirty`):
     /// - [`Claim::Dead`]: a node reported dead announced waiting for `r` or holding it;
-    /// - [`Claim::Live`]: a live node's slot reads [`TAKING`] or names `r`, or a live node has
-    ///   used its shared slot (whose claims other contexts overwrite): `r` may be a live
-    ///   thread's;
+    /// - [`Claim::Live`]: a live node's slot, tagged with the node's current incarnation
+    ///   ([`tag`]), reads [`TAKING`] or names `r`, or is its shared slot and has been used
+    ///   (whose claims other contexts overwrite): `r` may be a live thread's;
     /// - [`Claim::Nobody`]: neither. Then `r`'s thread is not live: every thread claims its
     ///   slot before taking a ticket, and its slot reads `TAKING` or names that ticket until its
     ///   next claim, which comes after its release; a slot goes back to the pool only with no
     ///   hold and once its owner's writes are known to have landed
     ///   ([`ThreadLock::land_slot`]); a ticket a dropped context left is owed as a mark, or
-    ///   cleared from its slot as nobody's. The ticket was taken before the caller's own (which
+    ///   cleared from its slot as nobody's; a slot tagged otherwise was written by an earlier
+    ///   incarnation of its node, which is dead. The ticket was taken before the caller's own (which
     ///   it precedes), so its claim landed before the caller's FAA and this get sees it or a
     ///   later value of that slot.
     pub(crate) fn claims(
@@ -581,14 +622,20 @@ impl ThreadLock {
         wait()?;
         let mut live = false;
         for k in self.cluster.node_ids() {
+            // Read after the get completed: every incarnation whose write it saw had made its
+            // contexts by then, so it is this one or an earlier (dead) one.
             let alive = self.cluster.is_alive(k);
+            let current = tag(self.cluster.incarnation(k)?);
             for i in 0..WAIT_SLOTS {
                 let v = ctx.load(&buf.word(k.index() as u64 * WAIT_SLOTS + i)?)?;
-                let names_r = crate::marks::ticket(v) == r.wrapping_add(1);
+                let names_r = v & SLOT_TICKET == r.wrapping_add(1) & SLOT_TICKET;
                 if !alive && names_r {
                     return Ok(Claim::Dead(k));
                 }
-                if alive && (v == TAKING || names_r || (i == WAIT_SLOTS - 1 && v != 0)) {
+                // Written by an earlier incarnation of a live node: claims nothing.
+                let fresh = v & SLOT_TAG == current;
+                let taking = v & !SLOT_TAG == TAKING;
+                if alive && fresh && (taking || names_r || (i == WAIT_SLOTS - 1 && v != IDLE)) {
                     live = true;
                 }
             }

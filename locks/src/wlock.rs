@@ -5,9 +5,9 @@
 //! | `tkt` | the ticket node | remote FAA (acquire), remote CAS (`try_acquire`) | remote FAA/CAS, get (`try_acquire`) |
 //! | `slots` | the ticket node | remote FAA (a thread's first use: its `rel` slot) | — |
 //! | `rel[j]`, one sv per slot | a copy on every node | thread j: `store` then `bcast` (release) | every thread: `load` of its node's copy (acquire) |
-//! | `waiting[k][i]`, 16 slots per node | the ticket node | puts of a thread of node k, in its context's own slot: `TAKING` before its FAA or CAS on `tkt` (same queue pair, so it lands first), its ticket + 1 when it first has to wait, and `turn` (ticket + 1) when it enters | a waiter stalled at a ticket, when a node is dead or the stall lasts (one get of every slot) |
+//! | `waiting[k][i]`, 16 slots per node | the ticket node | puts of a thread of node k, in its context's own slot: `TAKING` before its FAA or CAS on `tkt` (same queue pair, so it lands first), its ticket + 1 when it first has to wait, and `turn` (ticket + 1) when it enters, each with its node's incarnation tag (bits 54-61) | a waiter stalled at a ticket, when a node is dead or the stall lasts (one get of every slot) |
 //! | `ab[K]` | the ticket node | remote CAS of a thread that gave its ticket up | gets of the waiting threads |
-//! | `turn` | per thread, its own node | the FAA's (or CAS's) local write, then `store(turn, t+1)` on entering | the thread; the hold put |
+//! | `turn` | per thread, its own node | the FAA's (or CAS's) local write, then `store(turn, (t+1) | tag)` on entering | the thread; the hold put |
 
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
@@ -321,6 +321,7 @@ impl RawWLock {
             ab: self.ab,
             turn: me.word,
             scratch: me.scratch,
+            tag: me.tag(),
         })
     }
 
@@ -451,7 +452,7 @@ impl RawWLock {
                         // A waiter announces its ticket as soon as it has to wait (not waited
                         // for): if it dies from then on, the others can skip its ticket.
                         let w = me.waiting_word(&self.waiting)?;
-                        me.put_slot(ctx, &w, t + 1, WL_REL)?;
+                        me.announce(ctx, &w, t, WL_REL)?;
                         me.unreaped.set(true);
                         announced = true;
                     }

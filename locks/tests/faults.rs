@@ -772,6 +772,102 @@ fn a_restarted_node_uses_the_lock_again_and_no_increment_is_lost() -> Result<()>
     Ok(())
 }
 
+/// A holder's node dies and restarts before any waiter has looked at the lock (the new
+/// incarnation does not use it): the dead incarnation's `waiting` slot still names the
+/// holder's ticket, but tagged with that incarnation, which is no longer its node's, so it
+/// claims nothing. The survivors' acquires skip the ticket (poisoned, told once) well within
+/// their timeout instead of timing out, and no increment made under the lock is lost. For
+/// every kind; the new incarnation's threads are not involved (a weak or strong lock's copies
+/// there read 0 until the next release reaches them).
+#[test]
+fn a_holder_whose_node_restarted_before_anyone_looked_is_skipped() -> Result<()> {
+    use loco_sv::GlobalFence;
+    const K: u64 = 10;
+    // Far below the cluster's timeout: an acquire that waits for the dead holder fails.
+    const WITHIN: Duration = Duration::from_secs(5);
+    for s in [Schedule::Threaded, Schedule::Chaos { seed: 3 }] {
+        for k in 0..3 {
+            // A fresh cluster per kind: n1 dies and restarts in each.
+            let c = cluster(s, BOUND);
+            let l = each_off_n1(&c, 3)?.swap_remove(k);
+            let name = l.name();
+            let total = c.alloc_word(NodeId(0))?;
+            let tmp: Vec<_> = c
+                .node_ids()
+                .map(|n| c.alloc_word(n))
+                .collect::<std::result::Result<_, _>>()?;
+            // n1 takes the lock and dies holding it, its hold announced.
+            let old = c.context(NodeId(1))?;
+            let t = l.hold_forever(&old)?;
+            c.quiesce()?;
+            let before = c.incarnation(NodeId(1))?;
+            c.kill(NodeId(1))?;
+            c.restart(NodeId(1))?;
+            assert_ne!(c.incarnation(NodeId(1))?, before);
+            // Only now does anyone look: increments from n0 and n2.
+            let start = Instant::now();
+            let workers: Vec<_> = [NodeId(0), NodeId(2)]
+                .into_iter()
+                .map(|n| {
+                    let (l, c, tmp) = (l.boxed(), c.clone(), tmp[n.index()]);
+                    thread::spawn(move || -> Result<(u64, u64, u64)> {
+                        let ctx = c.context(n)?;
+                        let d = loco_rdmawait::WorkId::new(1);
+                        let (mut done, mut poisoned, mut first) = (0, 0, u64::MAX);
+                        for _ in 0..K {
+                            let (u, p) = l.with(&ctx, WITHIN, &|| {
+                                let r =
+                                    (|| -> std::result::Result<(), Box<dyn std::error::Error>> {
+                                        ctx.get(&tmp, &total, d)?;
+                                        ctx.wait(d)?;
+                                        ctx.store(&tmp, ctx.load(&tmp)? + 1)?;
+                                        ctx.put(&total, &tmp, d)?;
+                                        ctx.wait(d)?;
+                                        Ok(ctx.gf([NodeId(0)])?)
+                                    })();
+                                r.expect("an increment");
+                            })?;
+                            first = first.min(u);
+                            poisoned += u64::from(p);
+                            done += 1;
+                        }
+                        Ok((done, poisoned, first))
+                    })
+                })
+                .collect();
+            let (mut done, mut poisoned) = (0, 0);
+            for w in workers {
+                let (d, p, first) = w.join().expect("a worker panicked")?;
+                assert!(
+                    first > t,
+                    "{s:?} {name}: ticket {first} after the holder's {t}"
+                );
+                done += d;
+                poisoned += p;
+            }
+            eprintln!(
+                "{s:?} {name}: holder restarted before anyone looked, skipped; {done} increments in {:?}",
+                start.elapsed()
+            );
+            assert_eq!(
+                poisoned, 1,
+                "{s:?} {name}: the dead holder's ticket was skipped, and reported once"
+            );
+            c.quiesce()?;
+            assert_eq!(
+                c.peek(&total)?,
+                2 * K,
+                "{s:?} {name}: an increment was lost"
+            );
+            assert!(matches!(
+                old.load(&tmp[1]),
+                Err(loco_rdmawait::Error::PeerDead { .. })
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Another node dies (not the lock's, not the caller's): the lock keeps working among the
 /// survivors, whether the death comes between a release and the next acquire (the release's
 /// broadcast towards it is lost) or inside a critical section (the release must not fail).
