@@ -230,49 +230,20 @@ fn a_profile_with_a_nan_or_infinite_fraction_is_refused() {
         Ok(())
     };
     let bad = [
-        (
-            "jitter",
-            Profile {
-                jitter: f64::NAN,
-                ..Profile::rxe()
-            },
-        ),
-        (
-            "jitter",
-            Profile {
-                jitter: f64::INFINITY,
-                ..Profile::connectx5()
-            },
-        ),
-        (
-            "jitter",
-            Profile {
-                jitter: f64::NEG_INFINITY,
-                ..Profile::rxe()
-            },
-        ),
-        (
-            "spin_share",
-            Profile {
-                spin_share: f64::NAN,
-                ..Profile::rxe()
-            },
-        ),
-        (
-            "spin_share",
-            Profile {
-                spin_share: f64::INFINITY,
-                ..Profile::rxe()
-            },
-        ),
-        (
-            "spin_share",
-            Profile {
-                spin_share: -f64::NAN,
-                ..Profile::connectx5()
-            },
-        ),
-    ];
+        ("jitter", f64::NAN, Profile::rxe()),
+        ("jitter", f64::INFINITY, Profile::connectx5()),
+        ("jitter", f64::NEG_INFINITY, Profile::rxe()),
+        ("spin_share", f64::NAN, Profile::rxe()),
+        ("spin_share", f64::INFINITY, Profile::rxe()),
+        ("spin_share", -f64::NAN, Profile::connectx5()),
+    ]
+    .map(|(field, v, mut p)| {
+        match field {
+            "jitter" => p.jitter = v,
+            _ => p.spin_share = v,
+        }
+        (field, p)
+    });
     for (field, p) in bad {
         let config = Config::new(2).runs(2).profile(p.clone());
         for fail in [

@@ -1161,24 +1161,22 @@ impl ThreadNic for ChaosNic {
         });
         let (id, node) = (self.id, self.node);
         self.chaos.fabric.check_post(node, target, &wr)?;
-        self.chaos
-            .call(|st, fabric| {
-                // Again under the lock: a kill since the first check has been applied by now, and a
-                // later one will discard this request.
-                fabric.check_alive(node)?;
-                fabric.check_alive(target.index())?;
-                let on_cpu = st.timing.as_ref().map(|tm| tm.on_cpu(&wr));
-                // Tag 0: this NIC completes by poll order, not by tag.
-                st.push_post(id, Post { target, wr, tag: 0 });
-                Ok(on_cpu)
-            })
-            .map(|on_cpu| {
-                // Soft-RoCE does the request's work inside the post: the thread keeps its CPU that
-                // long, while the request's steps fall due from the post on.
-                if let (Some(busy), Some(h)) = (on_cpu.flatten(), crate::sim::sched::current()) {
-                    h.device_work(busy);
-                }
-            })
+        let busy = self.chaos.call(|st, fabric| -> Result<Option<Duration>> {
+            // Again under the lock: a kill since the first check has been applied by now, and a
+            // later one will discard this request.
+            fabric.check_alive(node)?;
+            fabric.check_alive(target.index())?;
+            let busy = st.timing.as_ref().and_then(|tm| tm.on_cpu(&wr));
+            // Tag 0: this NIC completes by poll order, not by tag.
+            st.push_post(id, Post { target, wr, tag: 0 });
+            Ok(busy)
+        })?;
+        // Soft-RoCE does the request's work inside the post: the thread keeps its CPU that long,
+        // while the request's steps fall due from the post on.
+        if let (Some(busy), Some(h)) = (busy, crate::sim::sched::current()) {
+            h.device_work(busy);
+        }
+        Ok(())
     }
 
     fn poll(&mut self, target: NodeId, timeout: Duration) -> Result<()> {
