@@ -11,7 +11,7 @@ use crate::{NodeId, WorkId};
 #[non_exhaustive]
 pub enum Error {
     /// The node is not part of the cluster.
-    #[error("unknown node {node} (the cluster has {nodes} nodes)")]
+    #[error("unknown node {node} (the cluster has {})", NodeCount(*nodes))]
     UnknownNode {
         /// The node asked for.
         node: NodeId,
@@ -26,8 +26,16 @@ pub enum Error {
         /// Byte length of the location.
         len: u64,
     },
-    /// The location does not fit in the node's registered memory.
-    #[error("location [{offset}, {offset}+{len}) is outside the {size} bytes of registered memory on {node}")]
+    /// The location does not fit in the node's registered memory, or (from [`Loc::word`] and
+    /// [`Loc::slice`]) in the location it was cut from.
+    ///
+    /// [`Loc::word`]: crate::Loc::word
+    /// [`Loc::slice`]: crate::Loc::slice
+    #[error(
+        "location [{offset}, {offset}+{len}) on {node} is out of range: it must end by byte \
+         {size} (the end of the node's registered memory, or of the location it was cut from \
+         with Loc::word or Loc::slice)"
+    )]
     OutOfRange {
         /// Node of the location.
         node: NodeId,
@@ -35,11 +43,17 @@ pub enum Error {
         offset: u64,
         /// Byte length.
         len: u64,
-        /// Size of the node's registered memory in bytes.
+        /// The byte the location had to end by: the size of the node's registered memory, or
+        /// for [`Loc::word`](crate::Loc::word) and [`Loc::slice`](crate::Loc::slice) the end of
+        /// the location narrowed.
         size: u64,
     },
-    /// An atomic operation (CPU or remote) on something other than one 8-byte word.
-    #[error("atomic operations need exactly one 8-byte word, got {len} bytes")]
+    /// A word access (CPU `load`, `store`, `cas`; remote `rcas`, `rfaa`; a global fence's
+    /// read; `Cluster::peek` and `poke`) on something other than one 8-byte word.
+    #[error(
+        "a word access (load, store, cas, rcas, rfaa, peek, poke) needs exactly one 8-byte \
+         word, got {len} bytes: take one with Loc::word(i)"
+    )]
     NotAWord {
         /// Byte length of the location given.
         len: u64,
@@ -164,6 +178,19 @@ pub enum Error {
         #[source]
         source: Option<std::io::Error>,
     },
+}
+
+/// A node count as [`Error::UnknownNode`] writes it: "1 node, n0", "3 nodes, n0 to n2".
+struct NodeCount(usize);
+
+impl std::fmt::Display for NodeCount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            0 => f.write_str("no nodes"),
+            1 => f.write_str("1 node, n0"),
+            n => write!(f, "{n} nodes, n0 to n{}", n - 1),
+        }
+    }
 }
 
 /// What a [`Error::Timeout`] was waiting for.

@@ -362,3 +362,69 @@ fn bare_requests_outside_verbs_are_a_typed_error() {
         Err(Error::OutOfRange { .. })
     ));
 }
+
+/// A word or slice past the end of a location is out of range of that location, not of the
+/// node's memory: the message said "outside the 96 bytes of registered memory on n0" of a
+/// location ending at byte 96 on a node of 256 bytes.
+#[test]
+fn an_index_past_a_location_does_not_misstate_the_nodes_memory() {
+    let c = cluster(); // 256 bytes per node
+    c.alloc_words(N0, 8).unwrap();
+    let buf = c.alloc_words(N0, 4).unwrap(); // bytes 64..96
+    for e in [buf.word(4).unwrap_err(), buf.slice(24, 16).unwrap_err()] {
+        assert!(matches!(e, Error::OutOfRange { size: 96, .. }), "{e:?}");
+        let msg = e.to_string();
+        assert!(!msg.contains("96 bytes of registered memory"), "{msg}");
+        assert!(msg.contains("must end by byte 96"), "{msg}");
+        assert!(msg.contains("Loc::word or Loc::slice"), "{msg}");
+    }
+    assert_eq!(
+        buf.word(4).unwrap_err().to_string(),
+        "location [96, 96+8) on n0 is out of range: it must end by byte 96 (the end of the \
+         node's registered memory, or of the location it was cut from with Loc::word or \
+         Loc::slice)"
+    );
+}
+
+/// A load, store, CAS, peek or poke of several words says that such accesses take one word
+/// and how to take it: it said "atomic operations need exactly one 8-byte word", which a
+/// `load` or `peek` caller does not recognise as their call.
+#[test]
+fn a_word_access_on_several_words_names_the_accesses_and_the_fix() {
+    let c = cluster();
+    let ctx = c.context(N0).unwrap();
+    let buf = c.alloc_words(N0, 4).unwrap();
+    for e in [
+        ctx.load(&buf).unwrap_err(),
+        ctx.store(&buf, 1).unwrap_err(),
+        ctx.cas(&buf, 0, 1).unwrap_err(),
+        c.peek(&buf).unwrap_err(),
+        c.poke(&buf, 1).unwrap_err(),
+    ] {
+        assert!(matches!(e, Error::NotAWord { len: 32 }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "a word access (load, store, cas, rcas, rfaa, peek, poke) needs exactly one 8-byte \
+             word, got 32 bytes: take one with Loc::word(i)"
+        );
+    }
+}
+
+/// An unknown node's message names the nodes there are, in the singular for one: it said
+/// "the cluster has 1 nodes".
+#[test]
+fn an_unknown_node_names_the_nodes_there_are() {
+    let one = Cluster::builder()
+        .nodes(1)
+        .memory_per_node(64)
+        .build()
+        .unwrap();
+    assert_eq!(
+        one.context(NodeId(3)).unwrap_err().to_string(),
+        "unknown node n3 (the cluster has 1 node, n0)"
+    );
+    assert_eq!(
+        cluster().alloc_word(NodeId(2)).unwrap_err().to_string(),
+        "unknown node n2 (the cluster has 2 nodes, n0 to n1)"
+    );
+}

@@ -100,11 +100,14 @@ fn protocol_gf_with_too_few_dummy_words() {
                 if node == missing && nodes == len),
             "{e:?}"
         );
-        assert!(
-            e.to_string().starts_with(&format!(
-                "unknown node {missing} (the cluster has {len} nodes)"
-            )),
-            "{e}"
+        let count = match len {
+            0 => "no nodes".to_string(),
+            1 => "1 node, n0".to_string(),
+            n => format!("{n} nodes, n0 to n{}", n - 1),
+        };
+        assert_eq!(
+            e.to_string(),
+            format!("unknown node {missing} (the cluster has {count})")
         );
         assert_eq!(unpolled(&ctx), before, "posted before refusing");
     }
