@@ -35,11 +35,42 @@ const PROBE_CHUNK: usize = 4;
 /// assert_eq!(map.len(&ctx)?, 0);
 /// # Ok::<(), loco_sc::Error>(())
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+///
+/// Two maps are equal (`==`, and they hash alike) when they have the same number of buckets
+/// and the same entries, wherever linear probing put them: the same keys inserted in another
+/// order may sit in other buckets, so [`FixedHashMap::iter`]'s order and the encoding can
+/// differ between equal maps, but every operation returns the same on both.
+#[derive(Clone, Debug)]
 pub struct FixedHashMap {
     buckets: usize,
     /// The full buckets, by index: a map costs host memory for its entries, not its buckets.
     slots: BTreeMap<usize, (u64, u64)>,
+}
+
+impl FixedHashMap {
+    /// The entries, by key: what equality and hashing look at.
+    fn by_key(&self) -> Vec<(u64, u64)> {
+        let mut e: Vec<_> = self.slots.values().copied().collect();
+        e.sort_unstable();
+        e
+    }
+}
+
+impl PartialEq for FixedHashMap {
+    fn eq(&self, other: &Self) -> bool {
+        self.buckets == other.buckets
+            && self.slots.len() == other.slots.len()
+            && (self.slots == other.slots || self.by_key() == other.by_key())
+    }
+}
+
+impl Eq for FixedHashMap {}
+
+impl std::hash::Hash for FixedHashMap {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.buckets.hash(state);
+        self.by_key().hash(state);
+    }
 }
 
 /// An operation of a [`FixedHashMap`].
@@ -469,7 +500,9 @@ mod tests {
                 }
                 let mut w = vec![0; m.words()];
                 m.encode(&mut w).unwrap();
-                assert_eq!(FixedHashMap::decode(&w).unwrap(), m);
+                let back = FixedHashMap::decode(&w).unwrap();
+                assert_eq!(back, m);
+                assert!(back.iter().eq(m.iter()), "the same buckets");
             }
         }
     }
