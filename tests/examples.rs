@@ -92,6 +92,25 @@ fn aio_bench_on_the_soft_nic_says_its_goals_are_for_devices() {
     );
 }
 
+/// `--seed` without `--schedule chaos` is refused: the other schedules take no seed, and
+/// `./run-demo.sh --seed 7` ran the same threaded demo as without it, saying nothing.
+#[test]
+fn quickstart_refuses_a_seed_its_schedule_does_not_take() {
+    let o = example("quickstart", "", &["--seed", "7", "--faas", "1"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("add --schedule chaos"), "{err}");
+    assert!(err.contains("Usage: quickstart"), "{err}");
+    assert!(o.stdout.is_empty());
+    let o = example(
+        "quickstart",
+        "",
+        &["--schedule", "chaos", "--seed", "7", "--faas", "1"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(stdout(&o).contains("Chaos { seed: 7 }"), "{}", stdout(&o));
+}
+
 /// A directory of fake commands for `scripts/ensure-rust.sh`: `cargo` (so that no toolchain is
 /// fetched), `env`, and with `apt` an `apt-get` that logs its arguments to `apt.log` and, on
 /// `install`, puts a `cc` beside itself, and a `sudo` that runs its command. No `cc`, no `curl`.
