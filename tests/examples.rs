@@ -111,6 +111,17 @@ fn quickstart_refuses_a_seed_its_schedule_does_not_take() {
     assert!(stdout(&o).contains("Chaos { seed: 7 }"), "{}", stdout(&o));
 }
 
+/// `--runs` past a million is refused up front: `--runs 18446744073709551615` was taken, and
+/// the fenced program's check then ran for ever, keeping a hash of every run, printing nothing.
+#[test]
+fn sim_bug_hunt_refuses_more_runs_than_it_can_finish() {
+    let o = example("sim_bug_hunt", "", &["--runs", "1000001"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("1..=1000000"), "{err}");
+    assert!(o.stdout.is_empty());
+}
+
 /// A directory of fake commands for `scripts/ensure-rust.sh`: `cargo` (so that no toolchain is
 /// fetched), `env`, and with `apt` an `apt-get` that logs its arguments to `apt.log` and, on
 /// `install`, puts a `cc` beside itself, and a `sudo` that runs its command. No `cc`, no `curl`.
