@@ -122,6 +122,36 @@ fn sim_bug_hunt_refuses_more_runs_than_it_can_finish() {
     assert!(o.stdout.is_empty());
 }
 
+/// `--servers` takes host:port as its help says, the host a name too: `localhost:PORT` was
+/// refused as "invalid socket address syntax" (IP addresses only). Something that is not
+/// host:port says what to give.
+#[cfg(feature = "tokio")]
+#[test]
+fn kv_service_client_takes_a_host_name() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let server = format!("localhost:{port}");
+    let o = example(
+        "kv_service",
+        "tokio",
+        &["client", "--servers", &server, "--conns", "1", "--ops", "1"],
+    );
+    let out = stdout(&o);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains("0 ok,"), "{out}");
+    let o = example("kv_service", "tokio", &["client", "--servers", "nonsense"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("expected host:port"), "{err}");
+}
+
 /// A directory of fake commands for `scripts/ensure-rust.sh`: `cargo` (so that no toolchain is
 /// fetched), `env`, and with `apt` an `apt-get` that logs its arguments to `apt.log` and, on
 /// `install`, puts a `cc` beside itself, and a `sudo` that runs its command. No `cc`, no `curl`.
