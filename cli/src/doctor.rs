@@ -27,7 +27,7 @@ pub struct DoctorArgs {
     nodes: Option<u64>,
     /// Registered memory per node in bytes, for the locked-memory check (default: 1 MiB, the
     /// cluster builder's default).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::bench::whole)]
     memory: Option<u64>,
     /// Skip the loop-back smoke test on the device.
     #[arg(long)]
