@@ -89,8 +89,8 @@ enum Cmd {
         /// Every node's rendezvous address, in node order: host:port,host:port,...
         #[arg(long, env = "LOCO_PEERS", value_delimiter = ',', required = true)]
         peers: Vec<String>,
-        /// Where clients connect.
-        #[arg(long)]
+        /// Where clients connect: host:port.
+        #[arg(long, value_parser = host_port)]
         listen: SocketAddr,
         #[command(flatten)]
         shard: Shard,
@@ -105,6 +105,20 @@ enum Cmd {
         #[command(flatten)]
         shard: Shard,
     },
+}
+
+/// A `host:port` of `--servers` or `--listen`, the host a name or an IP address (command-line
+/// parser): its first address. A bare `SocketAddr` took IP addresses only, and refused
+/// `localhost:7600` as "invalid socket address syntax".
+fn host_port(s: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    let hint = "expected host:port, the host a name or an IP address (e.g. 127.0.0.1:7600)";
+    match s.to_socket_addrs() {
+        Ok(mut addrs) => addrs
+            .next()
+            .ok_or_else(|| format!("{s} resolves to no address: {hint}")),
+        Err(e) => Err(format!("{e}: {hint}")),
+    }
 }
 
 #[derive(clap::Args, Clone, Copy)]
@@ -122,7 +136,7 @@ struct Shard {
 #[derive(clap::Args)]
 struct Load {
     /// The servers, host:port,... (connections go round-robin).
-    #[arg(long, value_delimiter = ',', required = true)]
+    #[arg(long, value_delimiter = ',', required = true, value_parser = host_port)]
     servers: Vec<SocketAddr>,
     /// Number of the first connection (each connection's keys follow from it): a second load
     /// on fresh keys starts past the first's connections.

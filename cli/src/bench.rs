@@ -201,7 +201,7 @@ pub struct LocksArgs {
     #[arg(long, default_value_t = 2000, value_parser = count::<1_000_000>)]
     sim_us: usize,
     /// Seed of the simulated runs (`--backend sim`, `--vs-sim`).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = whole)]
     seed: u64,
     /// Runs every configuration this many times (1-100), all configurations once per round,
     /// so that a host whose speed drifts slows every configuration alike; each row gives the
@@ -260,6 +260,20 @@ pub(crate) fn count<const MAX: usize>(s: &str) -> Result<usize, String> {
         Ok(n) if (1..=MAX).contains(&n) => Ok(n),
         _ => Err(format!("expected a whole number from 1 to {MAX}")),
     }
+}
+
+/// A whole number of 0 or more, for options with no narrower range (`--seed`, the explorer's
+/// budget, `doctor --memory`; command-line parser): clap's own parser said only "invalid digit
+/// found in string" for `-1`, `1e6` or `1MiB`.
+pub(crate) fn whole(s: &str) -> Result<u64, String> {
+    s.parse::<u64>()
+        .map_err(|_| format!("expected a whole number from 0 to {}", u64::MAX))
+}
+
+/// [`whole`], as a `usize`.
+pub(crate) fn whole_usize(s: &str) -> Result<usize, String> {
+    s.parse::<usize>()
+        .map_err(|_| format!("expected a whole number from 0 to {}", usize::MAX))
 }
 
 /// A duration in seconds in `(0, 3600]`, fractions allowed, and not so small that it rounds

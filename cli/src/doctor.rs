@@ -27,7 +27,7 @@ pub struct DoctorArgs {
     nodes: Option<u64>,
     /// Registered memory per node in bytes, for the locked-memory check (default: 1 MiB, the
     /// cluster builder's default).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::bench::whole)]
     memory: Option<u64>,
     /// Skip the loop-back smoke test on the device.
     #[arg(long)]
@@ -272,16 +272,16 @@ fn node_id_check(peers: &[String], peers_from_env: bool) -> Option<Check> {
 fn memlock(args: &DoctorArgs, distributed: bool) -> Check {
     let nodes = args.nodes.unwrap_or(if distributed { 1 } else { 2 });
     let memory = args.memory.unwrap_or(loco_rdmawait::DEFAULT_MEMORY);
-    let need = nodes
-        .saturating_mul(memory.saturating_add(QUEUE_OVERHEAD))
-        .max(1);
+    // In 128 bits: `--nodes 65535 --memory 18446744073709551615` saturated at 2^64 bytes and
+    // printed that as the product.
+    let need = (u128::from(nodes) * (u128::from(memory) + u128::from(QUEUE_OVERHEAD))).max(1);
     let fix = "`ulimit -l unlimited` in the shell that starts the program (as root), or a \
         `<user> - memlock unlimited` line in /etc/security/limits.conf and a new login; in a \
         container: `docker run --ulimit memlock=-1` (or `--cap-add IPC_LOCK`)";
     let name = "memlock";
     let want = format!(
         "{nodes} node(s) x ({} + {} KiB queues) = {}",
-        bytes(memory),
+        bytes(memory.into()),
         QUEUE_OVERHEAD >> 10,
         bytes(need)
     );
@@ -299,10 +299,10 @@ fn memlock(args: &DoctorArgs, distributed: bool) -> Check {
             format!("cannot read the limit from /proc/self/limits (needs {want})"),
         ),
         Some(None) => check(name, Status::Pass, format!("unlimited (needs {want})")),
-        Some(Some(limit)) if limit >= need => check(
+        Some(Some(limit)) if u128::from(limit) >= need => check(
             name,
             Status::Pass,
-            format!("{} (needs {want})", bytes(limit)),
+            format!("{} (needs {want})", bytes(limit.into())),
         ),
         Some(Some(limit)) => check(
             name,
@@ -310,14 +310,14 @@ fn memlock(args: &DoctorArgs, distributed: bool) -> Check {
             format!(
                 "`ulimit -l` is {}, below the {want} the cluster registers: registration fails \
                  with ENOMEM",
-                bytes(limit)
+                bytes(limit.into())
             ),
         )
         .fix(fix),
     }
 }
 
-fn bytes(b: u64) -> String {
+fn bytes(b: u128) -> String {
     match b {
         b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{} GiB", b >> 30),
         b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),

@@ -141,10 +141,12 @@ const OPS_EXIT_CODES: &str = "Exit status:
 #[derive(Args, Clone, Copy)]
 struct Budget {
     /// Give up on a test after this many distinct states (exit status 4).
-    #[arg(long, default_value_t = loco_litmus::explore::DEFAULT_MAX_STATES)]
+    #[arg(long, default_value_t = loco_litmus::explore::DEFAULT_MAX_STATES,
+          value_parser = bench::whole_usize)]
     max_states: usize,
     /// Give up on a test before the explorer's memory passes this many MiB (exit status 4).
-    #[arg(long, default_value_t = loco_litmus::explore::DEFAULT_MAX_MEMORY >> 20)]
+    #[arg(long, default_value_t = loco_litmus::explore::DEFAULT_MAX_MEMORY >> 20,
+          value_parser = bench::whole_usize)]
     max_memory: usize,
 }
 
@@ -223,7 +225,7 @@ enum Litmus {
         #[arg(long, default_value_t = 1000, value_parser = at_least_one)]
         runs: usize,
         /// Seed of the first run (run i uses seed + i).
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, value_parser = bench::whole)]
         seed: u64,
         /// Stop a test at its first run showing the `exists` outcome (--runs is then a budget).
         #[arg(long)]

@@ -103,7 +103,7 @@ pub struct OpsArgs {
     #[arg(long, default_value_t = 1.0, value_parser = crate::bench::profile_scale)]
     pub(crate) profile_scale: f64,
     /// Seed of the simulated runs (`--backend sim`).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::bench::whole)]
     pub(crate) seed: u64,
     /// One JSON object per line and configuration instead of the table.
     #[arg(long)]

@@ -605,3 +605,27 @@ fn bench_locks_refuses_a_plot_it_cannot_create_before_measuring() {
     assert!(out.stdout.is_empty(), "measured first: {err}");
     assert!(!std::path::Path::new(plot).exists());
 }
+
+/// A seed, an explorer budget or `doctor --memory` that is not a whole number says that it
+/// wants one: they said only "invalid digit found in string" (clap's own parser) for `-1`,
+/// `1e6` or `1MiB`.
+#[test]
+fn a_number_that_is_not_whole_says_a_whole_number_is_wanted() {
+    for args in [
+        &["bench", "locks", "--backend", "sim", "--seed", "-1"][..],
+        &["bench", "ops", "--backend", "sim", "--seed", "1e6"],
+        &["litmus", "run", "--seed", "-1", "x.litmus"],
+        &["litmus", "check", "--max-states", "1e6", "x.litmus"],
+        &["litmus", "show", "--max-memory", "1GiB", "x.litmus"],
+        &["doctor", "--memory", "1MiB"],
+    ] {
+        let out = loco(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("expected a whole number from 0 to 18446744073709551615")
+                && !err.contains("invalid digit"),
+            "{args:?}: {err}"
+        );
+    }
+}

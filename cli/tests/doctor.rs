@@ -300,3 +300,27 @@ fn a_closed_stderr_keeps_the_usual_exit_status() {
         );
     }
 }
+
+/// The locked memory the cluster needs is the product of `--nodes` and `--memory` (plus the
+/// queues) even where that passes 2^64 bytes: it printed 2^64 bytes (17592186044416.0 MiB) for
+/// 2 nodes of 2^64 - 1 bytes, as for one, the product saturated.
+#[test]
+fn the_memory_needed_is_not_cut_at_64_bits() {
+    let (_, v) = doctor(
+        &[
+            "--no-smoke",
+            "--nodes",
+            "2",
+            "--memory",
+            &u64::MAX.to_string(),
+        ],
+        &[],
+    );
+    let detail = find(&v, "memlock")["detail"].as_str().unwrap().to_string();
+    // 2 x (2^64 - 1 + 256 KiB) bytes = 2^45 + 0.5 MiB, less 2 bytes.
+    assert!(
+        detail
+            .contains("2 node(s) x (17592186044416.0 MiB + 256 KiB queues) = 35184372088832.5 MiB"),
+        "{detail}"
+    );
+}
