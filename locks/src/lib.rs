@@ -237,6 +237,7 @@
 //! | the lock's own node dies (the node lock's node, the weak or strong lock's ticket node) | every acquire fails with [`PeerDead`](loco_rdmawait::Error::PeerDead) naming it, also one by a thread that held the lock when it died; such a thread's release (or local handover) fails the same way and writes nothing: its hold ends there (nobody can take the lock again, so nobody waits for the release) |
 //! | the lock's own node restarts ([`Cluster::incarnation`] changes) | its words are gone: the lock is refused from then on (`PeerDead` naming it, in acquire, in a wait, and in a release, which writes nothing: a hold from before the restart ends there); make the lock again |
 //! | another node dies (weak or strong lock) | releases publish to the live nodes only (and the strong lock fences only those): the lock keeps working among them |
+//! | a node dies or restarts, its threads holding `rel` slots of a weak or strong lock (a killed process's contexts are never dropped) | each slot's owner record (on the ticket node) names its thread's node and incarnation; once every slot has been taken, a thread's first use takes over a slot whose owner's incarnation is dead (its node reported dead, or restarted since), whatever its node: the restarted node's new threads, or the survivors', find room again and nothing waits for the dead owner (see [Contexts come and go](#failures)) |
 //! | a guard is dropped while its thread panics | the release is **poisoned**: the next holder is told ([`LockGuard::was_poisoned`]) |
 //! | [`Cluster::shutdown`] | threads blocked in any acquire return `Shutdown` within a spin round |
 //! | a context is dropped | its weak/strong lock `rel` slot and private words go back (see below) |
@@ -292,7 +293,13 @@
 //!   slots.
 //! - After another node restarts, a weak or strong lock's copies there read 0 until the next
 //!   release reaches it: a thread of that node may time out (its ticket is then passed on).
-//!   The `rel` slots of the dead incarnation's threads are not handed back.
+//! - A weak or strong lock's `rel` slot is lost (counts against `max_threads` for good) if the
+//!   thread that took it fresh dies, or drops its context with the claim still on its way (a
+//!   first acquire that timed out, never called again), before the slot's owner record has
+//!   landed; a slot whose record names a live incarnation but no live thread (a context
+//!   dropped that way after the record was sent, or a take-over's CAS) is lost until that
+//!   incarnation dies. A record of an incarnation whose number (verbs: random) agrees in its
+//!   low 32 bits with its node's current one reads as live: that slot is not taken over.
 //! - A ticket given up while [`MARKS`] (16) or more tickets before it are still
 //!   unserved cannot be marked at once; the mark is **owed**, kept in the lock handle, and paid
 //!   by the next thread of the same process that calls the lock or waits for it. If no thread of
@@ -300,11 +307,22 @@
 //! - Skipping a dead holder trusts the failure detector: a node reported dead must have stopped
 //!   (fail-stop), and its last writes must have landed or been dropped. A partitioned node that
 //!   wakes up inside its critical section breaks mutual exclusion (a lease would be needed).
+//!   Taking over a dead owner's `rel` slot trusts it the same way (a late release of the old
+//!   owner could overwrite the new owner's: waiters would time out, nobody would enter twice).
 //!
 //! **Contexts come and go.** A weak or strong lock's `rel` slot goes back to the lock (for the
 //! process's next thread) when the context is dropped or calls [`Lock::leave`]; the new owner
 //! first checks that the old owner's last release value has landed on every live node, so no
-//! late put of the old owner can overwrite its releases. Private words go back to the cluster
+//! late put of the old owner can overwrite its releases (a node restarted since the old owner's
+//! context was made is not waited for: nothing of that context reaches the new incarnation).
+//! Each slot has an owner record on the ticket node (its thread's node and incarnation): a
+//! slot handed back by a thread of another node, or of an incarnation that has died, becomes
+//! the new thread's with a remote CAS of that record, and once every slot has been taken, a
+//! thread's first use reads the records (one get) and takes over, with a CAS, a slot whose
+//! owner's incarnation is dead (its node reported dead, or restarted since). So a node that
+//! restarts again and again, or dies for good, does not use the lock's slots up. A thread's
+//! first use costs one round trip more than before (the put of a fresh slot's record, waited
+//! for); acquires and releases after it are unchanged. Private words go back to the cluster
 //! ([`Cluster::free_private`], for the next context's [`Cluster::alloc_private`]) when no
 //! operation can still read or write them: always after [`Lock::leave`]; on a plain drop once the
 //! context has reaped what it left in flight ([`Ctx::settled`](loco_rdmawait::Ctx::settled)),

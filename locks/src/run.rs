@@ -204,7 +204,13 @@ impl Machine for Run<'_> {
     }
 
     fn store(&mut self, w: Loc, v: u64) -> Result<()> {
-        Ok(self.ctx.store(&w, v)?)
+        self.ctx.store(&w, v)?;
+        // A weak-lock thread's own `rel` slot (its local copy, the source of the broadcast that
+        // follows): the value whose puts the slot's next owner makes sure have landed.
+        if self.me.rels.get(self.me.slot) == Some(&w) {
+            self.me.last_rel.set(v);
+        }
+        Ok(())
     }
 
     fn mfence(&mut self) -> Result<()> {

@@ -233,12 +233,36 @@ impl Drop for PinRef {
     }
 }
 
+/// A weak or strong lock's `rel` slot handed back by a thread (its context dropped, or its
+/// registration failed after taking the slot).
+#[derive(Debug)]
+pub(crate) struct Freed {
+    /// The slot.
+    pub(crate) slot: usize,
+    /// The last value the thread stored in the slot (0 if none): its puts of that value may
+    /// still be on their way.
+    pub(crate) last: u64,
+    /// The thread's node.
+    pub(crate) node: NodeId,
+    /// Every node's incarnation when the thread's context was made ([`reach`]): its own, and
+    /// the only ones its puts reach.
+    pub(crate) reach: Vec<u64>,
+}
+
 /// What a lock does with a thread's state when its context is dropped (the weak lock hands its
 /// `rel` slot back).
 pub(crate) trait OnDrop: std::fmt::Debug {
-    /// Called with the slot, the last value the thread stored in its slot's `rel`, and whether
-    /// the thread left operations in flight.
-    fn dropped(&self, slot: usize, last: u64, dirty: bool);
+    /// Called with the slot the thread hands back, and whether the thread left operations in
+    /// flight.
+    fn dropped(&self, freed: Freed, dirty: bool);
+}
+
+/// Every node's incarnation when `ctx` was made ([`Ctx::incarnation`]; 0 where unknown).
+pub(crate) fn reach(ctx: &Ctx) -> Vec<u64> {
+    ctx.cluster()
+        .node_ids()
+        .map(|k| ctx.incarnation(k).unwrap_or(0))
+        .collect()
 }
 
 /// What one thread keeps for one lock.
@@ -260,7 +284,8 @@ pub(crate) struct ThreadLock {
     /// Whether the current hold was handed over by a critical section that did not finish (a
     /// guard dropped while panicking, or a dead holder skipped).
     pub(crate) poisoned: Cell<bool>,
-    /// The last value the thread stored in its `rel` slot (wlock).
+    /// The last value the thread stored in its `rel` slot (wlock; 0 if none): kept by the
+    /// machine's stores ([`crate::run::Run`]), for whoever reuses the slot.
     pub(crate) last_rel: Cell<u64>,
     /// The ticket FAA timed out: its result will land in `word` later; the next call reads it
     /// and abandons that ticket.
@@ -289,6 +314,8 @@ pub(crate) struct ThreadLock {
     /// own: a context never outlives its incarnation's calls), or-ed into every claim and
     /// ticket announcement the thread writes into its slot.
     tag: u64,
+    /// Every node's incarnation when the context was made ([`reach`]).
+    reach: Vec<u64>,
     /// Whether every write of this thread into its slot is known to have landed (a get of the
     /// slot completed after it): only then does the slot go back to the pool, so that no late
     /// write of this thread can overwrite its next owner's claim (a put's completion says that
@@ -360,6 +387,7 @@ impl ThreadLock {
             wait_slot: Cell::new(None),
             slot_word: Cell::new(None),
             tag,
+            reach: reach(ctx),
             slot_landed: Cell::new(true),
             wait_slots: None,
             scan: Cell::new(None),
@@ -693,7 +721,13 @@ impl Drop for ThreadLock {
         let dirty = !settled
             && (self.dirty.get() || self.pending_faa.get() || self.pending_cas.get().is_some());
         if let Some(d) = &self.on_drop {
-            d.dropped(self.slot, self.last_rel.get(), dirty);
+            let freed = Freed {
+                slot: self.slot,
+                last: self.last_rel.get(),
+                node: self.word.node(),
+                reach: std::mem::take(&mut self.reach),
+            };
+            d.dropped(freed, dirty);
         }
         // The scan buffer is written only by waited gets; the other words also by the puts an
         // unreaped release or announcement may still be reading.
@@ -729,21 +763,43 @@ impl Drop for ThreadLock {
 #[derive(Debug, Default)]
 struct Registry {
     locks: RefCell<HashMap<u64, Rc<ThreadLock>>>,
-    /// A weak or strong lock's `rel` slot claim (its remote FAA on `slots`, into the state's
-    /// word) whose wait ran out of time, by lock id: the next call waits for that FAA rather
-    /// than posting another, which would take a second slot and lose the first.
-    claims: RefCell<HashMap<u64, ThreadLock>>,
+    /// A weak or strong lock's `rel` slot claim whose wait ran out of time, by lock id: the
+    /// next call waits for it rather than starting another, which would take a second slot and
+    /// lose the first.
+    claims: RefCell<HashMap<u64, SlotClaim>>,
+}
+
+/// A weak or strong lock's `rel` slot claim on its way: the operation its step posted (with
+/// the lock's acquire work id) has not been waited for.
+#[derive(Debug)]
+pub(crate) struct SlotClaim {
+    /// Private words: `word` receives the FAA's or CAS's result, `note` is the source of the
+    /// owner record's put.
+    pub(crate) st: ThreadLock,
+    pub(crate) step: ClaimStep,
+}
+
+/// What a [`SlotClaim`] has posted.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ClaimStep {
+    /// The FAA on `slots` (a fresh slot, if its result is below the bound).
+    Faa,
+    /// The put of the owner record of slot `slot`, which the FAA gave this thread.
+    Record { slot: usize },
+    /// The CAS of slot `slot`'s owner record from `from` (an owner that is dead, or handed the
+    /// slot back) to this thread's: the slot is this thread's if the CAS read `from`.
+    Adopt { slot: usize, from: u64 },
 }
 
 /// The calling thread's `rel` slot claim for lock `id` that a call before gave up waiting for
 /// ([`keep_claim`]), taken out of the context.
-pub(crate) fn take_claim(ctx: &Ctx, cluster: u32, id: u64) -> Result<Option<ThreadLock>> {
+pub(crate) fn take_claim(ctx: &Ctx, cluster: u32, id: u64) -> Result<Option<SlotClaim>> {
     Ok(registry(ctx, cluster)?.claims.borrow_mut().remove(&id))
 }
 
 /// Keeps `claim`, a `rel` slot claim for lock `id` still in flight, for the calling thread's
 /// next call ([`take_claim`]).
-pub(crate) fn keep_claim(ctx: &Ctx, cluster: u32, id: u64, claim: ThreadLock) -> Result<()> {
+pub(crate) fn keep_claim(ctx: &Ctx, cluster: u32, id: u64, claim: SlotClaim) -> Result<()> {
     registry(ctx, cluster)?
         .claims
         .borrow_mut()

@@ -4,6 +4,7 @@
 //! |---|---|---|---|
 //! | `tkt` | the ticket node | remote FAA (acquire), remote CAS (`try_acquire`) | remote FAA/CAS, get (`try_acquire`) |
 //! | `slots` | the ticket node | remote FAA (a thread's first use: its `rel` slot) | — |
+//! | `owners[j]`, one per slot | the ticket node | at a thread's first use: a put into the fresh slot's word, or a remote CAS taking a slot over (a slot handed back by another node's thread, or whose owner's incarnation is dead) | the get of a first use that finds every slot taken, looking for a dead owner's |
 //! | `rel[j]`, one sv per slot | a copy on every node | thread j: `store` then `bcast` (release) | every thread: `load` of its node's copy (acquire) |
 //! | `waiting[k][i]`, 16 slots per node | the ticket node | puts of a thread of node k, in its context's own slot: `TAKING` before its FAA or CAS on `tkt` (same queue pair, so it lands first), its ticket + 1 when it first has to wait, and `turn` (ticket + 1) when it enters, each with its node's incarnation tag (bits 54-61) | a waiter stalled at a ticket, when a node is dead or the stall lasts (one get of every slot) |
 //! | `ab[K]` | the ticket node | remote CAS of a thread that gave its ticket up | gets of the waiting threads |
@@ -23,8 +24,8 @@ use crate::marks::{self, MARKS, POISON};
 use crate::protocol::{self, NONE, WL_ACQ, WL_REL};
 use crate::run::{Run, Spinner};
 use crate::thread::{
-    keep_claim, next_lock_id, registered, take_claim, thread_lock, Deadline, Home, OnDrop, Pace,
-    Spin, ThreadLock, WaitSlots, WAIT_SLOTS,
+    keep_claim, next_lock_id, reach, registered, take_claim, thread_lock, ClaimStep, Deadline,
+    Freed, Home, OnDrop, Pace, SlotClaim, Spin, ThreadLock, WaitSlots, WAIT_SLOTS,
 };
 use crate::{Error, RawLock, Result};
 
@@ -50,6 +51,7 @@ pub struct RawWLock {
     slots: Loc,
     ab: Loc,
     waiting: Loc,
+    owners: Loc,
     rel: Vec<SharedVar>,
     pool: Arc<SlotPool>,
     debts: Arc<marks::Debts>,
@@ -59,20 +61,44 @@ pub struct RawWLock {
 }
 
 /// `rel` slots handed back by dropped contexts (process-local), with the last value their
-/// owner stored: a new owner first checks that this value has landed on every live node, so
-/// that no late put of the old owner can overwrite the new owner's releases.
+/// owner stored: a new owner first checks that this value has landed on every live node it can
+/// have reached, so that no late put of the old owner can overwrite the new owner's releases.
 #[derive(Debug, Default)]
 struct SlotPool {
-    free: Mutex<Vec<(usize, u64)>>,
+    free: Mutex<Vec<Freed>>,
 }
 
-impl OnDrop for SlotPool {
-    fn dropped(&self, slot: usize, last: u64, _dirty: bool) {
+impl SlotPool {
+    fn take(&self) -> Option<Freed> {
+        self.free.lock().unwrap_or_else(|p| p.into_inner()).pop()
+    }
+
+    /// Back at the far end, behind the slots handed back since.
+    fn put_back(&self, f: Freed) {
         self.free
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push((slot, last));
+            .insert(0, f);
     }
+}
+
+impl OnDrop for SlotPool {
+    fn dropped(&self, freed: Freed, _dirty: bool) {
+        // Also a thread of an incarnation that has died: its slot is then taken over as any
+        // dead owner's (a CAS of its owner record), whether from here or by another process.
+        self.free
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(freed);
+    }
+}
+
+/// The owner record of a `rel` slot (`owners[j]`): the node of the thread that holds it (its
+/// index plus one, in bits 32-48) and the low 32 bits of the incarnation its context belongs
+/// to. 0: none recorded (never claimed, or the record of a fresh slot not landed yet), which
+/// nobody takes over.
+fn record(node: NodeId, incarnation: u64) -> u64 {
+    ((node.index() as u64 + 1) << 32) | (incarnation & 0xffff_ffff)
 }
 
 impl RawWLock {
@@ -83,19 +109,21 @@ impl RawWLock {
     /// the slot goes back when the thread's context is dropped (or it calls
     /// [`RawLock::leave`]) and serves the process's next thread. The bound counts threads
     /// using the lock at once, over every process of the cluster (a slot handed back is reused
-    /// by the same process only). Acquire scans all slots' local copies, so pick the bound close
-    /// to the real thread count.
+    /// by the same process only). A slot whose thread's node died (or restarted) since is
+    /// taken over by a thread of any process once every slot has been taken. Acquire scans all
+    /// slots' local copies, so pick the bound close to the real thread count.
     pub fn new(cluster: &Cluster, ticket_node: NodeId, max_threads: usize) -> Result<Self> {
         if max_threads == 0 {
             return Err(Error::NoThreads);
         }
         // Check the memory first: running out half-way would strand what was taken (allocations
         // are never freed). One `rel` word per thread on every node, and on the ticket node the
-        // dispenser, the slot counter and the abandon marks.
+        // dispenser, the slot counter, the abandon marks, the `waiting` slots and one owner
+        // record per thread.
         let per_node = (max_threads as u64).saturating_mul(WORD);
         for node in cluster.node_ids() {
             let extra = if node == ticket_node {
-                (2 + MARKS + WAIT_SLOTS * cluster.nodes() as u64) * WORD
+                ((2 + MARKS + WAIT_SLOTS * cluster.nodes() as u64) * WORD).saturating_add(per_node)
             } else {
                 0
             };
@@ -105,6 +133,7 @@ impl RawWLock {
         let slots = cluster.alloc_word(ticket_node)?;
         let ab = cluster.alloc_words(ticket_node, MARKS)?;
         let waiting = cluster.alloc_words(ticket_node, cluster.nodes() as u64 * WAIT_SLOTS)?;
+        let owners = cluster.alloc_words(ticket_node, max_threads as u64)?;
         let rel = (0..max_threads)
             .map(|_| SharedVar::new(cluster))
             .collect::<loco_sv::Result<Vec<_>>>()?;
@@ -115,6 +144,7 @@ impl RawWLock {
             slots,
             ab,
             waiting,
+            owners,
             rel,
             pool: Arc::default(),
             debts: Default::default(),
@@ -134,8 +164,7 @@ impl RawWLock {
         self.rel.len()
     }
 
-    /// The calling thread's state; on first use, takes a `rel` slot: one handed back by an
-    /// earlier context of this process, else a fresh one with a remote FAA on `slots`.
+    /// The calling thread's state; on first use, takes a `rel` slot ([`Self::claim_slot`]).
     fn me(&self, ctx: &Ctx) -> Result<Rc<ThreadLock>> {
         self.me_by(ctx, &Deadline::after(self.cluster.timeout()))
     }
@@ -149,64 +178,17 @@ impl RawWLock {
     /// [`Self::me`], registering (on first use) within the caller's deadline `d`.
     fn me_by(&self, ctx: &Ctx, d: &Deadline) -> Result<Rc<ThreadLock>> {
         thread_lock(ctx, self.cluster.id(), self.id, |ctx| {
-            // A claim this thread gave up waiting for is waited for again, not made anew.
-            let kept = take_claim(ctx, self.cluster.id(), self.id)?;
-            let recycled = match kept {
-                Some(_) => None,
-                None => self
-                    .pool
-                    .free
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .pop(),
-            };
-            let on_drop: Arc<dyn OnDrop> = self.pool.clone();
-            let recycled = match recycled {
-                Some((slot, last)) => match self.check_landed(ctx, slot, last, d) {
-                    Ok(()) => Some((slot, last)),
-                    Err(e) => {
-                        // Not usable yet (its old owner's last release has not landed
-                        // everywhere): back to the far end of the pool, and take a fresh slot.
-                        tracing::debug!(target: "loco::locks", lock = self.id, slot, error = %e,
-                            "wlock: a recycled slot is not usable yet");
-                        self.pool
-                            .free
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .insert(0, (slot, last));
-                        None
-                    }
-                },
-                None => None,
-            };
-            let (slot, last) = match recycled {
-                Some(r) => r,
-                None => {
-                    let tmp = match kept {
-                        Some(tmp) => tmp,
-                        None => {
-                            let tmp = ThreadLock::new(ctx, usize::MAX, Vec::new(), None)?;
-                            ctx.rfaa(&self.slots, 1, &tmp.word, WL_ACQ)?;
-                            tmp
-                        }
-                    };
-                    if let Err(e) = d.wait(ctx, WL_ACQ) {
-                        tmp.dirty.set(true);
-                        if matches!(e, Error::Timeout { .. }) {
-                            // The FAA still takes a slot: the next call waits for it.
-                            keep_claim(ctx, self.cluster.id(), self.id, tmp)?;
-                        }
-                        return Err(e);
-                    }
-                    tmp.dirty.set(false);
-                    let slot = ctx.load(&tmp.word)? as usize;
-                    if slot >= self.rel.len() {
-                        return Err(Error::TooManyThreads {
-                            max: self.rel.len(),
-                        });
-                    }
-                    (slot, 0)
-                }
+            let slot = self.claim_slot(ctx, d)?;
+            // If the state cannot be made, the slot (its record names this thread) goes back.
+            // Whatever earlier owners sent has landed or cannot land (see `claim_slot`).
+            let give_back = || {
+                let freed = Freed {
+                    slot,
+                    last: 0,
+                    node: ctx.node(),
+                    reach: reach(ctx),
+                };
+                self.pool.dropped(freed, false);
             };
             let rels = self
                 .rel
@@ -216,46 +198,242 @@ impl RawWLock {
             let rels = match rels {
                 Ok(r) => r,
                 Err(e) => {
-                    self.pool.dropped(slot, last, false);
+                    give_back();
                     return Err(e.into());
                 }
             };
+            let on_drop: Arc<dyn OnDrop> = self.pool.clone();
             let st = match ThreadLock::new(ctx, slot, rels, Some(on_drop)) {
                 Ok(st) => st
                     .owing_to(self.debts.clone())
                     .announcing_in(self.wait_slots.clone()),
                 Err(e) => {
-                    self.pool.dropped(slot, last, false);
+                    give_back();
                     return Err(e);
                 }
             };
-            st.last_rel.set(last);
-            tracing::debug!(target: "loco::locks", lock = self.id, node = %ctx.node(), slot, reused = recycled.is_some(), "wlock: thread registered");
+            tracing::debug!(target: "loco::locks", lock = self.id, node = %ctx.node(), slot, "wlock: thread registered");
             Ok(st)
         })
     }
 
-    /// Before reusing `slot`: every live node's copy of `rel[slot]` holds `last`, the old
-    /// owner's last value. Each of its releases was reaped (source read) before the next one
-    /// stored, so only its last release's puts carry `last`, and puts towards a node land in
-    /// order: once a copy reads `last`, no put of the old owner towards that node is in flight.
-    fn check_landed(&self, ctx: &Ctx, slot: usize, last: u64, d: &Deadline) -> Result<()> {
-        if last == 0 {
+    /// A `rel` slot for the calling thread's first use of the lock, within `d`, its owner record
+    /// (`owners[slot]`) naming the thread's node and incarnation. In order:
+    /// - a claim that a call before gave up waiting for goes on (never a second one: it would
+    ///   take another slot and lose the first);
+    /// - a slot handed back in this process ([`Self::recycled`]);
+    /// - a fresh slot: a remote FAA on `slots`, then the put of its record, waited for (one
+    ///   round trip more than the FAA alone, once per thread);
+    /// - once the FAA finds every slot taken, a slot whose owner's incarnation is dead
+    ///   ([`Self::take_over`]); else [`Error::TooManyThreads`].
+    ///
+    /// The slot's earlier owners cannot overwrite the thread's releases: what a live one sent
+    /// has landed ([`Self::check_landed`]), and a dead one's last writes have landed or been
+    /// dropped (the failure detector is trusted, as for skipping a dead holder).
+    fn claim_slot(&self, ctx: &Ctx, d: &Deadline) -> Result<usize> {
+        let mine = record(ctx.node(), ctx.incarnation(ctx.node()).unwrap_or(0));
+        if let Some(claim) = take_claim(ctx, self.cluster.id(), self.id)? {
+            if let Ok(slot) = self.advance(ctx, claim, mine, d)? {
+                return Ok(slot);
+            }
+        }
+        if let Some(slot) = self.recycled(ctx, mine, d)? {
+            return Ok(slot);
+        }
+        let st = ThreadLock::new(ctx, usize::MAX, Vec::new(), None)?;
+        ctx.rfaa(&self.slots, 1, &st.word, WL_ACQ)?;
+        let claim = SlotClaim {
+            st,
+            step: ClaimStep::Faa,
+        };
+        self.advance(ctx, claim, mine, d)?
+            .map_err(|_| Error::TooManyThreads {
+                max: self.rel.len(),
+            })
+    }
+
+    /// Waits (within `d`) for what `claim` posted, then takes its next step, until the slot is
+    /// the thread's. `Err(claim)`: a CAS taking a slot over read another record (somebody else
+    /// took it). A wait that runs out of time keeps the claim for the thread's next call.
+    fn advance(
+        &self,
+        ctx: &Ctx,
+        mut claim: SlotClaim,
+        mine: u64,
+        d: &Deadline,
+    ) -> Result<std::result::Result<usize, SlotClaim>> {
+        loop {
+            if let Err(e) = d.wait(ctx, WL_ACQ) {
+                claim.st.dirty.set(true);
+                if matches!(e, Error::Timeout { .. }) {
+                    // Still on its way (an FAA still takes a slot): the next call waits for it.
+                    keep_claim(ctx, self.cluster.id(), self.id, claim)?;
+                }
+                return Err(e);
+            }
+            claim.st.dirty.set(false);
+            let v = ctx.load(&claim.st.word)?;
+            match claim.step {
+                ClaimStep::Faa => {
+                    let Some(slot) = usize::try_from(v).ok().filter(|&j| j < self.rel.len()) else {
+                        return self.take_over(ctx, claim, mine, d).map(Ok);
+                    };
+                    // A fresh slot: its record, so that it can be taken over once this thread's
+                    // incarnation has died.
+                    ctx.store(&claim.st.note, mine)?;
+                    ctx.put(&self.owners.word(slot as u64)?, &claim.st.note, WL_ACQ)?;
+                    claim.step = ClaimStep::Record { slot };
+                }
+                ClaimStep::Record { slot } => return Ok(Ok(slot)),
+                ClaimStep::Adopt { slot, from } if v == from => return Ok(Ok(slot)),
+                ClaimStep::Adopt { .. } => return Ok(Err(claim)),
+            }
+        }
+    }
+
+    /// Every slot has been taken (the FAA of `claim` read past the bound): takes over one whose
+    /// owner record names a dead incarnation ([`Self::owner_dead`]) with a remote CAS of the
+    /// record to `mine`. First reads every record: one get, into a private buffer of
+    /// `max_threads` words on the thread's node, given back after. [`Error::TooManyThreads`]
+    /// if no slot's owner is dead.
+    fn take_over(&self, ctx: &Ctx, mut claim: SlotClaim, mine: u64, d: &Deadline) -> Result<usize> {
+        let buf = self.cluster.alloc_private(ctx.node(), self.owners.len())?;
+        let read = ctx
+            .get(&buf, &self.owners, WL_ACQ)
+            .map_err(Error::from)
+            .and_then(|()| d.wait(ctx, WL_ACQ));
+        if let Err(e) = read {
+            // The get may still write the buffer: kept (leaked), which is safe.
+            claim.st.dirty.set(true);
+            return Err(e);
+        }
+        let records = (0..self.rel.len() as u64)
+            .map(|j| Ok(ctx.load(&buf.word(j)?)?))
+            .collect::<Result<Vec<u64>>>();
+        let _ = self.cluster.free_private(buf);
+        // Looked at after the get completed, as the claim check does: a record names an
+        // incarnation this process knew by then.
+        for (slot, from) in records?.into_iter().enumerate() {
+            if !self.owner_dead(from) {
+                continue;
+            }
+            ctx.rcas(
+                &self.owners.word(slot as u64)?,
+                from,
+                mine,
+                &claim.st.word,
+                WL_ACQ,
+            )?;
+            claim.step = ClaimStep::Adopt { slot, from };
+            match self.advance(ctx, claim, mine, d)? {
+                Ok(slot) => {
+                    tracing::debug!(target: "loco::locks", lock = self.id, node = %ctx.node(), slot,
+                        "wlock: took over the rel slot of a dead incarnation's thread");
+                    return Ok(slot);
+                }
+                Err(back) => claim = back,
+            }
+        }
+        Err(Error::TooManyThreads {
+            max: self.rel.len(),
+        })
+    }
+
+    /// Whether the owner record `rec` names an incarnation that is dead: its node is reported
+    /// dead, or has another incarnation now (as this process knows it; it learnt of an
+    /// incarnation before that one had a context, so before its record). That thread writes
+    /// nothing more. A record from an incarnation whose low 32 bits a later one shares reads as
+    /// live: its slot is kept (lost), never taken from a live owner. 0 (no record) is nobody's.
+    fn owner_dead(&self, rec: u64) -> bool {
+        let Some(node) = (rec >> 32)
+            .checked_sub(1)
+            .and_then(|i| u16::try_from(i).ok())
+            .map(NodeId)
+            .filter(|&n| self.cluster.check_node(n).is_ok())
+        else {
+            return false;
+        };
+        if !self.cluster.is_alive(node) {
+            return true;
+        }
+        match self.cluster.incarnation(node) {
+            Ok(now) if now != 0 => now & 0xffff_ffff != rec & 0xffff_ffff,
+            _ => false,
+        }
+    }
+
+    /// A slot handed back in this process, if one is usable now. Unless its owner's
+    /// incarnation is dead, its owner's last release must have landed first
+    /// ([`Self::check_landed`]); a slot not usable yet goes back to the far end of the pool. A
+    /// slot another incarnation or node handed back is the thread's only once a remote CAS has
+    /// moved its owner record from that owner's to `mine`: a thread taking it over as a dead
+    /// owner's (of any process) may have been first, and then it leaves the pool.
+    fn recycled(&self, ctx: &Ctx, mine: u64, d: &Deadline) -> Result<Option<usize>> {
+        while let Some(f) = self.pool.take() {
+            let then = f.reach.get(f.node.index()).copied().unwrap_or(0);
+            let same = f.node == ctx.node() && Some(then) == ctx.incarnation(ctx.node());
+            let from = record(f.node, then);
+            if same || !self.owner_dead(from) {
+                if let Err(e) = self.check_landed(ctx, &f, d) {
+                    tracing::debug!(target: "loco::locks", lock = self.id, slot = f.slot, error = %e,
+                        "wlock: a recycled slot is not usable yet");
+                    self.pool.put_back(f);
+                    return Ok(None);
+                }
+            }
+            if same {
+                return Ok(Some(f.slot));
+            }
+            let posted = ThreadLock::new(ctx, usize::MAX, Vec::new(), None).and_then(|st| {
+                let w = self.owners.word(f.slot as u64)?;
+                ctx.rcas(&w, from, mine, &st.word, WL_ACQ)?;
+                Ok(st)
+            });
+            let st = match posted {
+                Ok(st) => st,
+                Err(e) => {
+                    self.pool.put_back(f);
+                    return Err(e);
+                }
+            };
+            let step = ClaimStep::Adopt { slot: f.slot, from };
+            match self.advance(ctx, SlotClaim { st, step }, mine, d)? {
+                Ok(slot) => return Ok(Some(slot)),
+                Err(_) => {
+                    tracing::debug!(target: "loco::locks", lock = self.id, slot = f.slot,
+                        "wlock: a slot handed back was taken over meanwhile")
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Before reusing the slot `f` handed back: every live node's copy of `rel[f.slot]` holds
+    /// `f.last`, its owner's last value. Each of its releases was reaped (source read) before
+    /// the next one stored, so only its last release's puts carry that value, and puts towards
+    /// a node land in order: once a copy reads it, no put of the old owner towards that node
+    /// is in flight. A node that has restarted since the owner's context was made is not
+    /// waited for: nothing of that context reaches the new incarnation (whose copy reads 0
+    /// until a release reaches it).
+    fn check_landed(&self, ctx: &Ctx, f: &Freed, d: &Deadline) -> Result<()> {
+        if f.last == 0 {
             return Ok(());
         }
         let tmp = ThreadLock::new(ctx, usize::MAX, Vec::new(), None)?;
         let mut spin = Spin::new();
         for k in self.cluster.node_ids() {
+            let then = f.reach.get(k.index()).copied().unwrap_or(0);
+            let restarted = || then != 0 && self.cluster.incarnation(k).is_ok_and(|i| i != then);
             loop {
-                if !self.cluster.is_alive(k) {
+                if !self.cluster.is_alive(k) || restarted() {
                     break;
                 }
-                ctx.get(&tmp.word, &self.rel[slot].copy(k)?, WL_ACQ)?;
+                ctx.get(&tmp.word, &self.rel[f.slot].copy(k)?, WL_ACQ)?;
                 if let Err(e) = d.wait(ctx, WL_ACQ) {
                     tmp.dirty.set(true);
                     return Err(e);
                 }
-                if ctx.load(&tmp.word)? == last {
+                if ctx.load(&tmp.word)? == f.last {
                     break;
                 }
                 if d.expired() {
@@ -304,7 +482,6 @@ impl RawWLock {
     /// ([`protocol::wlock_publish`]): a forwarding release of an abandoned ticket.
     fn publish(&self, ctx: &Ctx, me: &ThreadLock, raw: u64, d: &Deadline) -> Result<()> {
         let copies = self.rel[me.slot].copies();
-        me.last_rel.set(raw);
         protocol::wlock_publish(
             &mut self.run(ctx, me, d),
             |n| copies[n.index()],
@@ -344,12 +521,11 @@ impl RawWLock {
     ) -> Result<bool> {
         let r = marks::ticket(raw);
         let w = self.words(me)?;
-        // A marked ticket: the protocol's step, which the explorer checks. It may have stored
-        // in the thread's slot even if it failed after: note the slot's value either way.
+        // A marked ticket: the protocol's step, which the explorer checks (what it stores in
+        // the thread's slot is noted by the machine, for the slot's next owner).
         let seen = self.with_publish(me, |publish| {
             protocol::wlock_pass_on(&mut self.run(ctx, me, d), &w, publish, raw)
         });
-        self.note_published(ctx, me)?;
         if seen? == r + 1 {
             tracing::debug!(target: "loco::locks", lock = self.id, node = %ctx.node(), ticket = r,
                 "wlock: passed an abandoned ticket on");
@@ -388,14 +564,6 @@ impl RawWLock {
             mine: &mine,
             nodes: &nodes,
         })
-    }
-
-    /// After a protocol step that may have published from the thread's slot: the slot's last
-    /// value, for whoever reuses the slot (its local copy reads the thread's own last store).
-    fn note_published(&self, ctx: &Ctx, me: &ThreadLock) -> Result<()> {
-        let own = self.rel[me.slot].copies()[ctx.node().index()];
-        me.last_rel.set(ctx.load(&own)?);
-        Ok(())
     }
 
     /// The raw copy value that releases to `r`, if some local copy does.
@@ -519,7 +687,6 @@ impl RawWLock {
                 Ok(())
             })
         });
-        self.note_published(ctx, me)?;
         r?;
         Ok(!owed.get())
     }
@@ -639,7 +806,6 @@ impl RawWLock {
         let copies = self.rel[me.slot].copies();
         let mine = |n: NodeId| copies[n.index()];
         let d = Deadline::after(self.cluster.timeout());
-        me.last_rel.set((t + 1) | if poison { POISON } else { 0 });
         let mut run = self.run(ctx, &me, &d);
         if strong {
             // The fence's words only (no node to check): a node that dies after `live_nodes` is

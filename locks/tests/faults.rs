@@ -942,3 +942,200 @@ fn a_lock_whose_home_restarted_is_refused() -> Result<()> {
     }
     Ok(())
 }
+
+/// Increments `total` (a word on n0) once under `l` from `ctx`, reading and writing it through
+/// `tmp` (a word on the context's node) and fencing n0 before the release (for the weak lock);
+/// returns whether the hand-over was poisoned.
+fn increment(
+    l: &dyn AnyLock,
+    ctx: &loco_rdmawait::Ctx,
+    total: loco_rdmawait::Loc,
+    tmp: loco_rdmawait::Loc,
+) -> Result<bool> {
+    use loco_sv::GlobalFence;
+    let d = loco_rdmawait::WorkId::new(1);
+    let (_, poisoned) = l.with(ctx, Duration::from_secs(10), &|| {
+        let r = (|| -> std::result::Result<(), Box<dyn std::error::Error>> {
+            ctx.get(&tmp, &total, d)?;
+            ctx.wait(d)?;
+            ctx.store(&tmp, ctx.load(&tmp)? + 1)?;
+            ctx.put(&total, &tmp, d)?;
+            ctx.wait(d)?;
+            Ok(ctx.gf([NodeId(0)])?)
+        })();
+        r.expect("an increment");
+    })?;
+    Ok(poisoned)
+}
+
+/// A node restarts again and again, and each time a thread of its new incarnation uses a weak
+/// (strong) lock made for 3 threads; so does, each time, a survivor's thread (a new context:
+/// an older one cannot reach the new incarnation, whose copies of `rel` read 0 until a release
+/// reaches them), the previous survivor's context being dropped. The dead incarnations'
+/// contexts are never dropped (as a killed process's), so their `rel` slots never go back to
+/// a pool: they are taken over through the slots' owner records (a slot whose owner's
+/// incarnation is dead). Without that the new incarnations' threads took a fresh slot each
+/// time and the lock ran out of slots (`TooManyThreads`) right after the first restart. Afterwards the
+/// dead contexts are dropped (which must not hand back slots others took over meanwhile),
+/// three live threads use the lock at once, and a fourth is still too many: no slot is lost
+/// or owned twice. No increment is lost and no hand-over is poisoned.
+#[test]
+fn a_restarted_nodes_threads_take_back_their_dead_incarnations_rel_slots() -> Result<()> {
+    const ROUNDS: usize = 6;
+    for s in [
+        Schedule::Threaded,
+        Schedule::Chaos { seed: 3 },
+        Schedule::Chaos { seed: 11 },
+    ] {
+        // The weak and the strong lock, their tickets on n2 and n0; n1 restarts.
+        for k in 1..3 {
+            let c = cluster(s, BOUND);
+            let l = each_off_n1(&c, 3)?.swap_remove(k);
+            let name = l.name();
+            let total = c.alloc_word(NodeId(0))?;
+            let tmp: Vec<_> = c
+                .node_ids()
+                .map(|n| c.alloc_word(n))
+                .collect::<std::result::Result<_, _>>()?;
+            let (c2, l2) = (c.clone(), l.boxed());
+            let done = bounded("restarts", move || -> Result<u64> {
+                let (c, l) = (c2, l2);
+                let mut dead = Vec::new();
+                let mut prev = None;
+                let mut done = 0;
+                for round in 0..ROUNDS {
+                    // A survivor alternately on n0 and n2.
+                    let n = NodeId(2 * (round % 2) as u16);
+                    let survivor = c.context(n)?;
+                    let p = increment(&*l, &survivor, total, tmp[n.index()])
+                        .unwrap_or_else(|e| panic!("{s:?} {name}, round {round}, survivor: {e}"));
+                    assert!(!p, "{s:?} {name}, round {round}: poisoned");
+                    drop(prev.replace(survivor));
+                    let fresh = c.context(NodeId(1))?;
+                    let p = increment(&*l, &fresh, total, tmp[1]).unwrap_or_else(|e| {
+                        panic!("{s:?} {name}, round {round}, n1's new incarnation: {e}")
+                    });
+                    assert!(!p, "{s:?} {name}, round {round}: poisoned");
+                    done += 2;
+                    c.quiesce()?;
+                    c.kill(NodeId(1))?;
+                    c.restart(NodeId(1))?;
+                    dead.push(fresh);
+                }
+                drop(dead);
+                drop(prev);
+                let all: Vec<_> = c
+                    .node_ids()
+                    .map(|n| c.context(n))
+                    .collect::<loco_rdmawait::Result<_>>()?;
+                for (i, ctx) in all.iter().enumerate() {
+                    let p = increment(&*l, ctx, total, tmp[i])
+                        .unwrap_or_else(|e| panic!("{s:?} {name}, at last, n{i}: {e}"));
+                    assert!(!p, "{s:?} {name}: poisoned");
+                    done += 1;
+                }
+                let fourth = c.context(NodeId(0))?;
+                let r = increment(&*l, &fourth, total, tmp[0]);
+                assert!(
+                    matches!(r, Err(Error::TooManyThreads { max: 3 })),
+                    "{s:?} {name}: a fourth thread: {r:?}"
+                );
+                Ok(done)
+            })?;
+            c.quiesce()?;
+            assert_eq!(c.peek(&total)?, done, "{s:?} {name}: an increment was lost");
+            eprintln!("{s:?} {name}: {ROUNDS} restarts, {done} increments, 3 slots");
+        }
+    }
+    Ok(())
+}
+
+/// A context hands its `rel` slot back (dropped) and then another node restarts: the slot's
+/// copy on the restarted node reads 0, never the old owner's last release, and no put of the
+/// old owner can reach the new incarnation, so that copy is not waited for. The process's next
+/// context reuses the slot at once (the lock is made for one thread), on the same node and
+/// then on the restarted one. Before, its first acquire waited for that copy until its time
+/// ran out.
+#[test]
+fn a_slot_handed_back_before_another_node_restarted_is_reused() -> Result<()> {
+    for s in [Schedule::Threaded, Schedule::Chaos { seed: 2 }] {
+        for k in 1..3 {
+            let c = cluster(s, BOUND);
+            let l = each_off_n1(&c, 1)?.swap_remove(k);
+            let name = l.name();
+            let total = c.alloc_word(NodeId(0))?;
+            let tmp: Vec<_> = c
+                .node_ids()
+                .map(|n| c.alloc_word(n))
+                .collect::<std::result::Result<_, _>>()?;
+            let (c2, l2) = (c.clone(), l.boxed());
+            bounded("reuse", move || -> Result<()> {
+                let (c, l) = (c2, l2);
+                let ctx = c.context(NodeId(0))?;
+                increment(&*l, &ctx, total, tmp[0])?;
+                drop(ctx);
+                c.quiesce()?;
+                c.kill(NodeId(1))?;
+                c.restart(NodeId(1))?;
+                for n in [NodeId(0), NodeId(1)] {
+                    let ctx = c.context(n)?;
+                    increment(&*l, &ctx, total, tmp[n.index()])
+                        .unwrap_or_else(|e| panic!("{s:?} {name}, {n} after the restart: {e}"));
+                }
+                Ok(())
+            })?;
+            c.quiesce()?;
+            assert_eq!(c.peek(&total)?, 3, "{s:?} {name}");
+        }
+    }
+    Ok(())
+}
+
+/// A node dies for good, with a thread that used a weak (strong) lock made for 2 threads,
+/// idle or (`holding`) inside a critical section: its `rel` slot is taken over by a survivor's
+/// new thread (its owner record names a dead node), which then uses the lock with the
+/// survivor that held the other slot all along. Before, that thread's first acquire failed
+/// with `TooManyThreads`.
+#[test]
+fn a_dead_nodes_rel_slots_are_taken_over_by_the_survivors() -> Result<()> {
+    for s in [Schedule::Threaded, Schedule::Chaos { seed: 4 }] {
+        for holding in [false, true] {
+            for k in 1..3 {
+                let c = cluster(s, BOUND);
+                let l = each_off_n1(&c, 2)?.swap_remove(k);
+                let name = l.name();
+                let total = c.alloc_word(NodeId(0))?;
+                let tmp: Vec<_> = c
+                    .node_ids()
+                    .map(|n| c.alloc_word(n))
+                    .collect::<std::result::Result<_, _>>()?;
+                let (c2, l2) = (c.clone(), l.boxed());
+                bounded("take over", move || -> Result<()> {
+                    let (c, l) = (c2, l2);
+                    let old = c.context(NodeId(0))?;
+                    increment(&*l, &old, total, tmp[0])?;
+                    let doomed = c.context(NodeId(1))?;
+                    if holding {
+                        l.hold_forever(&doomed)?;
+                    } else {
+                        increment(&*l, &doomed, total, tmp[1])?;
+                    }
+                    c.quiesce()?;
+                    c.kill(NodeId(1))?;
+                    let new = c.context(NodeId(2))?;
+                    let p = increment(&*l, &new, total, tmp[2])
+                        .unwrap_or_else(|e| panic!("{s:?} {name} (holding {holding}): {e}"));
+                    assert_eq!(p, holding, "{s:?} {name}: told of the dead holder");
+                    for ctx in [&old, &new, &old] {
+                        let i = ctx.node().index();
+                        assert!(!increment(&*l, ctx, total, tmp[i])?);
+                    }
+                    Ok(())
+                })?;
+                c.quiesce()?;
+                assert_eq!(c.peek(&total)?, 5 + u64::from(!holding), "{s:?} {name}");
+            }
+        }
+    }
+    Ok(())
+}

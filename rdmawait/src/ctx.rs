@@ -254,6 +254,13 @@ impl Ctx {
         &self.cluster
     }
 
+    /// `node`'s incarnation ([`Cluster::incarnation`]) when the context was made, `None` for an
+    /// unknown node: the context belongs to its own node's, and what it posts towards `node`
+    /// reaches no other (see [`Cluster::restart`]).
+    pub fn incarnation(&self, node: NodeId) -> Option<u64> {
+        self.inner.borrow().incarnations.get(node.index()).copied()
+    }
+
     fn local_word(&self, x: &Loc) -> Result<usize> {
         self.check_local(x)?;
         self.cluster.check_word(x)
