@@ -651,13 +651,28 @@ impl Cluster {
     /// here (operations towards them fail when they are made).
     pub fn context(&self, node: NodeId) -> Result<Ctx> {
         self.check_node(node)?;
-        // Read before the queue pairs are made: a node that restarts in between is taken for
-        // restarted by the context (see `Ctx::fenced`), never the other way round.
-        let incarnations = self
-            .node_ids()
-            .map(|n| self.inner.backend.incarnation(n))
-            .collect();
-        let nic = self.inner.backend.open(node)?;
+        // Read before the queue pairs are made, and again after: a node that restarted in
+        // between may have had some of them connected to its new incarnation, which the
+        // context would take for the old one (so, to `Cluster::restart`'s promise, it could
+        // reach an incarnation newer than it knows). Incarnations are never reused, so equal
+        // readings mean no restart in between; otherwise the queue pairs are made again. After
+        // a few tries (restarts in a tight loop), the readings before are kept: the context
+        // then takes a node that restarted for restarted (see `Ctx::fenced`), never the other
+        // way round.
+        let read = || -> Vec<u64> {
+            self.node_ids()
+                .map(|n| self.inner.backend.incarnation(n))
+                .collect()
+        };
+        let mut tries = 0;
+        let (incarnations, nic) = loop {
+            let before = read();
+            let nic = self.inner.backend.open(node)?;
+            tries += 1;
+            if read() == before || tries == 3 {
+                break (before, nic);
+            }
+        };
         tracing::debug!(target: "loco::rdmawait", cluster = self.inner.id, %node, "context opened");
         Ok(Ctx::new(self.clone(), node, nic, incarnations))
     }
