@@ -530,12 +530,10 @@ mod local {
     /// `f`'s output, or `None` once `timeout` has passed first (where the runtime has timers:
     /// without them, or outside a tokio runtime, `f` is awaited without a bound).
     pub(super) async fn within<F: Future>(timeout: std::time::Duration, f: F) -> Option<F::Output> {
-        // tokio panics, rather than failing, where there is no timer.
-        let timer = tokio::runtime::Handle::try_current()
-            .ok()
-            .and_then(|_| std::panic::catch_unwind(|| Box::pin(tokio::time::sleep(timeout))).ok());
+        // (tokio panics, rather than failing, where there is no timer: `try_sleep` asks each
+        // runtime once, so its message is not printed at every acquire.)
+        let mut timer = loco_rdmawait::aio::try_sleep(timeout);
         let mut f = std::pin::pin!(f);
-        let mut timer = timer;
         std::future::poll_fn(|cx| {
             if let std::task::Poll::Ready(v) = f.as_mut().poll(cx) {
                 return std::task::Poll::Ready(Some(v));

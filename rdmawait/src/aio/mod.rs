@@ -348,6 +348,17 @@ impl Future for Op {
     }
 }
 
+/// tokio's `sleep(after)`, if the calling thread runs in a tokio runtime with timers; `None`
+/// outside a runtime, or in one built without `enable_time`. For code that bounds a wait of its
+/// own where it can (the local queue of `loco-locks`' `Lock::acquire_async`).
+///
+/// tokio has no way to ask whether a runtime has timers: it panics when a timer is made in one
+/// without them. That panic is caught, and each runtime asked once per thread, so its message
+/// is printed once rather than at every call.
+pub fn try_sleep(after: Duration) -> Option<Pin<Box<tokio::time::Sleep>>> {
+    try_timer(|| tokio::time::sleep(after))
+}
+
 /// A tokio timer ending at `deadline`, if the task runs on a tokio runtime with timers.
 fn timer(deadline: tokio::time::Instant) -> Option<Pin<Box<tokio::time::Sleep>>> {
     try_timer(|| tokio::time::sleep_until(deadline))
