@@ -238,7 +238,7 @@
 //! | the lock's own node restarts ([`Cluster::incarnation`] changes) | its words are gone: the lock is refused from then on (`PeerDead` naming it, in acquire, in a wait, and in a release, which writes nothing: a hold from before the restart ends there); make the lock again |
 //! | another node dies (weak or strong lock) | releases publish to the live nodes only (and the strong lock fences only those): the lock keeps working among them |
 //! | a guard is dropped while its thread panics | the release is **poisoned**: the next holder is told ([`LockGuard::was_poisoned`]) |
-//! | [`Cluster::shutdown`] | threads blocked in any acquire return `Shutdown` within a spin round |
+//! | [`Cluster::shutdown`] | threads blocked in any acquire return `Shutdown` within a spin round; a holder's release fails with `Shutdown` and its hold ends there (nobody can take the lock again), so its next acquire is refused with `Shutdown` too, not `AlreadyHeld`; no local handover to a queued task of an async context (feature `tokio`): it is refused with `Shutdown` |
 //! | a context is dropped | its weak/strong lock `rel` slot and private words go back (see below) |
 //!
 //! **How fast.** A waiter looks for abandoned or dead tickets once per millisecond of waiting (one extra read of a mark;

@@ -715,9 +715,13 @@ impl<'a, R: RawLock> LockGuard<'a, R> {
         }
         // A task of the same context is queued: it gets the hold (the local mutex, dropped after
         // this, lets it in), after what the lock owes a local successor.
+        // Not after a shutdown: the queued task would be let in, its acquire answered `Ok`
+        // when every other acquire is refused; the release below fails with `Shutdown` and ends
+        // the hold, and the queued task is refused too.
         #[cfg(feature = "tokio")]
         if let Some(c) = self.cohort.as_ref().filter(|c| c.may_hand_over()) {
-            match self.raw.hand_over_locally(self.ctx) {
+            let handed = self.ctx.cluster().check_open().map_err(Error::from);
+            match handed.and_then(|()| self.raw.hand_over_locally(self.ctx)) {
                 Ok(()) => {
                     c.carry(self.ticket);
                     return Ok(());

@@ -158,6 +158,32 @@ fn a_shutdown_while_tasks_queue() {
     tasks_queue_until(End::Shutdown);
 }
 
+/// A task holds the lock and another task of its context is queued for it when the cluster
+/// shuts down; the holder's release fails with `Shutdown`, and the queued task, let in, is told
+/// `Shutdown` too: not `AlreadyHeld` for the holder's ticket (a hold of its context that could
+/// not be released), which would tell it that it holds a lock it never took.
+#[test]
+fn a_task_queued_at_a_shutdown_is_told_shutdown_not_already_held() {
+    each_lock!(|c, l| {
+        let actx = AsyncCtx::open(&c, N0).unwrap();
+        let local = tokio::task::LocalSet::new();
+        rt().block_on(local.run_until(async {
+            let g = guarded("holder", l.acquire_async(&actx)).await.unwrap();
+            let queued = {
+                let (l, actx) = (l.clone(), actx.clone());
+                tokio::task::spawn_local(async move {
+                    l.acquire_async(&actx).await.map(|g| LockGuard::ticket(&g))
+                })
+            };
+            tokio::task::yield_now().await;
+            c.shutdown();
+            assert_shutdown(LockGuard::release(g));
+            assert_shutdown(guarded("queued", queued).await.unwrap());
+            assert_shutdown(guarded("again", l.acquire_async(&actx)).await);
+        }));
+    });
+}
+
 thread_local! {
     /// Panics on this thread, caught or not (counted by the hook `count_panics` installs).
     static PANICS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
