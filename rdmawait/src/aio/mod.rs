@@ -277,6 +277,12 @@ impl AsyncCtx {
     /// an unfinished one finishes it on the spot.
     ///
     /// A panic in `f` is resumed in the task that awaits the future.
+    ///
+    /// `f` is lent the context for the call only: a value borrowing it cannot come out
+    /// (`actx.run(|ctx| lock.acquire(ctx))` fails to compile with "lifetime may not live long
+    /// enough ... returning this value requires that `'1` must outlive `'2`"). For a lock's
+    /// guard, use `loco-locks`' `Lock::acquire_async`, which also queues the context's tasks for
+    /// the lock.
     pub fn run<'a, T: 'a>(&'a self, f: impl FnOnce(&Ctx) -> T + 'a) -> Run<'a, T> {
         Run {
             shared: &self.shared,
