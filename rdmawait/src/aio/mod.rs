@@ -132,7 +132,7 @@ struct Shared {
     /// watch it: registered with the reactor of the runtime the tasks run in (its id; `None`
     /// outside one), set up at the first park that needs it there, and again when the context
     /// is awaited in another runtime (a reactor that is gone, or not driven, never signals).
-    notify: RefCell<Option<(Option<tokio::runtime::Id>, Option<Rc<notify::Notify>>)>>,
+    notify: RefCell<Option<Watcher>>,
     /// Sleeps on the channel that the backstop ended, whichever runtime's watcher they used.
     backstops: Rc<Cell<u64>>,
     /// Polls before a pending future sleeps on the channel.
@@ -142,6 +142,10 @@ struct Shared {
     /// The longest sleep on the channel.
     backstop: Cell<Duration>,
 }
+
+/// A context's completion-channel watcher in one runtime (`None` outside a runtime): `None` where
+/// the backend has no channel or the runtime no I/O driver.
+type Watcher = (Option<tokio::runtime::Id>, Option<Rc<notify::Notify>>);
 
 impl fmt::Debug for AsyncCtx {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
