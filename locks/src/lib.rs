@@ -239,7 +239,7 @@
 //! | another node dies (weak or strong lock) | releases publish to the live nodes only (and the strong lock fences only those): the lock keeps working among them |
 //! | a node dies or restarts, its threads holding `rel` slots of a weak or strong lock (a killed process's contexts are never dropped) | each slot's owner record (on the ticket node) names its thread's node and incarnation; once every slot has been taken, a thread's first use takes over a slot whose owner's incarnation is dead (its node reported dead, or restarted since), whatever its node: the restarted node's new threads, or the survivors', find room again and nothing waits for the dead owner (see [Contexts come and go](#failures)) |
 //! | a guard is dropped while its thread panics | the release is **poisoned**: the next holder is told ([`LockGuard::was_poisoned`]) |
-//! | [`Cluster::shutdown`] | threads blocked in any acquire return `Shutdown` within a spin round |
+//! | [`Cluster::shutdown`] | threads blocked in any acquire return `Shutdown` within a spin round; a holder's release fails with `Shutdown` and its hold ends there (nobody can take the lock again), so its next acquire is refused with `Shutdown` too, not `AlreadyHeld`; no local handover to a queued task of an async context (feature `tokio`): it is refused with `Shutdown` |
 //! | a context is dropped | its weak/strong lock `rel` slot and private words go back (see below) |
 //!
 //! **How fast.** A waiter looks for abandoned or dead tickets once per millisecond of waiting (one extra read of a mark;

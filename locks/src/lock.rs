@@ -530,12 +530,10 @@ mod local {
     /// `f`'s output, or `None` once `timeout` has passed first (where the runtime has timers:
     /// without them, or outside a tokio runtime, `f` is awaited without a bound).
     pub(super) async fn within<F: Future>(timeout: std::time::Duration, f: F) -> Option<F::Output> {
-        // tokio panics, rather than failing, where there is no timer.
-        let timer = tokio::runtime::Handle::try_current()
-            .ok()
-            .and_then(|_| std::panic::catch_unwind(|| Box::pin(tokio::time::sleep(timeout))).ok());
+        // (tokio panics, rather than failing, where there is no timer: `try_sleep` asks each
+        // runtime once, so its message is not printed at every acquire.)
+        let mut timer = loco_rdmawait::aio::try_sleep(timeout);
         let mut f = std::pin::pin!(f);
-        let mut timer = timer;
         std::future::poll_fn(|cx| {
             if let std::task::Poll::Ready(v) = f.as_mut().poll(cx) {
                 return std::task::Poll::Ready(Some(v));
@@ -717,9 +715,13 @@ impl<'a, R: RawLock> LockGuard<'a, R> {
         }
         // A task of the same context is queued: it gets the hold (the local mutex, dropped after
         // this, lets it in), after what the lock owes a local successor.
+        // Not after a shutdown: the queued task would be let in, its acquire answered `Ok`
+        // when every other acquire is refused; the release below fails with `Shutdown` and ends
+        // the hold, and the queued task is refused too.
         #[cfg(feature = "tokio")]
         if let Some(c) = self.cohort.as_ref().filter(|c| c.may_hand_over()) {
-            match self.raw.hand_over_locally(self.ctx) {
+            let handed = self.ctx.cluster().check_open().map_err(Error::from);
+            match handed.and_then(|()| self.raw.hand_over_locally(self.ctx)) {
                 Ok(()) => {
                     c.carry(self.ticket);
                     return Ok(());

@@ -37,7 +37,21 @@ impl Home {
     /// died is refused for good (every acquire fails, and so do the waits of its waiters), so
     /// there is nobody to release to; a thread kept holding could neither release (every
     /// attempt `PeerDead`) nor acquire again or leave (`AlreadyHeld`).
+    ///
+    /// So it does after [`Cluster::shutdown`]: nothing can be released any more, and nobody can
+    /// take the lock again, so nobody waits for the release. The thread's later acquires then
+    /// fail with `Shutdown`, as every thread's do, not with `AlreadyHeld` for a hold that cannot
+    /// end (on an async context, whose tasks are one thread, another task's acquire would be
+    /// told that it holds the lock).
     pub(crate) fn check_release(&self, cluster: &Cluster, me: &ThreadLock) -> Result<()> {
+        self.check_hold(cluster, me)?;
+        cluster.check_open().inspect_err(|_| me.end_hold())?;
+        Ok(())
+    }
+
+    /// The part of [`Home::check_release`] that an acquire by a holder checks too: the home
+    /// restarted or died (then the hold ends).
+    fn check_hold(&self, cluster: &Cluster, me: &ThreadLock) -> Result<()> {
         self.check(cluster)
             .and_then(|()| Ok(cluster.check_alive(self.0.node())?))
             .inspect_err(|_| me.end_hold())
@@ -56,7 +70,7 @@ impl Home {
     ) -> Result<()> {
         match me.held.get() {
             Some(ticket) => {
-                self.check_release(cluster, me)?;
+                self.check_hold(cluster, me)?;
                 ctx.load(&me.word)?;
                 Err(Error::AlreadyHeld { ticket })
             }

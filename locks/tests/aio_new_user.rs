@@ -157,3 +157,69 @@ fn the_home_dies_while_tasks_queue() {
 fn a_shutdown_while_tasks_queue() {
     tasks_queue_until(End::Shutdown);
 }
+
+/// A task holds the lock and another task of its context is queued for it when the cluster
+/// shuts down; the holder's release fails with `Shutdown`, and the queued task, let in, is told
+/// `Shutdown` too: not `AlreadyHeld` for the holder's ticket (a hold of its context that could
+/// not be released), which would tell it that it holds a lock it never took.
+#[test]
+fn a_task_queued_at_a_shutdown_is_told_shutdown_not_already_held() {
+    each_lock!(|c, l| {
+        let actx = AsyncCtx::open(&c, N0).unwrap();
+        let local = tokio::task::LocalSet::new();
+        rt().block_on(local.run_until(async {
+            let g = guarded("holder", l.acquire_async(&actx)).await.unwrap();
+            let queued = {
+                let (l, actx) = (l.clone(), actx.clone());
+                tokio::task::spawn_local(async move {
+                    l.acquire_async(&actx).await.map(|g| LockGuard::ticket(&g))
+                })
+            };
+            tokio::task::yield_now().await;
+            c.shutdown();
+            assert_shutdown(LockGuard::release(g));
+            assert_shutdown(guarded("queued", queued).await.unwrap());
+            assert_shutdown(guarded("again", l.acquire_async(&actx)).await);
+        }));
+    });
+}
+
+thread_local! {
+    /// Panics on this thread, caught or not (counted by the hook `count_panics` installs).
+    static PANICS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Installs a panic hook that counts each thread's panics in `PANICS`, then does what the hook
+/// before it did (the message is still printed).
+fn count_panics() {
+    let before = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        PANICS.with(|p| p.set(p.get() + 1));
+        before(info)
+    }));
+}
+
+/// Awaited acquires in a current-thread runtime built without timers (no `enable_time`) work,
+/// their local queue unbounded there, and tokio's refusal to make a timer in such a runtime
+/// (a panic, caught) is met once for the runtime, not at every acquire: each would print
+/// "thread panicked ... timers are disabled" to the user's terminal as if the service had
+/// crashed.
+#[test]
+fn awaited_acquires_without_timers_do_not_panic_at_every_call() {
+    count_panics();
+    each_lock!(|c, l| {
+        let actx = AsyncCtx::open(&c, N0).unwrap();
+        let no_timers = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let before = PANICS.with(std::cell::Cell::get);
+        no_timers.block_on(async {
+            for _ in 0..5 {
+                let g = l.acquire_async(&actx).await.unwrap();
+                LockGuard::release(g).unwrap();
+            }
+        });
+        let panics = PANICS.with(std::cell::Cell::get) - before;
+        assert!(panics <= 1, "{panics} panics for 5 acquires in one runtime");
+    });
+}

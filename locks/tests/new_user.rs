@@ -516,7 +516,8 @@ fn a_one_node_cluster() {
 
 /// After `Cluster::shutdown`: every acquire fails with `Shutdown` rather than blocking, a hold
 /// from before cannot be released on the network (`Shutdown` again, and a guard dropped then
-/// logs it, never panics), and none of this hangs.
+/// logs it, never panics; the hold ends there, so the thread's next acquire is refused with
+/// `Shutdown` too, not `AlreadyHeld`), and none of this hangs.
 #[test]
 fn after_shutdown() {
     for s in SCHEDULES {
@@ -539,6 +540,8 @@ fn after_shutdown() {
             });
             already(l.acquire(&ctx), t);
             shut(l.release(&ctx));
+            // The failed release ended the hold: the thread is refused as every thread is.
+            shut(l.acquire(&ctx));
             let _ = l.is_held(&ctx);
             let _ = l.leave(&idle);
             let _ = l.leave(&ctx);

@@ -223,6 +223,93 @@ fn from_a_multi_thread_runtime() {
     assert_eq!(c.peek(&y).unwrap(), 3);
 }
 
+/// Two nodes on the Threaded soft NIC that the test can stall, with a timeout far above any
+/// scheduling delay, and an async context on n0 that sleeps on its channel at its first pending
+/// poll, with a backstop that never ends a sleep within the test: the backend, the cluster, a
+/// word on n0 and one on n1, and the context.
+fn sleepy() -> (std::sync::Arc<SoftBackend>, Cluster, Loc, Loc, AsyncCtx) {
+    let soft = std::sync::Arc::new(SoftBackend::try_new(2, 4096, Schedule::Threaded).unwrap());
+    let c = Cluster::with_backend(Box::new(soft.clone()), Duration::from_secs(20));
+    let (x, y) = (words(&c, 0), words(&c, 1));
+    let actx = AsyncCtx::open(&c, NodeId(0)).unwrap();
+    actx.set_spin_polls(0);
+    actx.set_backstop(Duration::from_secs(10));
+    (soft, c, x, y, actx)
+}
+
+/// In `rt`, a task awaits a put towards the stalled n1 while another task ends the stall after
+/// ten timer ticks; returns how many times the context's tasks went to sleep on the channel
+/// meanwhile.
+fn sleeps_through_a_stall(
+    rt: &tokio::runtime::Runtime,
+    soft: &std::sync::Arc<SoftBackend>,
+    actx: &AsyncCtx,
+    x: Loc,
+    y: Loc,
+) -> u64 {
+    let before = actx.channel_sleeps();
+    soft.stall(NodeId(1), true).unwrap();
+    let local = tokio::task::LocalSet::new();
+    let put = {
+        let actx = actx.clone();
+        local.spawn_local(async move { actx.put(&y, &x).unwrap().await })
+    };
+    let soft = soft.clone();
+    let ticker = local.spawn_local(async move {
+        for _ in 0..10 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        soft.stall(NodeId(1), false).unwrap();
+    });
+    rt.block_on(local.run_until(async {
+        guarded("ticker", ticker).await.unwrap();
+        guarded("put", put).await.unwrap().unwrap();
+    }));
+    actx.channel_sleeps() - before
+}
+
+/// A context whose first pending operation was polled outside any runtime (a hand-made
+/// executor) still sleeps on its completion channel once awaited inside one: the channel is
+/// watched by the runtime the tasks run in, not given up for good at the first look.
+#[test]
+fn a_context_first_polled_outside_a_runtime_sleeps_on_its_channel_inside_one() {
+    let (soft, _c, x, y, actx) = sleepy();
+    soft.stall(NodeId(1), true).unwrap();
+    let mut put = std::pin::pin!(actx.put(&y, &x).unwrap());
+    assert!(
+        poll_by_hand(put.as_mut(), 1).is_none(),
+        "done while stalled"
+    );
+    soft.stall(NodeId(1), false).unwrap();
+    poll_by_hand(put, 1_000_000).expect("never ready").unwrap();
+    let sleeps = sleeps_through_a_stall(&rt(), &soft, &actx, x, y);
+    assert!(
+        sleeps > 0,
+        "the task re-polled instead of sleeping on the channel"
+    );
+    assert_eq!(actx.channel_backstops(), 0);
+}
+
+/// A context awaited in a runtime that is then dropped, and afterwards in another one, sleeps
+/// on its channel in the second runtime too: its watcher there is the second runtime's reactor,
+/// not the first's, which is gone and would answer every sleep at once (a task spinning on the
+/// CPU for as long as its operation takes, thousands of "sleeps" in a few milliseconds).
+#[test]
+fn a_context_awaited_in_a_second_runtime_sleeps_on_its_channel_there() {
+    let (soft, _c, x, y, actx) = sleepy();
+    let first = rt();
+    let sleeps = sleeps_through_a_stall(&first, &soft, &actx, x, y);
+    assert!(sleeps > 0, "the task never slept on the channel");
+    drop(first);
+    let sleeps = sleeps_through_a_stall(&rt(), &soft, &actx, x, y);
+    // One sleep until the engine's signal, a few more at most for wake-ups of other events.
+    assert!(
+        sleeps < 50,
+        "{sleeps} sleeps: the task spun instead of sleeping"
+    );
+    assert_eq!(actx.channel_backstops(), 0);
+}
+
 /// Edge values a new user tries: a context on an unknown node, empty and mismatched
 /// transfers, a wait on an id with nothing pending, a post towards a dead node; each a typed
 /// error at once (or, for the idle wait, done at once), and the context works afterwards.

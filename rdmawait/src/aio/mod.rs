@@ -34,7 +34,9 @@
 //! A pending operation is polled again at once a few times (the lowest latency: a completion
 //! usually arrives within microseconds), then:
 //! - on the **verbs** backend, the task sleeps until the completion queue's completion channel
-//!   signals (its file descriptor, registered with tokio's reactor through `AsyncFd`);
+//!   signals (its file descriptor, registered through `AsyncFd` with the reactor of the runtime
+//!   the task runs in: a context awaited in one runtime, then in another, is watched by each in
+//!   turn);
 //! - on the **soft** NIC's `Threaded` schedule, the same way: the node's engine thread signals
 //!   the thread's channel when it has executed one of its requests;
 //! - on the other soft schedules (`Chaos` and `Immediate`, whose requests progress only when
@@ -127,8 +129,12 @@ struct Shared {
     gate: RefCell<VecDeque<(u64, Waker)>>,
     next_run: Cell<u64>,
     /// The completion channel's readiness, where the backend has one and the runtime can
-    /// watch it; set up at the first park that needs it (inside the runtime).
-    notify: std::cell::OnceCell<Option<Rc<notify::Notify>>>,
+    /// watch it: registered with the reactor of the runtime the tasks run in (its id; `None`
+    /// outside one), set up at the first park that needs it there, and again when the context
+    /// is awaited in another runtime (a reactor that is gone, or not driven, never signals).
+    notify: RefCell<Option<Watcher>>,
+    /// Sleeps on the channel that the backstop ended, whichever runtime's watcher they used.
+    backstops: Rc<Cell<u64>>,
     /// Polls before a pending future sleeps on the channel.
     spin_polls: Cell<u32>,
     /// Times a future went to sleep on the channel.
@@ -136,6 +142,10 @@ struct Shared {
     /// The longest sleep on the channel.
     backstop: Cell<Duration>,
 }
+
+/// A context's completion-channel watcher in one runtime (`None` outside a runtime): `None` where
+/// the backend has no channel or the runtime no I/O driver.
+type Watcher = (Option<tokio::runtime::Id>, Option<Rc<notify::Notify>>);
 
 impl fmt::Debug for AsyncCtx {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -160,7 +170,8 @@ impl AsyncCtx {
                 next: Cell::new(0),
                 gate: RefCell::new(VecDeque::new()),
                 next_run: Cell::new(0),
-                notify: std::cell::OnceCell::new(),
+                notify: RefCell::new(None),
+                backstops: Rc::default(),
                 spin_polls: Cell::new(SPIN_POLLS),
                 sleeps: Cell::new(0),
                 backstop: Cell::new(BACKSTOP),
@@ -214,11 +225,7 @@ impl AsyncCtx {
     /// How many of those sleeps the backstop ended (no event within
     /// [`BACKSTOP`]): a slow operation, or an event the channel lost.
     pub fn channel_backstops(&self) -> u64 {
-        self.shared
-            .notify
-            .get()
-            .and_then(Option::as_ref)
-            .map_or(0, |n| n.backstops.get())
+        self.shared.backstops.get()
     }
 
     /// A fresh work id: only the operation it is given to carries it.
@@ -274,6 +281,12 @@ impl AsyncCtx {
     /// an unfinished one finishes it on the spot.
     ///
     /// A panic in `f` is resumed in the task that awaits the future.
+    ///
+    /// `f` is lent the context for the call only: a value borrowing it cannot come out
+    /// (`actx.run(|ctx| lock.acquire(ctx))` fails to compile with "lifetime may not live long
+    /// enough ... returning this value requires that `'1` must outlive `'2`"). For a lock's
+    /// guard, use `loco-locks`' `Lock::acquire_async`, which also queues the context's tasks for
+    /// the lock.
     pub fn run<'a, T: 'a>(&'a self, f: impl FnOnce(&Ctx) -> T + 'a) -> Run<'a, T> {
         Run {
             shared: &self.shared,
@@ -345,6 +358,17 @@ impl Future for Op {
     }
 }
 
+/// tokio's `sleep(after)`, if the calling thread runs in a tokio runtime with timers; `None`
+/// outside a runtime, or in one built without `enable_time`. For code that bounds a wait of its
+/// own where it can (the local queue of `loco-locks`' `Lock::acquire_async`).
+///
+/// tokio has no way to ask whether a runtime has timers: it panics when a timer is made in one
+/// without them. That panic is caught, and each runtime asked once per thread, so its message
+/// is printed once rather than at every call.
+pub fn try_sleep(after: Duration) -> Option<Pin<Box<tokio::time::Sleep>>> {
+    try_timer(|| tokio::time::sleep(after))
+}
+
 /// A tokio timer ending at `deadline`, if the task runs on a tokio runtime with timers.
 fn timer(deadline: tokio::time::Instant) -> Option<Pin<Box<tokio::time::Sleep>>> {
     try_timer(|| tokio::time::sleep_until(deadline))
@@ -386,9 +410,7 @@ impl Shared {
     /// A pending future is polled again: counts a sleep that its backstop ended.
     fn woke(&self, w: &mut Waiting) {
         if w.sleep.is_some() {
-            if let Some(Some(n)) = self.notify.get() {
-                n.woke(&mut w.sleep);
-            }
+            notify::Notify::woke(&self.backstops, &mut w.sleep);
         }
     }
 
@@ -440,11 +462,25 @@ impl Shared {
         true
     }
 
-    /// The completion channel's watcher, set up on first use.
-    fn notify(&self) -> Option<&Rc<notify::Notify>> {
-        self.notify
-            .get_or_init(|| notify::Notify::new(self.ctx.completion_events()?).map(Rc::new))
-            .as_ref()
+    /// The completion channel's watcher in the runtime the task runs in, set up on first use
+    /// there: a context awaited first outside a runtime (or in one without an I/O driver), or
+    /// in a runtime since dropped, still sleeps on its channel in the next one, instead of
+    /// re-polling (or, registered with a dead reactor, spinning) for good.
+    fn notify(&self) -> Option<Rc<notify::Notify>> {
+        let rt = tokio::runtime::Handle::try_current().ok().map(|h| h.id());
+        let mut n = self.notify.borrow_mut();
+        match &*n {
+            Some((id, watcher)) if *id == rt => watcher.clone(),
+            _ => {
+                // The old watcher (if any) goes; sleeps begun on it keep it until they end.
+                let watcher = rt.and_then(|_| {
+                    notify::Notify::new(self.ctx.completion_events()?, self.backstops.clone())
+                        .map(Rc::new)
+                });
+                *n = Some((rt, watcher.clone()));
+                watcher
+            }
+        }
     }
 
     /// Takes a turn at the gate (or refreshes the waker of the one taken); true if it is this

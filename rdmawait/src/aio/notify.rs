@@ -45,8 +45,9 @@ pub(super) struct Notify {
     fd: AsyncFd<Fd>,
     /// Bumped each time the channel's events are read.
     epoch: Cell<u64>,
-    /// Sleeps ended by the backstop rather than by the channel.
-    pub(super) backstops: Cell<u64>,
+    /// Sleeps ended by the backstop rather than by the channel (the context's count, shared
+    /// by its watchers in successive runtimes).
+    pub(super) backstops: Rc<Cell<u64>>,
 }
 
 /// The longest a future sleeps on the channel before it looks again anyway, by default
@@ -55,6 +56,8 @@ pub const BACKSTOP: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// One future's sleep: the epoch it armed in, its wait for the descriptor, and its backstop.
 pub(super) struct Sleep {
+    /// The watcher it sleeps on (a context has a new one in each runtime).
+    of: Rc<Notify>,
     epoch: u64,
     readable: Pin<Box<dyn Future<Output = io::Result<()>>>>,
     backstop: Option<Pin<Box<tokio::time::Sleep>>>,
@@ -71,7 +74,10 @@ fn backstop(after: std::time::Duration) -> Option<Pin<Box<tokio::time::Sleep>>> 
 impl Notify {
     /// Registers the channel with the current runtime's reactor; `None` outside a runtime with
     /// its I/O driver (tasks then re-poll).
-    pub(super) fn new(events: Arc<dyn CompletionEvents>) -> Option<Notify> {
+    pub(super) fn new(
+        events: Arc<dyn CompletionEvents>,
+        backstops: Rc<Cell<u64>>,
+    ) -> Option<Notify> {
         tokio::runtime::Handle::try_current().ok()?;
         let fd = Fd(events);
         // tokio panics, rather than failing, in a runtime built without its I/O driver.
@@ -94,7 +100,7 @@ impl Notify {
         Some(Notify {
             fd,
             epoch: Cell::new(0),
-            backstops: Cell::new(0),
+            backstops,
         })
     }
 
@@ -109,28 +115,30 @@ impl Notify {
     ) -> bool {
         let epoch = self.epoch.get();
         match sleep {
-            Some(s) if s.epoch == epoch => match s.readable.as_mut().poll(cx) {
-                Poll::Pending => {
-                    if let Some(b) = s.backstop.as_mut() {
-                        if b.as_mut().poll(cx).is_ready() {
-                            // Look again (and re-arm): whatever was missed is found now.
-                            self.woke(sleep);
-                            *sleep = None;
-                            return false;
+            Some(s) if s.epoch == epoch && Rc::ptr_eq(&s.of, self) => {
+                match s.readable.as_mut().poll(cx) {
+                    Poll::Pending => {
+                        if let Some(b) = s.backstop.as_mut() {
+                            if b.as_mut().poll(cx).is_ready() {
+                                // Look again (and re-arm): whatever was missed is found now.
+                                Notify::woke(&self.backstops, sleep);
+                                *sleep = None;
+                                return false;
+                            }
                         }
+                        true
                     }
-                    true
-                }
-                Poll::Ready(r) => {
-                    *sleep = None;
-                    if let Err(e) = r {
-                        tracing::debug!(target: "loco::rdmawait", error = %e, "completion channel failed: polling");
-                        cx.waker().wake_by_ref();
-                        return true;
+                    Poll::Ready(r) => {
+                        *sleep = None;
+                        if let Err(e) = r {
+                            tracing::debug!(target: "loco::rdmawait", error = %e, "completion channel failed: polling");
+                            cx.waker().wake_by_ref();
+                            return true;
+                        }
+                        false
                     }
-                    false
                 }
-            },
+            }
             _ => {
                 if let Err(e) = self.fd.get_ref().0.arm() {
                     tracing::debug!(target: "loco::rdmawait", error = %e, "cannot arm the completion queue: polling");
@@ -140,6 +148,7 @@ impl Notify {
                 }
                 let me = self.clone();
                 *sleep = Some(Sleep {
+                    of: self.clone(),
                     epoch,
                     readable: Box::pin(async move { me.readable().await }),
                     backstop: backstop(after),
@@ -152,13 +161,14 @@ impl Notify {
 
     /// Called when a future that may be asleep is polled: a sleep that lasted until its backstop
     /// is counted (whatever the poll then finds) and ended.
-    pub(super) fn woke(&self, sleep: &mut Option<Sleep>) {
+    /// `backstops` is the context's count.
+    pub(super) fn woke(backstops: &Cell<u64>, sleep: &mut Option<Sleep>) {
         if sleep
             .as_ref()
             .and_then(|s| s.until)
             .is_some_and(|u| std::time::Instant::now() >= u)
         {
-            self.backstops.set(self.backstops.get() + 1);
+            backstops.set(backstops.get() + 1);
             *sleep = None;
         }
     }
@@ -264,7 +274,7 @@ mod tests {
                 })
             };
             rt.block_on(async {
-                let n = Rc::new(Notify::new(racy.clone()).expect("a reactor"));
+                let n = Rc::new(Notify::new(racy.clone(), Rc::default()).expect("a reactor"));
                 let local = tokio::task::LocalSet::new();
                 let all = local.run_until(async {
                     let hs: Vec<_> = (0..JOBS)
