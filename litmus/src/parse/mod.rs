@@ -136,6 +136,20 @@ pub enum ParseErrorKind {
     /// The file is not UTF-8 text (the position is that of the first bad byte).
     #[error("not UTF-8 text")]
     NotUtf8,
+    /// A `wait(d)` with no earlier operation of its thread tagged `d`: it would wait for
+    /// nothing.
+    #[error("`wait({wid})` would wait for nothing: no earlier operation of thread {thread} is tagged `{wid}`{}", match other {
+        Some(o) => format!("; thread {o}'s operations are, but work ids belong to a thread: {thread} cannot wait for them"),
+        None => " (tag a put, get, rcas, rfaa or bcast of this thread with it first)".to_string(),
+    })]
+    WaitForNothing {
+        /// The work id.
+        wid: String,
+        /// The waiting thread.
+        thread: String,
+        /// A thread whose operations are tagged with it, if any.
+        other: Option<String>,
+    },
     /// A thread block never closed.
     #[error("thread `{name}` (opened at line {}) is not closed with `}}`", opened.line)]
     Unclosed {

@@ -199,6 +199,34 @@ impl Parser {
         Ok(WidId(i))
     }
 
+    /// A `wait(d)` needs an earlier operation of its own thread tagged `d`: without one it
+    /// waits for nothing, which is a typo or a wait meant for another thread's operations (work
+    /// ids belong to a thread, docs/model.md §1), and either silently changes the verdict.
+    fn tagged_before(&self, w: WidId, span: Span) -> PResult<()> {
+        let tags = |s: &Stmt| {
+            matches!(s.op,
+                Op::Put { wid, .. } | Op::Get { wid, .. } | Op::Rcas { wid, .. }
+                | Op::Rfaa { wid, .. } | Op::Bcast { wid, .. } if wid == w)
+        };
+        let th = &self.threads.last().expect("inside a thread").0;
+        if th.body.iter().any(tags) {
+            return Ok(());
+        }
+        let other = self
+            .threads
+            .iter()
+            .find(|t| t.0.name != th.name && t.0.body.iter().any(tags))
+            .map(|t| t.0.name.clone());
+        Err((
+            span,
+            ParseErrorKind::WaitForNothing {
+                wid: self.work_ids[w.0].clone(),
+                thread: th.name.clone(),
+                other,
+            },
+        ))
+    }
+
     pub(super) fn node_arg(&mut self, arg: &(Arg, Span)) -> PResult<NodeId> {
         let name = self.name_arg(arg, "a node, such as `n1`")?;
         self.node_name(name, arg.1)
@@ -373,7 +401,11 @@ impl Parser {
                 local: self.loc(&a[2], "rfaa", Some("the return word"))?,
                 wid: self.wid(&a[3])?,
             },
-            "wait" => Op::Wait(self.wid(&a[0])?),
+            "wait" => {
+                let w = self.wid(&a[0])?;
+                self.tagged_before(w, a[0].1)?;
+                Op::Wait(w)
+            }
             "poll" => Op::Poll(self.node_arg(&a[0])?),
             "rfence" => Op::Rfence(self.node_arg(&a[0])?),
             "bcast" => {

@@ -382,3 +382,42 @@ fn too_large_says_its_unit() {
         "too large: more than 3 bytes (the limit for a litmus test)"
     );
 }
+
+/// A `wait(d)` that no earlier operation of its own thread is tagged with waits for nothing: a
+/// typo of the work id, or a wait meant for another thread's put (work ids belong to a thread),
+/// silently changed the verdict instead of being an error.
+#[test]
+fn a_wait_needs_an_earlier_operation_of_its_thread_with_that_work_id() {
+    let e = err(&FIG2D.replace("wait(d1)", "wait(d2)"));
+    assert_eq!(
+        e,
+        "t.litmus:6:8: `wait(d2)` would wait for nothing: no earlier operation of thread t0 is \
+         tagged `d2` (tag a put, get, rcas, rfaa or bcast of this thread with it first)"
+    );
+    // A wait before the operation it names waits for nothing too.
+    let e = err(&FIG2D.replace("  put(y, x, d1)\n  wait(d1)\n", "  wait(d1)\n  put(y, x, d1)\n"));
+    assert!(e.starts_with("t.litmus:5:8: `wait(d1)` would wait for nothing"), "{e}");
+    // Another thread's operations are not this thread's.
+    let other = FIG2D.replace(
+        "exists",
+        "thread t1 @n1 {\n  wait(d1)\n  r = load(y)\n}\nexists",
+    );
+    let e = err(&other);
+    assert_eq!(
+        e,
+        "t.litmus:10:8: `wait(d1)` would wait for nothing: no earlier operation of thread t1 is \
+         tagged `d1`; thread t0's operations are, but work ids belong to a thread: t1 cannot \
+         wait for them"
+    );
+    // Every tagging operation counts.
+    for tagged in [
+        "put(y, x, d2)",
+        "get(x, y, d2)",
+        "rcas(y, 0, 1, x, d2)",
+        "rfaa(y, 1, x, d2)",
+    ] {
+        parse(&FIG2D.replace("wait(d1)", &format!("{tagged}\n  wait(d2)")), "t").unwrap();
+    }
+    let sv = "litmus b\nsv s\nthread t0 @n0 {\n  bcast(s, all, d1)\n  wait(d1)\n}\nthread t1 @n1 {\n}\nexists s@n1 = 0\nexpect allowed\n";
+    parse(sv, "t").unwrap();
+}
