@@ -112,6 +112,15 @@ pub(super) fn lex(line: &str, lno: u32) -> Result<Vec<(Tok, Span)>, (Span, Parse
                     i += 1;
                     Tok::And
                 }
+                ';' => {
+                    return Err((
+                        span,
+                        ParseErrorKind::Expected {
+                            expected: "end of line (one statement per line, no `;`)".into(),
+                            found: "`;`".into(),
+                        },
+                    ))
+                }
                 // Two spellings from other litmus formats, said plainly.
                 '-' if chars.get(i + 1).is_some_and(char::is_ascii_digit) => {
                     let digits: String = chars[i + 1..]

@@ -314,6 +314,10 @@ impl Parser {
             ));
         }
         let (first, fspan) = line.ident("a statement or `}`")?;
+        if line.peek() == Some(&Tok::Colon) {
+            // `r := load(x)`, as other formats write an assignment.
+            return Err(line.err("`=` (a result is written `<r> = load(<x>)`)"));
+        }
         let (result, op_name, op_span) = if line.peek() == Some(&Tok::Eq) {
             line.next();
             let (op, ospan) = line.ident("an operation after `=`")?;
@@ -530,8 +534,8 @@ fn usage(op: &str) -> (usize, &'static str) {
         "wait" => (1, "wait(<d>)"),
         "poll" => (1, "poll(<node>)"),
         "rfence" => (1, "rfence(<node>)"),
-        "bcast" => (3, "bcast(<s>, <nodes>, <d>)"),
-        "gf" => (1, "gf(<nodes>)"),
+        "bcast" => (3, "bcast(<s>, <nodes>, <d>), <nodes> being a node, a set `{n1, n2}` or `all`"),
+        "gf" => (1, "gf(<nodes>), <nodes> being a node, a set `{n1, n2}` or `all`"),
         "acquire" => (1, "acquire(<l>)"),
         "release" => (1, "release(<l>)"),
         "giveup" => (1, "giveup(<l>)"),

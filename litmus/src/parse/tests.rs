@@ -489,3 +489,26 @@ fn a_thread_cannot_be_named_like_a_node() {
     );
     parse(&FIG2D.replace("thread t0", "thread n0x"), "t").unwrap();
 }
+
+/// Three slips of a newcomer, each said in the format's words: a node list given as two
+/// arguments (`gf(n0, n1)`: the usage now says what `<nodes>` is), a C-style `;` (before,
+/// "unexpected character"), and `r := load(x)` (before, "unknown operation `r`").
+#[test]
+fn a_node_list_a_semicolon_or_a_colon_equals_is_an_error_that_says_how_to_write_it() {
+    let e = err(&FIG2D.replace("wait(d1)", "gf(n0, n1)"));
+    assert_eq!(
+        e,
+        "t.litmus:6:3: `gf` takes 1 argument, found 2: gf(<nodes>), <nodes> being a node, a set \
+         `{n1, n2}` or `all`"
+    );
+    let e = err(&FIG2D.replace("wait(d1)", "wait(d1);"));
+    assert_eq!(
+        e,
+        "t.litmus:6:11: expected end of line (one statement per line, no `;`), found `;`"
+    );
+    let e = err(&FIG2D.replace("store(x, 1)", "r := load(x)"));
+    assert_eq!(
+        e,
+        "t.litmus:7:5: expected `=` (a result is written `<r> = load(<x>)`), found `:`"
+    );
+}
