@@ -534,8 +534,14 @@ fn usage(op: &str) -> (usize, &'static str) {
         "wait" => (1, "wait(<d>)"),
         "poll" => (1, "poll(<node>)"),
         "rfence" => (1, "rfence(<node>)"),
-        "bcast" => (3, "bcast(<s>, <nodes>, <d>), <nodes> being a node, a set `{n1, n2}` or `all`"),
-        "gf" => (1, "gf(<nodes>), <nodes> being a node, a set `{n1, n2}` or `all`"),
+        "bcast" => (
+            3,
+            "bcast(<s>, <nodes>, <d>), <nodes> being a node, a set `{n1, n2}` or `all`",
+        ),
+        "gf" => (
+            1,
+            "gf(<nodes>), <nodes> being a node, a set `{n1, n2}` or `all`",
+        ),
         "acquire" => (1, "acquire(<l>)"),
         "release" => (1, "release(<l>)"),
         "giveup" => (1, "giveup(<l>)"),

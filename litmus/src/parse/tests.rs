@@ -395,8 +395,14 @@ fn a_wait_needs_an_earlier_operation_of_its_thread_with_that_work_id() {
          tagged `d2` (tag a put, get, rcas, rfaa or bcast of this thread with it first)"
     );
     // A wait before the operation it names waits for nothing too.
-    let e = err(&FIG2D.replace("  put(y, x, d1)\n  wait(d1)\n", "  wait(d1)\n  put(y, x, d1)\n"));
-    assert!(e.starts_with("t.litmus:5:8: `wait(d1)` would wait for nothing"), "{e}");
+    let e = err(&FIG2D.replace(
+        "  put(y, x, d1)\n  wait(d1)\n",
+        "  wait(d1)\n  put(y, x, d1)\n",
+    ));
+    assert!(
+        e.starts_with("t.litmus:5:8: `wait(d1)` would wait for nothing"),
+        "{e}"
+    );
     // Another thread's operations are not this thread's.
     let other = FIG2D.replace(
         "exists",
@@ -416,7 +422,11 @@ fn a_wait_needs_an_earlier_operation_of_its_thread_with_that_work_id() {
         "rcas(y, 0, 1, x, d2)",
         "rfaa(y, 1, x, d2)",
     ] {
-        parse(&FIG2D.replace("wait(d1)", &format!("{tagged}\n  wait(d2)")), "t").unwrap();
+        parse(
+            &FIG2D.replace("wait(d1)", &format!("{tagged}\n  wait(d2)")),
+            "t",
+        )
+        .unwrap();
     }
     let sv = "litmus b\nsv s\nthread t0 @n0 {\n  bcast(s, all, d1)\n  wait(d1)\n}\nthread t1 @n1 {\n}\nexists s@n1 = 0\nexpect allowed\n";
     parse(sv, "t").unwrap();
