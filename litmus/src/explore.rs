@@ -43,7 +43,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use loco_rdmawait::model::{Entry, LocalItem, Post, SbItem, Step};
+use loco_rdmawait::model::{Entry, LocalItem, Post, RmwOp, SbItem, Step};
 use loco_rdmawait::WorkRequest;
 
 use crate::ast::{Expect, Observable, Test};
@@ -547,7 +547,13 @@ fn describe(prog: &Program, test: &Test, s: &State, a: Action) -> String {
                     Entry::Rmw {
                         op, remote, tag, ..
                     } => format!(
-                        "{q}: {op:?} [{}] atomic read of {} = {}",
+                        "{q}: {} [{}] atomic read of {} = {}",
+                        match op {
+                            RmwOp::Cas { expected, new } => {
+                                format!("rcas (expected {expected}, new {new})")
+                            }
+                            RmwOp::Faa { add } => format!("rfaa (+{add})"),
+                        },
                         tags::name(*tag, test),
                         Word(prog, target, *remote),
                         s.mem[target][*remote]
@@ -734,6 +740,35 @@ expect forbidden
         let trace = e.trace(&t, w).unwrap();
         assert!(
             trace.iter().any(|l| l.contains("nRR reads x@n1 = 1")),
+            "{trace:#?}"
+        );
+    }
+
+    /// A remote RMW's read is written as the other NIC steps are (`rcas (expected 1, new 2)`,
+    /// `rfaa (+1)`), not as the model's `Debug` (`Cas { expected: 1, new: 2 }`).
+    #[test]
+    fn a_traced_rmw_read_names_the_operation_as_the_format_does() {
+        let src = "litmus rmw
+loc x @n0
+loc y @n1 = 1
+thread t0 @n0 {
+  rcas(y, 1, 2, x, d1)
+  rfaa(y, 3, x, d1)
+  wait(d1)
+}
+exists y = 5
+expect allowed
+";
+        let t = parse(src, "rmw").unwrap();
+        let e = explore(&t).unwrap();
+        let trace = e.trace(&t, e.witness(&t).unwrap()).unwrap();
+        let reads: Vec<_> = trace.iter().filter(|l| l.contains("atomic read")).collect();
+        assert_eq!(
+            reads,
+            [
+                "t0->n1: rcas (expected 1, new 2) [d1] atomic read of y@n1 = 1",
+                "t0->n1: rfaa (+3) [d1] atomic read of y@n1 = 2",
+            ],
             "{trace:#?}"
         );
     }

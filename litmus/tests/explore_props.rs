@@ -39,7 +39,17 @@ fn program() -> impl Strategy<Value = String> {
         );
         for (t, body) in [a, b].iter().enumerate() {
             s += &format!("thread t{t} @n{t} {{\n");
+            // A wait needs an earlier operation of its thread with its work id (the parser
+            // refuses a wait for nothing); one without is left out.
+            let mut tagged = Vec::new();
             for st in body {
+                if let Some(d) = st.strip_prefix("wait(").and_then(|w| w.strip_suffix(')')) {
+                    if !tagged.contains(&d) {
+                        continue;
+                    }
+                } else if let Some(d) = st.strip_suffix(')').and_then(|w| w.rsplit(", ").next()) {
+                    tagged.push(d);
+                }
                 s += &format!("  {st}\n");
             }
             s += "}\n";

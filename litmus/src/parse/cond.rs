@@ -79,6 +79,22 @@ impl Parser {
                             wanted: format!("a condition names one copy, such as `{name}@n0`"),
                         },
                     ));
+                } else if let Some(t) = self
+                    .threads
+                    .iter()
+                    .find(|t| t.0.regs.contains(&name) && self.kind_of(&name).is_none())
+                {
+                    // A register written as in other litmus formats, without its thread.
+                    return Err((
+                        span,
+                        ParseErrorKind::Expected {
+                            expected: format!(
+                                "a register with its thread, such as `{}:{name}`",
+                                t.0.name
+                            ),
+                            found: format!("`{name}`"),
+                        },
+                    ));
                 } else {
                     return Err(self.wrong(
                         &name,

@@ -71,6 +71,17 @@ impl Parser {
                 },
             ));
         }
+        if looks_like_node(&name) {
+            // `thread n0 @n0` would make a trace's `n0->n1` (a thread's queue pair to a node)
+            // read as one from node n0, and names written like nodes are refused everywhere.
+            return Err((
+                span,
+                ParseErrorKind::Expected {
+                    expected: "a thread name that is not a node name (such as `t0`)".into(),
+                    found: format!("`{name}`"),
+                },
+            ));
+        }
         if self.threads.len() == MAX_THREADS {
             return Err((span, ParseErrorKind::TooManyThreads));
         }

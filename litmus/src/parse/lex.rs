@@ -112,6 +112,42 @@ pub(super) fn lex(line: &str, lno: u32) -> Result<Vec<(Tok, Span)>, (Span, Parse
                     i += 1;
                     Tok::And
                 }
+                ';' => {
+                    return Err((
+                        span,
+                        ParseErrorKind::Expected {
+                            expected: "end of line (one statement per line, no `;`)".into(),
+                            found: "`;`".into(),
+                        },
+                    ))
+                }
+                // Two spellings from other litmus formats, said plainly.
+                '-' if chars.get(i + 1).is_some_and(char::is_ascii_digit) => {
+                    let digits: String = chars[i + 1..]
+                        .iter()
+                        .take_while(|c| c.is_ascii_digit())
+                        .take(21)
+                        .collect();
+                    return Err((
+                        span,
+                        ParseErrorKind::Expected {
+                            expected: "an integer from 0 to 2^64 - 1 (integers have no sign)"
+                                .into(),
+                            found: format!("`-{digits}`"),
+                        },
+                    ));
+                }
+                '\\' if chars.get(i + 1) == Some(&'/') => {
+                    return Err((
+                        span,
+                        ParseErrorKind::Expected {
+                            expected: "`/\\` (a condition is atoms joined by `/\\`; there is no \
+                                       disjunction: write one test per case)"
+                                .into(),
+                            found: "`\\/`".into(),
+                        },
+                    ));
+                }
                 _ => return Err((span, ParseErrorKind::BadChar(c))),
             }
         };

@@ -38,8 +38,9 @@ pub enum ParseErrorKind {
         /// What is there (`end of line`, `end of file`, or the token).
         found: String,
     },
-    /// A character that starts no token.
-    #[error("unexpected character `{0}`")]
+    /// A character that starts no token. One that is not printable ASCII is also shown by its
+    /// code point (an invisible one, such as a zero-width space, only by it).
+    #[error("unexpected character {}", show_char(*.0))]
     BadChar(char),
     /// An integer that does not fit 64 bits.
     #[error("integer `{0}` does not fit in 64 bits")]
@@ -136,6 +137,20 @@ pub enum ParseErrorKind {
     /// The file is not UTF-8 text (the position is that of the first bad byte).
     #[error("not UTF-8 text")]
     NotUtf8,
+    /// A `wait(d)` with no earlier operation of its thread tagged `d`: it would wait for
+    /// nothing.
+    #[error("`wait({wid})` would wait for nothing: no earlier operation of thread {thread} is tagged `{wid}`{}", match other {
+        Some(o) => format!("; thread {o}'s operations are, but work ids belong to a thread: {thread} cannot wait for them"),
+        None => " (tag a put, get, rcas, rfaa or bcast of this thread with it first)".to_string(),
+    })]
+    WaitForNothing {
+        /// The work id.
+        wid: String,
+        /// The waiting thread.
+        thread: String,
+        /// A thread whose operations are tagged with it, if any.
+        other: Option<String>,
+    },
     /// A thread block never closed.
     #[error("thread `{name}` (opened at line {}) is not closed with `}}`", opened.line)]
     Unclosed {
@@ -144,6 +159,20 @@ pub enum ParseErrorKind {
         /// Where it was opened.
         opened: Span,
     },
+}
+
+/// A character in a message: `c`, with its code point unless it is printable ASCII, and only
+/// its code point if it shows nothing (a control or format character, a byte order mark).
+fn show_char(c: char) -> String {
+    let invisible = c.is_control()
+        || matches!(c, '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2064}' | '\u{feff}');
+    if c.is_ascii_graphic() {
+        format!("`{c}`")
+    } else if invisible {
+        format!("U+{:04X}", c as u32)
+    } else {
+        format!("`{c}` (U+{:04X})", c as u32)
+    }
 }
 
 /// What the `max` of a [`ParseErrorKind::TooLarge`] counts.
@@ -293,6 +322,8 @@ pub fn parse(src: &str, file: &str) -> Result<Test, ParseError> {
     if src.len() > MAX_INPUT_BYTES {
         return Err(too_large_input(file));
     }
+    // A byte order mark, which some editors write at the start of UTF-8 files, is not text.
+    let src = src.strip_prefix('\u{feff}').unwrap_or(src);
     Parser::new(file).run(src)
 }
 

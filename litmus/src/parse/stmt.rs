@@ -199,6 +199,34 @@ impl Parser {
         Ok(WidId(i))
     }
 
+    /// A `wait(d)` needs an earlier operation of its own thread tagged `d`: without one it
+    /// waits for nothing, which is a typo or a wait meant for another thread's operations (work
+    /// ids belong to a thread, docs/model.md §1), and either silently changes the verdict.
+    fn tagged_before(&self, w: WidId, span: Span) -> PResult<()> {
+        let tags = |s: &Stmt| {
+            matches!(s.op,
+                Op::Put { wid, .. } | Op::Get { wid, .. } | Op::Rcas { wid, .. }
+                | Op::Rfaa { wid, .. } | Op::Bcast { wid, .. } if wid == w)
+        };
+        let th = &self.threads.last().expect("inside a thread").0;
+        if th.body.iter().any(tags) {
+            return Ok(());
+        }
+        let other = self
+            .threads
+            .iter()
+            .find(|t| t.0.name != th.name && t.0.body.iter().any(tags))
+            .map(|t| t.0.name.clone());
+        Err((
+            span,
+            ParseErrorKind::WaitForNothing {
+                wid: self.work_ids[w.0].clone(),
+                thread: th.name.clone(),
+                other,
+            },
+        ))
+    }
+
     pub(super) fn node_arg(&mut self, arg: &(Arg, Span)) -> PResult<NodeId> {
         let name = self.name_arg(arg, "a node, such as `n1`")?;
         self.node_name(name, arg.1)
@@ -286,6 +314,10 @@ impl Parser {
             ));
         }
         let (first, fspan) = line.ident("a statement or `}`")?;
+        if line.peek() == Some(&Tok::Colon) {
+            // `r := load(x)`, as other formats write an assignment.
+            return Err(line.err("`=` (a result is written `<r> = load(<x>)`)"));
+        }
         let (result, op_name, op_span) = if line.peek() == Some(&Tok::Eq) {
             line.next();
             let (op, ospan) = line.ident("an operation after `=`")?;
@@ -373,7 +405,11 @@ impl Parser {
                 local: self.loc(&a[2], "rfaa", Some("the return word"))?,
                 wid: self.wid(&a[3])?,
             },
-            "wait" => Op::Wait(self.wid(&a[0])?),
+            "wait" => {
+                let w = self.wid(&a[0])?;
+                self.tagged_before(w, a[0].1)?;
+                Op::Wait(w)
+            }
             "poll" => Op::Poll(self.node_arg(&a[0])?),
             "rfence" => Op::Rfence(self.node_arg(&a[0])?),
             "bcast" => {
@@ -498,8 +534,14 @@ fn usage(op: &str) -> (usize, &'static str) {
         "wait" => (1, "wait(<d>)"),
         "poll" => (1, "poll(<node>)"),
         "rfence" => (1, "rfence(<node>)"),
-        "bcast" => (3, "bcast(<s>, <nodes>, <d>)"),
-        "gf" => (1, "gf(<nodes>)"),
+        "bcast" => (
+            3,
+            "bcast(<s>, <nodes>, <d>), <nodes> being a node, a set `{n1, n2}` or `all`",
+        ),
+        "gf" => (
+            1,
+            "gf(<nodes>), <nodes> being a node, a set `{n1, n2}` or `all`",
+        ),
         "acquire" => (1, "acquire(<l>)"),
         "release" => (1, "release(<l>)"),
         "giveup" => (1, "giveup(<l>)"),

@@ -382,3 +382,143 @@ fn too_large_says_its_unit() {
         "too large: more than 3 bytes (the limit for a litmus test)"
     );
 }
+
+/// A `wait(d)` that no earlier operation of its own thread is tagged with waits for nothing: a
+/// typo of the work id, or a wait meant for another thread's put (work ids belong to a thread),
+/// silently changed the verdict instead of being an error.
+#[test]
+fn a_wait_needs_an_earlier_operation_of_its_thread_with_that_work_id() {
+    let e = err(&FIG2D.replace("wait(d1)", "wait(d2)"));
+    assert_eq!(
+        e,
+        "t.litmus:6:8: `wait(d2)` would wait for nothing: no earlier operation of thread t0 is \
+         tagged `d2` (tag a put, get, rcas, rfaa or bcast of this thread with it first)"
+    );
+    // A wait before the operation it names waits for nothing too.
+    let e = err(&FIG2D.replace(
+        "  put(y, x, d1)\n  wait(d1)\n",
+        "  wait(d1)\n  put(y, x, d1)\n",
+    ));
+    assert!(
+        e.starts_with("t.litmus:5:8: `wait(d1)` would wait for nothing"),
+        "{e}"
+    );
+    // Another thread's operations are not this thread's.
+    let other = FIG2D.replace(
+        "exists",
+        "thread t1 @n1 {\n  wait(d1)\n  r = load(y)\n}\nexists",
+    );
+    let e = err(&other);
+    assert_eq!(
+        e,
+        "t.litmus:10:8: `wait(d1)` would wait for nothing: no earlier operation of thread t1 is \
+         tagged `d1`; thread t0's operations are, but work ids belong to a thread: t1 cannot \
+         wait for them"
+    );
+    // Every tagging operation counts.
+    for tagged in [
+        "put(y, x, d2)",
+        "get(x, y, d2)",
+        "rcas(y, 0, 1, x, d2)",
+        "rfaa(y, 1, x, d2)",
+    ] {
+        parse(
+            &FIG2D.replace("wait(d1)", &format!("{tagged}\n  wait(d2)")),
+            "t",
+        )
+        .unwrap();
+    }
+    let sv = "litmus b\nsv s\nthread t0 @n0 {\n  bcast(s, all, d1)\n  wait(d1)\n}\nthread t1 @n1 {\n}\nexists s@n1 = 0\nexpect allowed\n";
+    parse(sv, "t").unwrap();
+}
+
+/// A file that an editor saved with a byte order mark parses as without it; before, it was
+/// refused with "unexpected character" and the invisible mark between the backquotes.
+#[test]
+fn a_byte_order_mark_at_the_start_is_not_text() {
+    let t = parse(&format!("\u{feff}{FIG2D}"), "t.litmus").unwrap();
+    assert_eq!(t, parse(FIG2D, "t.litmus").unwrap());
+    // Anywhere else it is an error that shows what it is.
+    let e = err(&FIG2D.replace("wait(d1)", "wait(d1)\u{feff}"));
+    assert_eq!(e, "t.litmus:6:11: unexpected character U+FEFF");
+}
+
+/// A character no token starts with is named by its code point when it is not printable ASCII:
+/// a zero-width space or a non-breaking hyphen pasted from a web page is told apart from what it
+/// looks like.
+#[test]
+fn an_unexpected_character_that_is_not_plain_ascii_shows_its_code_point() {
+    let e = err(&FIG2D.replace("store(x, 1)", "store(x,\u{200b} 1)"));
+    assert_eq!(e, "t.litmus:7:11: unexpected character U+200B");
+    let e = err(&FIG2D.replace("loc x @n0", "loc é @n0"));
+    assert_eq!(e, "t.litmus:2:5: unexpected character `é` (U+00E9)");
+    let e = err(&FIG2D.replace("store(x, 1)", "store(x, 1) %"));
+    assert_eq!(e, "t.litmus:7:15: unexpected character `%`");
+}
+
+/// Two spellings of other litmus formats: a negative integer, and a disjunction `\/`. Before,
+/// both were only "unexpected character".
+#[test]
+fn a_sign_or_a_disjunction_is_an_error_that_says_why() {
+    let e = err(&FIG2D.replace("exists y = 1", "exists y = -1"));
+    assert_eq!(
+        e,
+        "t.litmus:9:12: expected an integer from 0 to 2^64 - 1 (integers have no sign), found `-1`"
+    );
+    let e = err(&FIG2D.replace("exists y = 1", "exists y = 1 \\/ x = 1"));
+    assert_eq!(
+        e,
+        "t.litmus:9:14: expected `/\\` (a condition is atoms joined by `/\\`; there is no \
+         disjunction: write one test per case), found `\\/`"
+    );
+}
+
+/// A condition naming a register without its thread (`exists r0 = 1`) says how to write it;
+/// before, it was an "undeclared location".
+#[test]
+fn a_register_in_a_condition_without_its_thread_says_how_to_name_it() {
+    let src = FIG2D.replace("store(x, 1)", "r0 = load(x)");
+    let e = err(&src.replace("exists y = 1", "exists r0 = 1"));
+    assert_eq!(
+        e,
+        "t.litmus:9:8: expected a register with its thread, such as `t0:r0`, found `r0`"
+    );
+    // A name that is nobody's register is still an undeclared location.
+    let e = err(&src.replace("exists y = 1", "exists r1 = 1"));
+    assert_eq!(e, "t.litmus:9:8: undeclared location `r1`");
+}
+
+/// A thread named like a node (`thread n0 @n0`) is refused, as any other name written like a
+/// node is: its traces read `n0->n1` for the thread's queue pair to n1. Before, it was accepted.
+#[test]
+fn a_thread_cannot_be_named_like_a_node() {
+    let e = err(&FIG2D.replace("thread t0", "thread n0"));
+    assert_eq!(
+        e,
+        "t.litmus:4:8: expected a thread name that is not a node name (such as `t0`), found `n0`"
+    );
+    parse(&FIG2D.replace("thread t0", "thread n0x"), "t").unwrap();
+}
+
+/// Three slips of a newcomer, each said in the format's words: a node list given as two
+/// arguments (`gf(n0, n1)`: the usage now says what `<nodes>` is), a C-style `;` (before,
+/// "unexpected character"), and `r := load(x)` (before, "unknown operation `r`").
+#[test]
+fn a_node_list_a_semicolon_or_a_colon_equals_is_an_error_that_says_how_to_write_it() {
+    let e = err(&FIG2D.replace("wait(d1)", "gf(n0, n1)"));
+    assert_eq!(
+        e,
+        "t.litmus:6:3: `gf` takes 1 argument, found 2: gf(<nodes>), <nodes> being a node, a set \
+         `{n1, n2}` or `all`"
+    );
+    let e = err(&FIG2D.replace("wait(d1)", "wait(d1);"));
+    assert_eq!(
+        e,
+        "t.litmus:6:11: expected end of line (one statement per line, no `;`), found `;`"
+    );
+    let e = err(&FIG2D.replace("store(x, 1)", "r := load(x)"));
+    assert_eq!(
+        e,
+        "t.litmus:7:5: expected `=` (a result is written `<r> = load(<x>)`), found `:`"
+    );
+}
