@@ -8,8 +8,9 @@
 //! visited states are remembered by a 128-bit fingerprint (16 bytes each, as TLC and SPIN's
 //! hash-compact mode do). Assuming the fingerprint behaves as a random function, the chance
 //! that two of `n` distinct states share one — which would make the explorer skip the second
-//! and what only it leads to — is at most `n² / 2¹²⁹`: under `10⁻²⁶` for the 100 000 states of
-//! the largest test explored so far, under `10⁻²³` at the default limit of 20 million.
+//! and what only it leads to — is at most `n² / 2¹²⁹`: under `10⁻²⁶` for the 2.3 million states of
+//! the largest exploration the project runs (`sc-sb` unreduced, in the reduction cross-check),
+//! under `10⁻²⁴` at the default limit of 20 million.
 //!
 //! # Budget
 //! [`Config::max_states`] and [`Config::max_memory`] bound a run: past either, the explorer
