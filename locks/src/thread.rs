@@ -3,7 +3,7 @@
 //! deadlines.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -774,13 +774,19 @@ impl Drop for ThreadLock {
 }
 
 /// The per-thread lock states of a context, keyed by lock id.
+///
+/// Ordered by id (the order the locks were made): when the context goes, every lock's slot is
+/// cleared and its words go back, each with network operations, in this order. A `HashMap`'s
+/// order is random per map, so the same program made other operations in another order from
+/// run to run, and the simulator's exhaustive search (`sim::Strategy::Exhaustive`) failed
+/// with `Nondeterministic` on any program whose threads used two locks (or SC objects).
 #[derive(Debug, Default)]
 struct Registry {
-    locks: RefCell<HashMap<u64, Rc<ThreadLock>>>,
+    locks: RefCell<BTreeMap<u64, Rc<ThreadLock>>>,
     /// A weak or strong lock's `rel` slot claim whose wait ran out of time, by lock id: the
     /// next call waits for it rather than starting another, which would take a second slot and
     /// lose the first.
-    claims: RefCell<HashMap<u64, SlotClaim>>,
+    claims: RefCell<BTreeMap<u64, SlotClaim>>,
 }
 
 /// A weak or strong lock's `rel` slot claim on its way: the operation its step posted (with

@@ -1,7 +1,7 @@
 //! Clusters: nodes, their registered memory, and the thread contexts bound to them.
 
 use std::any::{Any, TypeId};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,8 +49,14 @@ pub struct Cluster {
 struct Private {
     /// Blocks handed out and not given back: length by (node, offset).
     live: HashMap<(NodeId, u64), u64>,
-    /// Blocks given back: offsets by (node, length).
-    free: HashMap<(NodeId, u64), Vec<u64>>,
+    /// Blocks given back: offsets by (node, length). A set, handed out lowest offset first,
+    /// so that which block a caller gets does not depend on the order blocks were given back
+    /// in: layers give back a dropped context's words in the order of their own maps (per-
+    /// context extensions, per-lock and per-object words, kept in `HashMap`s whose order is
+    /// random per map), and a LIFO list made the words later contexts got, and so a
+    /// simulation's runs of one schedule, differ from run to run (`sim::Strategy::Exhaustive`
+    /// failed with `Nondeterministic` on SC objects).
+    free: HashMap<(NodeId, u64), BTreeSet<u64>>,
 }
 
 #[derive(Debug)]
@@ -488,7 +494,9 @@ impl Cluster {
     /// private words lazily (when a thread first needs them) and shared objects still get the same
     /// locations in every process.
     ///
-    /// Memory given back with [`Cluster::free_private`] is reused first (zeroed again).
+    /// Memory given back with [`Cluster::free_private`] is reused first (zeroed again): of the
+    /// blocks of the size asked for, the one at the lowest offset, whatever order they were
+    /// given back in (so a program that gives back the same blocks gets the same ones again).
     pub fn alloc_private(&self, node: NodeId, bytes: u64) -> Result<Loc> {
         self.check_node(node)?;
         if let Some(len) = bytes.div_ceil(WORD).checked_mul(WORD).filter(|&l| l > 0) {
@@ -498,7 +506,7 @@ impl Cluster {
                 .lock()
                 .free
                 .get_mut(&(node, len))
-                .and_then(Vec::pop);
+                .and_then(BTreeSet::pop_first);
             if let Some(at) = reused {
                 let loc = Loc::new(self.inner.id, node, at, len);
                 let zeroed = (0..len / WORD).try_for_each(|k| self.poke(&loc.word(k)?, 0));
@@ -512,7 +520,7 @@ impl Cluster {
                     return Ok(loc);
                 }
                 // Not handed out: back on the free list for a later try.
-                private.free.entry((node, len)).or_default().push(at);
+                private.free.entry((node, len)).or_default().insert(at);
                 return zeroed.map(|_| loc);
             }
         }
@@ -558,7 +566,7 @@ impl Cluster {
                 .free
                 .entry((loc.node(), loc.len()))
                 .or_default()
-                .push(loc.offset());
+                .insert(loc.offset());
         }
         Ok(())
     }

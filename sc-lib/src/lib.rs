@@ -95,6 +95,15 @@
 //!   structure the state written by the dead thread may be partial, and the next operation's
 //!   [`Words::was_poisoned`] says so (through [`Ported::with`]; the typed operations of the
 //!   ready structures go on, refusing a state their layout cannot hold).
+//! - The calling thread's own node dies just after an operation returned `Ok`: what the
+//!   operation wrote may be lost with it. `write_sc` and a [`Ported`] operation return without
+//!   waiting for their puts (and the release) to land (docs/model.md §5.6), and a dead node's
+//!   requests that had not reached their target are dropped; the next holder of the object's
+//!   lock then finds the value before the write (a ported structure's next operation is told,
+//!   [`Words::was_poisoned`]). A write is sure to have landed once the same thread's next
+//!   operation on an object of the same node has returned (its acquire's atomic waits behind
+//!   the put on the queue pair), or after `loco-sv`'s `gf` towards that node. The survivors'
+//!   operations stay linearizable among themselves.
 //! - An operation that waits longer than the cluster's timeout (the lock, or the fetch's
 //!   `wait`) fails with a timeout ([`Error::Lock`] with `Timeout`, or [`Error::Rdma`] with
 //!   `Timeout`); a ticket it took is abandoned, never left blocking others. Its effect is then

@@ -162,7 +162,10 @@ pub trait Sc {
     fn read_sc(&self, x: &ScLoc) -> Result<u64>;
 
     /// `write_sc(x, v)`: sets `x` to `v`. Returns without waiting for the write to land; it is
-    /// nevertheless seen by every SC operation that follows it in the SC order.
+    /// nevertheless seen by every SC operation that follows it in the SC order. If the calling
+    /// thread's node dies before the write has landed, it is lost although the call returned
+    /// `Ok` (see the crate's Failures): the thread's next operation on an object of `x`'s node
+    /// returning, or a `gf` towards that node, says it has landed.
     #[doc(alias = "store")]
     fn write_sc(&self, x: &ScLoc, value: u64) -> Result<()>;
 
