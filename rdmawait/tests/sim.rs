@@ -1352,6 +1352,110 @@ fn exhaustive_search_finds_a_bug_only_a_fault_at_one_step_reveals() {
     assert_eq!(r.search, Search::Complete, "{r:?}");
 }
 
+/// One thread on n0 makes one network operation towards n1 (a put waited for or not, a get, an
+/// rfaa), and n0 crashes anywhere in the run; exhaustive search with one delay. A random
+/// fault's "strike here / not yet" branch is free, so it is recorded even once the run has
+/// used up its delay, where the NIC's choices are cut (default, unrecorded). Replayed, such a
+/// cut NIC choice took the fault branch's record in its place: it deviated past the bound, and
+/// the run came to other choice points than recorded, reported as `Nondeterministic` from
+/// about the tenth run. Now each search runs to its bound, the same twice, with the crash
+/// striking at each point the run reaches, and its last run replays.
+#[test]
+fn exhaustive_search_with_a_random_crash_during_network_operations_is_deterministic() {
+    use loco_rdmawait::sim::{At, Fault, Search};
+    use loco_rdmawaitrmw::Rmw;
+    use std::sync::{Arc, Mutex};
+    #[derive(Clone, Copy, Debug)]
+    enum Op {
+        Put { wait: bool },
+        Get,
+        Rfaa,
+    }
+    fn one_op(
+        op: Op,
+        seen: Arc<Mutex<Vec<bool>>>,
+    ) -> impl Fn(&Cluster) -> Result<(), BoxError> + Send + Sync + 'static {
+        move |cluster: &Cluster| {
+            let words = cluster
+                .alloc_word(NodeId(0))
+                .and_then(|l| Ok((l, cluster.alloc_word(NodeId(1))?)));
+            let (local, remote) = match words {
+                Ok(w) => w,
+                Err(loco_rdmawait::Error::PeerDead { .. }) => {
+                    seen.lock().unwrap().push(true);
+                    return Ok(());
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let t = sim::spawn(cluster, NodeId(0), move |ctx: &Ctx| {
+                let w = WorkId::new(1);
+                match op {
+                    Op::Put { wait } => {
+                        ctx.store(&local, 7)?;
+                        ctx.put(&remote, &local, w)?;
+                        if wait {
+                            ctx.wait(w)?;
+                        }
+                    }
+                    Op::Get => {
+                        ctx.get(&local, &remote, w)?;
+                        ctx.wait(w)?;
+                        ctx.load(&local)?;
+                    }
+                    Op::Rfaa => {
+                        ctx.rfaa(&remote, 1, &local, w)?;
+                        ctx.wait(w)?;
+                        ctx.load(&local)?;
+                    }
+                }
+                Ok::<(), loco_rdmawait::Error>(())
+            });
+            let _ = t.join();
+            seen.lock().unwrap().push(!cluster.is_alive(NodeId(0)));
+            Ok(())
+        }
+    }
+    let config = || {
+        Config::new(2)
+            .strategy(Strategy::Exhaustive { max_delays: 1 })
+            .fault(Fault::Crash {
+                node: NodeId(0),
+                at: At::Random { within: 1_000_000 },
+            })
+    };
+    for op in [
+        Op::Put { wait: true },
+        Op::Put { wait: false },
+        Op::Get,
+        Op::Rfaa,
+    ] {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let r = sim::check(config(), one_op(op, seen.clone()))
+            .unwrap_or_else(|f| panic!("{op:?}: {}", f.report()));
+        assert_eq!(
+            r.search,
+            Search::DelayBound { max_delays: 1 },
+            "{op:?}: {r:?}"
+        );
+        assert!(r.runs > 10, "{op:?}: {r:?}");
+        let crashed = std::mem::take(&mut *seen.lock().unwrap());
+        assert_eq!(crashed.len() as u64, r.runs, "{op:?}");
+        assert!(
+            crashed.iter().any(|&c| c) && crashed.iter().any(|&c| !c),
+            "{op:?}: {crashed:?}"
+        );
+        // The same search twice: the same runs.
+        assert_eq!(
+            sim::check(config(), one_op(op, seen.clone())).unwrap(),
+            r,
+            "{op:?}"
+        );
+        // The last run's number replays it.
+        sim::replay(config(), r.runs - 1, one_op(op, seen.clone()))
+            .unwrap_or_else(|f| panic!("{op:?}: {}", f.report()));
+    }
+}
+
 /// Under `device_on_cpu` (rxe: the post's system call does the request's work), a post returns
 /// only once its device time is over, whether or not the request is waited for, and the
 /// thread holds its CPU meanwhile: two threads sharing one CPU post one after the other, where

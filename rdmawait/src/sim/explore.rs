@@ -59,6 +59,17 @@ impl Explorer {
         if n <= 1 || p.closed {
             return 0;
         }
+        // A scheduling choice once the run has used up its delays takes the default and is
+        // not recorded, replayed as much as new: the replayed prefix has the same delays at
+        // each point as when it was recorded, so such a point is cut then too, and must not
+        // take the recorded choice in its place (that of a later free choice, a random
+        // fault's "strike here", which is recorded past the delay bound: taken by the cut
+        // point, it made it deviate past the bound, and the run came to other choice points
+        // than the recorded ones, reported as `Nondeterministic`).
+        if !free && p.delays >= self.max_delays {
+            p.cut = true;
+            return 0;
+        }
         let n32 = u32::try_from(n).unwrap_or(u32::MAX);
         if let Some(&(k, m)) = p.branches.get(p.pos) {
             p.pos += 1;
@@ -69,10 +80,6 @@ impl Explorer {
                 p.delays += 1;
             }
             return (k as usize).min(n - 1);
-        }
-        if !free && p.delays >= self.max_delays {
-            p.cut = true;
-            return 0;
         }
         p.branches.push((0, n32));
         p.pos += 1;
@@ -152,6 +159,40 @@ mod tests {
         let (runs, cut) = walk(&[3, 3, 3], 0);
         assert_eq!(runs, vec![vec![0, 0, 0]]);
         assert!(cut);
+    }
+
+    /// A free choice (a random fault's "strike here / not yet") after the run has used up its
+    /// delays is recorded, the scheduling choices cut before it are not: replayed, a cut
+    /// choice is cut again rather than taking the free choice's record. It used to take it:
+    /// with one delay, runs deviated at both scheduling choices.
+    #[test]
+    fn a_free_choice_past_the_delay_bound_replays_in_its_place() {
+        let e = Explorer::new(1);
+        let mut runs = Vec::new();
+        loop {
+            runs.push((e.choose(2, false), e.choose(2, false), e.choose(2, true)));
+            e.close();
+            if !e.advance() {
+                break;
+            }
+        }
+        let mut sorted = runs.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), runs.len(), "{runs:?}");
+        assert_eq!(
+            sorted,
+            [
+                (0, 0, 0),
+                (0, 0, 1),
+                (0, 1, 0),
+                (0, 1, 1),
+                (1, 0, 0),
+                (1, 0, 1)
+            ],
+            "{runs:?}"
+        );
+        assert_eq!(e.flags(), (true, false));
     }
 
     #[test]
