@@ -711,11 +711,7 @@ fn a_restarted_node_uses_the_lock_again_and_no_increment_is_lost() -> Result<()>
     for s in [Schedule::Threaded, Schedule::Chaos { seed: 3 }] {
         let c = cluster(s, BOUND);
         let l = NLock::new(&c, NodeId(0))?;
-        let total = c.alloc_word(NodeId(0))?;
-        let tmp: Vec<_> = c
-            .node_ids()
-            .map(|n| c.alloc_word(n))
-            .collect::<std::result::Result<_, _>>()?;
+        let (total, tmp) = counter(&c)?;
         // Increments `total` under the lock `K` times from a new context on `n`; returns how
         // many completed and how many hand-overs were poisoned.
         let work = |n: NodeId| {
@@ -791,11 +787,7 @@ fn a_holder_whose_node_restarted_before_anyone_looked_is_skipped() -> Result<()>
             let c = cluster(s, BOUND);
             let l = each_off_n1(&c, 3)?.swap_remove(k);
             let name = l.name();
-            let total = c.alloc_word(NodeId(0))?;
-            let tmp: Vec<_> = c
-                .node_ids()
-                .map(|n| c.alloc_word(n))
-                .collect::<std::result::Result<_, _>>()?;
+            let (total, tmp) = counter(&c)?;
             // n1 takes the lock and dies holding it, its hold announced.
             let old = c.context(NodeId(1))?;
             let t = l.hold_forever(&old)?;
@@ -943,6 +935,16 @@ fn a_lock_whose_home_restarted_is_refused() -> Result<()> {
     Ok(())
 }
 
+/// The words of [`increment`]: `total` on n0, and a scratch word on every node (by index).
+fn counter(c: &Cluster) -> Result<(loco_rdmawait::Loc, Vec<loco_rdmawait::Loc>)> {
+    let total = c.alloc_word(NodeId(0))?;
+    let tmp = c
+        .node_ids()
+        .map(|n| c.alloc_word(n))
+        .collect::<loco_rdmawait::Result<_>>()?;
+    Ok((total, tmp))
+}
+
 /// Increments `total` (a word on n0) once under `l` from `ctx`, reading and writing it through
 /// `tmp` (a word on the context's node) and fencing n0 before the release (for the weak lock);
 /// returns whether the hand-over was poisoned.
@@ -992,11 +994,7 @@ fn a_restarted_nodes_threads_take_back_their_dead_incarnations_rel_slots() -> Re
             let c = cluster(s, BOUND);
             let l = each_off_n1(&c, 3)?.swap_remove(k);
             let name = l.name();
-            let total = c.alloc_word(NodeId(0))?;
-            let tmp: Vec<_> = c
-                .node_ids()
-                .map(|n| c.alloc_word(n))
-                .collect::<std::result::Result<_, _>>()?;
+            let (total, tmp) = counter(&c)?;
             let (c2, l2) = (c.clone(), l.boxed());
             let done = bounded("restarts", move || -> Result<u64> {
                 let (c, l) = (c2, l2);
@@ -1063,11 +1061,7 @@ fn a_slot_handed_back_before_another_node_restarted_is_reused() -> Result<()> {
             let c = cluster(s, BOUND);
             let l = each_off_n1(&c, 1)?.swap_remove(k);
             let name = l.name();
-            let total = c.alloc_word(NodeId(0))?;
-            let tmp: Vec<_> = c
-                .node_ids()
-                .map(|n| c.alloc_word(n))
-                .collect::<std::result::Result<_, _>>()?;
+            let (total, tmp) = counter(&c)?;
             let (c2, l2) = (c.clone(), l.boxed());
             bounded("reuse", move || -> Result<()> {
                 let (c, l) = (c2, l2);
@@ -1104,11 +1098,7 @@ fn a_dead_nodes_rel_slots_are_taken_over_by_the_survivors() -> Result<()> {
                 let c = cluster(s, BOUND);
                 let l = each_off_n1(&c, 2)?.swap_remove(k);
                 let name = l.name();
-                let total = c.alloc_word(NodeId(0))?;
-                let tmp: Vec<_> = c
-                    .node_ids()
-                    .map(|n| c.alloc_word(n))
-                    .collect::<std::result::Result<_, _>>()?;
+                let (total, tmp) = counter(&c)?;
                 let (c2, l2) = (c.clone(), l.boxed());
                 bounded("take over", move || -> Result<()> {
                     let (c, l) = (c2, l2);
